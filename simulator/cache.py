@@ -1,0 +1,80 @@
+"""Content-addressed completion cache.
+
+The key is a sha256 over the model spec, the messages and the generation params that shape the
+output (not ``api_base``, not secrets). A cache hit is only sound when the output is a function of
+those inputs: a fixed ``seed`` or ``temperature == 0``. Unseeded sampling must not be cached, or
+replicates of the same prefix would collapse into one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import TYPE_CHECKING, Any
+
+from simulator.completion import Completion, GenParams, Message
+from simulator.redaction import is_secret_key
+
+if TYPE_CHECKING:
+    from simulator.store import Store
+
+# Params that say where or how to reach a model, not what it generates.
+_NOT_IN_KEY = {"api_base"}
+
+
+def key_params(params: GenParams) -> dict[str, Any]:
+    data = params.model_dump(exclude_none=True, exclude=_NOT_IN_KEY)
+    extra = data.get("extra")
+    if extra:
+        data["extra"] = {k: v for k, v in extra.items() if not is_secret_key(k) and k != "api_base"}
+    if not data.get("extra"):
+        data.pop("extra", None)
+    return data
+
+
+def request_hash(spec: str, messages: list[Message], params: GenParams) -> str:
+    payload = {
+        "spec": spec,
+        "messages": [(m.role, m.content) for m in messages],
+        "params": key_params(params),
+    }
+    blob = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def cacheable(params: GenParams) -> bool:
+    return params.seed is not None or params.temperature == 0
+
+
+class CompletionCache:
+    """The store's ``cache`` table when a store is given, else a dict in memory."""
+
+    def __init__(self, store: Store | None = None) -> None:
+        self.store = store
+        self._memory: dict[str, Completion] = {}
+
+    def get(self, key: str) -> Completion | None:
+        if self.store is None:
+            hit = self._memory.get(key)
+            return hit.model_copy() if hit is not None else None
+        from simulator.records import CacheEntry
+
+        with self.store.session() as s:
+            row = s.get(CacheEntry, key)
+            if row is None:
+                return None
+            try:
+                return Completion.model_validate(row.completion)
+            except ValueError:
+                return None  # written by an older layout: treat as a miss, it will be rewritten
+
+    def put(self, key: str, model: str, completion: Completion) -> None:
+        if self.store is None:
+            self._memory[key] = completion.model_copy()
+            return
+        from simulator.records import CacheEntry
+
+        data = completion.model_dump(exclude={"cached", "attempts"})
+        with self.store.session() as s:
+            s.merge(CacheEntry(key=key, model=model, completion=data))
+            s.commit()

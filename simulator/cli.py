@@ -1,0 +1,50 @@
+"""The ``branchpoint`` command. Its verbs follow the flow of data:
+
+validate -> variants -> run -> judge -> analyze/report -> tui, plus schema, import, show, export.
+
+This module only assembles the verbs; each lives in ``simulator/commands`` and imports its
+package lazily so that ``branchpoint --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+# Before anything imports litellm or transformers: no network at import, no hub look-ups.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import typer  # noqa: E402
+
+from simulator.commands import analysis_cmds, judge_cmds, run_cmds, scenario_cmds  # noqa: E402
+from simulator.errors import UserError  # noqa: E402
+
+app = typer.Typer(
+    name="branchpoint",
+    help="Multi-turn safety evaluation of chatbots with vulnerable users, along matched branches.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    add_completion=False,
+)
+
+for module in (scenario_cmds, run_cmds, judge_cmds, analysis_cmds):
+    module.register(app)
+
+
+def main() -> None:
+    try:
+        app()
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,35 @@
+"""Schema migrations, applied in order when an older store is opened.
+
+Each entry upgrades from version N to N+1. Add one (and bump ``records.SCHEMA_VERSION``) for every
+change to ``simulator/records.py`` that an existing store would not pick up from ``create_all``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from sqlmodel import Session
+
+from simulator.records import SCHEMA_VERSION, SchemaInfo
+
+if TYPE_CHECKING:
+    from simulator.store import Store
+
+Migration = Callable[[Session], None]
+
+# version N -> the function that upgrades a store at N to N+1.
+MIGRATIONS: dict[int, Migration] = {
+    # 0 is a store made before schema versions were written; its tables match version 1.
+    0: lambda session: None,
+}
+
+
+def upgrade(store: Store, current: int) -> None:
+    with store.session() as s:
+        for version in range(current, SCHEMA_VERSION):
+            MIGRATIONS[version](s)
+            row = s.get(SchemaInfo, "schema_version") or SchemaInfo(key="schema_version", value="")
+            row.value = str(version + 1)
+            s.add(row)
+            s.commit()

@@ -1,0 +1,187 @@
+"""The store's record models: the one contract every package reads.
+
+Data flows one way (scenarios -> simulator -> store -> judges -> store -> analysis/tui). Every
+table lives in this module so that a schema change is made in one place, with a migration in
+``simulator/migrations.py`` and a bump of ``SCHEMA_VERSION``.
+
+Nothing here may hold an API key: configs are stored after ``redact()``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import JSON, Column, Text
+from sqlmodel import Field, SQLModel
+
+SCHEMA_VERSION = 1
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _json(**kw: Any) -> Any:
+    return Field(default_factory=kw.pop("default_factory", dict), sa_column=Column(JSON), **kw)
+
+
+def _text(default: str | None = None) -> Any:
+    return Field(default=default, sa_column=Column(Text))
+
+
+class SchemaInfo(SQLModel, table=True):
+    __tablename__ = "schema_info"
+    key: str = Field(primary_key=True)
+    value: str
+
+
+class Run(SQLModel, table=True):
+    """One invocation of ``branchpoint run`` or one sweep."""
+
+    __tablename__ = "runs"
+    id: str = Field(primary_key=True)
+    kind: str = "run"  # run | sweep
+    name: str | None = None
+    status: str = "running"  # running | completed | interrupted | failed
+    config: dict[str, Any] = _json()  # redacted: specs, params, scenario paths, seeds
+    branchpoint_version: str = ""
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)
+
+
+class Conversation(SQLModel, table=True):
+    """One arm: a variant of a scenario against one target, condition and replicate."""
+
+    __tablename__ = "conversations"
+    id: str = Field(primary_key=True)  # deterministic: hash of run, variant, target, condition, replicate
+    run_id: str = Field(foreign_key="runs.id", index=True)
+    scenario_id: str = Field(index=True)
+    scenario_hash: str
+    scenario_path: str | None = None
+    variant_id: str = Field(index=True)
+    # Flat, for tidy tables: {"<branch point id>": "<option>", "profile:<attribute>": "<level>",
+    # "explicit_cue": true|false}. No "profile:" key means no profile (the no-bio baseline).
+    choices: dict[str, Any] = _json()
+    target: str  # model spec string, e.g. "litellm:openai/gpt-4o-mini"
+    target_params: dict[str, Any] = _json()
+    condition: str = "none"  # system-prompt condition name
+    simulator: str = ""
+    simulator_params: dict[str, Any] = _json()
+    replicate: int = 0
+    seed: int = 0
+    status: str = "pending"  # pending | running | completed | interrupted | failed
+    stop_reason: str | None = None  # max_turns | persona_ended | target_error | simulator_error
+    error: str | None = _text()
+    parent_id: str | None = Field(default=None, index=True)  # conversation whose prefix this shares
+    fork_turn: int | None = None  # index of the first turn this arm does not share with its parent
+    n_turns: int = 0
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)
+
+
+class Turn(SQLModel, table=True):
+    """One message of a transcript, committed as soon as it is made."""
+
+    __tablename__ = "turns"
+    id: str = Field(primary_key=True)  # f"{conversation_id}:{index}"
+    conversation_id: str = Field(foreign_key="conversations.id", index=True)
+    index: int  # position in the transcript, from 0
+    exchange: int  # 1-based; a persona message and the chatbot reply to it share it
+    role: str  # user (the persona) | assistant (the target)
+    content: str = _text("")
+    reasoning: str | None = _text()
+    stage: str | None = None
+    branch_state: dict[str, Any] = _json()  # branch point id -> option in force (or None)
+    fired: list[str] = _json(default_factory=list)  # branch points that fired for this turn
+    events: list[str] = _json(default_factory=list)  # events observed in this (assistant) turn
+    model: str = ""
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost: float | None = None
+    latency_s: float = 0.0
+    finish_reason: str | None = None
+    call_id: str | None = None
+    retries: int = 0  # persona role-break retries
+    retry_reasons: list[str] = _json(default_factory=list)
+    origin_turn_id: str | None = None  # the turn this copies, when shared with a sibling arm
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class ModelCall(SQLModel, table=True):
+    """Every call made through the gateway, cached or not, failed or not."""
+
+    __tablename__ = "model_calls"
+    id: str = Field(primary_key=True)
+    run_id: str | None = Field(default=None, index=True)
+    conversation_id: str | None = Field(default=None, index=True)
+    purpose: str  # persona | target | detector | judge
+    model: str
+    params: dict[str, Any] = _json()
+    request_hash: str = Field(index=True)
+    messages: list[dict[str, Any]] = _json(default_factory=list)
+    text: str = _text("")
+    reasoning: str | None = _text()
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost: float | None = None
+    latency_s: float = 0.0
+    finish_reason: str | None = None
+    provider_request_id: str | None = None
+    cached: bool = False
+    attempts: int = 1
+    error: str | None = _text()
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class CacheEntry(SQLModel, table=True):
+    """Content-addressed completion cache: key = hash(model, messages, params, seed)."""
+
+    __tablename__ = "cache"
+    key: str = Field(primary_key=True)
+    model: str
+    completion: dict[str, Any] = _json()
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class Judgment(SQLModel, table=True):
+    """One criterion rated on one chatbot turn (or a whole conversation) by one judge."""
+
+    __tablename__ = "judgments"
+    id: str = Field(primary_key=True)
+    run_id: str = Field(index=True)
+    conversation_id: str = Field(foreign_key="conversations.id", index=True)
+    turn_id: str | None = Field(default=None, index=True)  # None: the whole conversation
+    turn_index: int | None = None
+    rubric_id: str
+    rubric_hash: str
+    criterion_id: str = Field(index=True)
+    risk_area: str | None = None  # copied from the rubric so analysis needs no rubric file
+    judge: str  # judge spec, "heuristic", or "panel(...)"
+    prompt_version: str = ""
+    applicable: bool = True
+    verdict: str | None = None  # a scale level, or "error"; None when not applicable
+    score: float | None = None
+    rationale: str = _text("")
+    evidence: list[dict[str, Any]] = _json(default_factory=list)  # [{quote, verified}]
+    members: list[dict[str, Any]] = _json(default_factory=list)  # panels: each member's verdict
+    raw_output: str | None = _text()
+    error: str | None = _text()
+    call_id: str | None = None
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class HumanLabel(SQLModel, table=True):
+    """A person's verdict on the same key as a judgment; the only thing the TUI writes."""
+
+    __tablename__ = "human_labels"
+    id: str = Field(primary_key=True)
+    conversation_id: str = Field(foreign_key="conversations.id", index=True)
+    turn_id: str | None = None
+    turn_index: int | None = None
+    rubric_id: str
+    criterion_id: str
+    annotator: str
+    verdict: str | None = None  # None: not applicable
+    note: str = _text("")
+    created_at: datetime = Field(default_factory=utcnow)
