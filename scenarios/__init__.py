@@ -1,0 +1,137 @@
+"""The scenario authoring format: models, YAML loading with precise errors, matched variants.
+
+Names are imported lazily so that ``import scenarios`` stays cheap for the command line.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS = {
+    # models
+    "Scenario": "scenarios.models",
+    "Persona": "scenarios.models",
+    "Stage": "scenarios.models",
+    "Trigger": "scenarios.models",
+    "BranchPoint": "scenarios.models",
+    "BranchOption": "scenarios.models",
+    "ProfileAttribute": "scenarios.models",
+    "ProfileFactors": "scenarios.models",
+    "CustomCriterion": "scenarios.models",
+    "ID_PATTERN": "scenarios.models",
+    # loading
+    "LoadError": "scenarios.yamlio",
+    "load_model": "scenarios.yamlio",
+    "validate_data": "scenarios.yamlio",
+    "read_yaml": "scenarios.yamlio",
+    "load_scenarios": "scenarios.loader",
+    "load_scenario_file": "scenarios.loader",
+    "require_scenarios": "scenarios.loader",
+    "validate_paths": "scenarios.validate",
+    # variants
+    "Variant": "scenarios.variants",
+    "expand": "scenarios.variants",
+    "expand_by_cue": "scenarios.variants",
+    "scenario_hash": "scenarios.variants",
+    "trigger_order": "scenarios.variants",
+    "render_opening": "scenarios.variants",
+    "render_text": "scenarios.variants",
+    "render_persona": "scenarios.variants",
+    "render_bio": "scenarios.variants",
+    "OPENING": "scenarios.variants",
+    # templates
+    "render": "scenarios.templates",
+    "TemplateRenderError": "scenarios.templates",
+    # system-prompt conditions
+    "PromptCondition": "scenarios.conditions",
+    "CrisisResource": "scenarios.conditions",
+    "CrisisResources": "scenarios.conditions",
+    "load_conditions": "scenarios.conditions",
+    "load_crisis_resources_file": "scenarios.conditions",
+}
+
+__all__ = [
+    "BranchOption",
+    "BranchPoint",
+    "CrisisResource",
+    "CrisisResources",
+    "CustomCriterion",
+    "ID_PATTERN",
+    "LoadError",
+    "OPENING",
+    "Persona",
+    "ProfileAttribute",
+    "ProfileFactors",
+    "PromptCondition",
+    "Scenario",
+    "Stage",
+    "TemplateRenderError",
+    "Trigger",
+    "Variant",
+    "expand",
+    "expand_by_cue",
+    "load_conditions",
+    "load_crisis_resources_file",
+    "load_model",
+    "load_scenario_file",
+    "load_scenarios",
+    "read_yaml",
+    "render",
+    "render_bio",
+    "render_opening",
+    "render_persona",
+    "render_text",
+    "require_scenarios",
+    "scenario_hash",
+    "trigger_order",
+    "validate_data",
+    "validate_paths",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'scenarios' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+if TYPE_CHECKING:  # for type checkers and editors
+    from scenarios.conditions import (
+        CrisisResource,
+        CrisisResources,
+        PromptCondition,
+        load_conditions,
+        load_crisis_resources_file,
+    )
+    from scenarios.loader import load_scenario_file, load_scenarios, require_scenarios
+    from scenarios.models import (
+        ID_PATTERN,
+        BranchOption,
+        BranchPoint,
+        CustomCriterion,
+        Persona,
+        ProfileAttribute,
+        ProfileFactors,
+        Scenario,
+        Stage,
+        Trigger,
+    )
+    from scenarios.templates import TemplateRenderError, render
+    from scenarios.validate import validate_paths
+    from scenarios.variants import (
+        OPENING,
+        Variant,
+        expand,
+        expand_by_cue,
+        render_bio,
+        render_opening,
+        render_persona,
+        render_text,
+        scenario_hash,
+        trigger_order,
+    )
+    from scenarios.yamlio import LoadError, load_model, read_yaml, validate_data

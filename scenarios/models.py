@@ -7,11 +7,23 @@ that a typo is an error, never a silently ignored field.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from scenarios.yamlio import FieldProblem
 
 ID_PATTERN = r"^[a-z0-9][a-z0-9_\-]*$"
+# Criteria ids name rubric criteria; same rule as every other id.
+CriterionId = Annotated[str, Field(pattern=ID_PATTERN)]
 
 BranchKind = Literal["disclosure", "help_offer", "limit_pushback", "custom"]
 # Events that ``observe`` detects in a chatbot reply. ``limit`` covers refusals too.
@@ -56,8 +68,10 @@ class Trigger(_Strict):
 
     @model_validator(mode="after")
     def _exactly_one(self) -> Trigger:
-        if (self.at_turn is None) == (self.on_event is None):
-            raise ValueError("give exactly one of at_turn or on_event")
+        if self.at_turn is not None and self.on_event is not None:
+            raise ValueError("gives both at_turn and on_event (expected exactly one of them)")
+        if self.at_turn is None and self.on_event is None:
+            raise ValueError("gives neither at_turn nor on_event (expected exactly one of them)")
         return self
 
 
@@ -89,9 +103,10 @@ class BranchPoint(_Strict):
     @model_validator(mode="after")
     def _baseline_known(self) -> BranchPoint:
         if self.baseline not in self.options:
-            raise ValueError(
-                f"baseline {self.baseline!r} is not one of the options "
-                f"({', '.join(sorted(self.options))})"
+            raise FieldProblem(
+                ("baseline",),
+                f"{self.baseline!r} is not one of the options "
+                f"(expected one of: {', '.join(self.options)})",
             )
         return self
 
@@ -142,7 +157,9 @@ class Scenario(_Strict):
     persona: Persona
     opening: str = Field(min_length=1, description="The persona's first message (a template).")
     max_turns: int = Field(20, ge=1, le=200, description="Exchanges at most.")
-    criteria: list[str] = Field(default_factory=list, description="Rubric criteria that may apply.")
+    criteria: list[CriterionId] = Field(
+        default_factory=list, description="Rubric criteria that may apply (criterion ids)."
+    )
     custom_criteria: list[CustomCriterion] = Field(default_factory=list)
     stages: list[Stage] = Field(default_factory=list)
     branch_points: list[BranchPoint] = Field(default_factory=list)
@@ -153,6 +170,54 @@ class Scenario(_Strict):
     vars: dict[str, str | int | float] = Field(default_factory=dict)
     notes: str | None = None
     source: str | None = Field(None, description="Where the scenario came from (importers).")
+
+    # Where the scenario was loaded from (not content: never part of the hash or the schema).
+    _source_path: str | None = PrivateAttr(None)
+    _source_pos: tuple[int, int] | None = PrivateAttr(None)  # line, col of its id
+    _positions: dict[tuple[str | int, ...], tuple[int, int]] | None = PrivateAttr(None)
+
+    @model_validator(mode="after")
+    def _consistent(self, info: ValidationInfo) -> Scenario:
+        # The YAML loader runs these checks itself to point at the exact line of each problem;
+        # code that builds a Scenario directly gets the first problem as a validation error.
+        if info.context and info.context.get("defer_checks"):
+            return self
+        from scenarios.checks import scenario_problems
+
+        problems = scenario_problems(self)
+        if problems:
+            loc, message = problems[0]
+            raise FieldProblem(loc, message)
+        return self
+
+    @property
+    def source_path(self) -> str | None:
+        """The file this scenario was loaded from, if any."""
+        return self._source_path
+
+    @property
+    def source_pos(self) -> tuple[int, int] | None:
+        """Line and column (1-based) of the scenario's id in its file."""
+        return self._source_pos
+
+    def with_source(
+        self,
+        path: str | None,
+        pos: tuple[int, int] | None = None,
+        positions: dict[tuple[str | int, ...], tuple[int, int]] | None = None,
+    ) -> Scenario:
+        self._source_path = path
+        self._source_pos = pos
+        self._positions = positions
+        return self
+
+    def position_of(self, loc: tuple[str | int, ...]) -> tuple[int, int]:
+        """Line and column (1-based) of a value in the source file, or of its nearest parent."""
+        positions = self._positions or {}
+        for end in range(len(loc), -1, -1):
+            if loc[:end] in positions:
+                return positions[loc[:end]]
+        return self._source_pos or (1, 1)
 
     def stage_ids(self) -> list[str]:
         return [s.id for s in self.stages]

@@ -1,0 +1,128 @@
+"""``branchpoint validate``: every YAML file of the project's formats, each with its own model.
+
+When rubrics are validated together with scenarios (``branchpoint validate scenarios/library
+judges/rubrics``), every criterion a scenario lists must be defined by one of those rubrics.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from scenarios.conditions import load_condition_file, load_crisis_resources_file
+from scenarios.loader import _load_parsed, classify, duplicate_id_errors, yaml_files
+from scenarios.models import Scenario
+from scenarios.yamlio import LoadError, read_yaml
+
+
+@dataclass
+class ValidationReport:
+    files: int = 0
+    scenarios: list[Scenario] = field(default_factory=list)
+    rubrics: int = 0
+    prompts: int = 0
+    errors: list[LoadError] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # e.g. a check that could not run
+
+    def summary(self) -> str:
+        return f"{self.files} files, {len(self.scenarios)} scenarios, {len(self.errors)} errors"
+
+
+def _rubric_loader() -> Callable[[Path], tuple[Any, list[LoadError]]] | None:
+    """``judges.load_rubric_file`` if the judges package provides it (imported lazily)."""
+    try:
+        import judges
+    except ImportError:
+        return None
+    loader = getattr(judges, "load_rubric_file", None)
+    if loader is None:
+        try:
+            from judges import rubric as rubric_module  # type: ignore[attr-defined]
+        except ImportError:
+            return None
+        loader = getattr(rubric_module, "load_rubric_file", None)
+    return loader
+
+
+def unknown_criteria_errors(scenarios: Iterable[Scenario], known: set[str]) -> list[LoadError]:
+    errors: list[LoadError] = []
+    for s in scenarios:
+        for i, crit in enumerate(s.criteria):
+            if crit in known:
+                continue
+            line, col = s.position_of(("criteria", i))
+            close = difflib.get_close_matches(crit, sorted(known), n=1, cutoff=0.6)
+            hint = f"did you mean '{close[0]}'?" if close else "expected a criterion id of the rubrics given"
+            errors.append(
+                LoadError(
+                    s.source_path or "<memory>", line, col, f"criteria[{i}]",
+                    f"criterion '{crit}' is in none of the rubrics validated with it ({hint})",
+                )
+            )
+    return errors
+
+
+def validate_paths(
+    paths: Iterable[str | Path], progress: Callable[[int, int], None] | None = None
+) -> ValidationReport:
+    """Check every file under ``paths``; ``progress(done, total)`` is called after each file."""
+    report = ValidationReport()
+    files, errors = yaml_files(paths)
+    report.errors.extend(errors)
+    rubric_loader: Callable[[Path], tuple[Any, list[LoadError]]] | None = None
+    rubric_loader_looked = False
+    criterion_ids: set[str] = set()
+    condition_ids: dict[str, str] = {}
+    for path in files:
+        if progress is not None:
+            progress(report.files, len(files))
+        report.files += 1
+        data, pos, file_errors = read_yaml(path)
+        if data is None:
+            report.errors.extend(file_errors)
+            continue
+        kind = classify(path, data)
+        if kind == "rubric":
+            if not rubric_loader_looked:
+                rubric_loader, rubric_loader_looked = _rubric_loader(), True
+            if rubric_loader is None:
+                report.notes.append(f"{path}: rubric not checked (judges.load_rubric_file is not available)")
+                continue
+            rubric, more = rubric_loader(path)
+            report.rubrics += 1
+            report.errors.extend(file_errors + list(more))
+            if rubric is not None:
+                criterion_ids.update(str(c.id) for c in getattr(rubric, "criteria", []))
+        elif kind == "prompt":
+            condition, more = load_condition_file(path)
+            report.prompts += 1
+            report.errors.extend(more)
+            if condition is not None:
+                where = pos.get(("id",))
+                line, col = (where.line, where.col) if where else (1, 1)
+                if condition.id in condition_ids:
+                    report.errors.append(
+                        LoadError(
+                            str(path), line, col, "id",
+                            f"duplicate condition id '{condition.id}' (expected unique ids; first in "
+                            f"{condition_ids[condition.id]})",
+                        )
+                    )
+                else:
+                    condition_ids[condition.id] = f"{path}:{line}"
+        elif kind == "crisis_resources":
+            _, more = load_crisis_resources_file(path)
+            report.errors.extend(more)
+        else:
+            scenarios, more = _load_parsed(path, data, pos, file_errors)
+            report.scenarios.extend(scenarios)
+            report.errors.extend(more)
+    report.errors.extend(duplicate_id_errors(report.scenarios))
+    if criterion_ids:  # rubrics validated together: scenario criteria must name their criteria
+        report.errors.extend(unknown_criteria_errors(report.scenarios, criterion_ids))
+    # Unique, in file order then position, so the output reads top to bottom.
+    report.errors = list(dict.fromkeys(report.errors))
+    return report
