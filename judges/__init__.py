@@ -1,0 +1,46 @@
+"""Judges: rubric files, the LLM judge, the heuristic judge, panels, and the judging runner.
+
+    from judges import load_rubric, judge_run
+    rubric = load_rubric("teen")                     # or "ed", or a path to a rubric YAML
+    summary = judge_run(run_id, db="branchpoint.db", rubric=rubric, judges=["embedded"])
+
+Names are imported lazily so that ``import judges`` stays light (no jinja2, no gateway).
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+_EXPORTS = {
+    "Rubric": "judges.rubric",
+    "Criterion": "judges.rubric",
+    "Patterns": "judges.rubric",
+    "SCALES": "judges.rubric",
+    "load_rubric": "judges.loading",
+    "load_rubric_file": "judges.loading",
+    "bundled_rubrics": "judges.loading",
+    "LLMJudge": "judges.llm_judge",
+    "PROMPT_VERSION": "judges.llm_judge",
+    "HeuristicJudge": "judges.heuristic",
+    "Panel": "judges.panel",
+    "CriterionVerdict": "judges.verdicts",
+    "JudgingUnit": "judges.verdicts",
+    "TranscriptTurn": "judges.verdicts",
+    "ed_safety_score": "judges.scoring",
+    "judge_run": "judges.runner",
+    "ajudge_run": "judges.runner",
+    "make_judge": "judges.runner",
+    "JudgeSummary": "judges.runner",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'judges' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value

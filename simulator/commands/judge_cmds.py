@@ -1,9 +1,108 @@
-"""Commands of this group are added by the issue that builds them."""
+"""``branchpoint judge``: rate stored conversations against a rubric, with one judge or a panel."""
 
 from __future__ import annotations
 
+from typing import Annotated, Any, Optional
+
 import typer
+
+from simulator.errors import UserError
+
+
+def _params(values: list[str]) -> Any:
+    import json
+
+    from pydantic import ValidationError
+
+    from simulator.completion import GenParams
+
+    data: dict[str, Any] = {}
+    for pair in values:
+        name, sep, text = pair.partition("=")
+        if not sep or not name.strip():
+            raise UserError(f"--judge-param {pair!r}: expected NAME=VALUE, e.g. max_tokens=512")
+        try:
+            data[name.strip()] = json.loads(text)
+        except ValueError:
+            data[name.strip()] = text
+    try:
+        return GenParams(**data) if data else None
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        field = ".".join(str(p) for p in first["loc"])
+        raise UserError(
+            f"--judge-param {field}: {first['msg']} (expected one of: temperature, top_p, max_tokens, seed, stop, api_base)"
+        ) from None
+
+
+def judge_command(
+    run_id: Annotated[Optional[str], typer.Argument(help="Run id to judge (printed by `branchpoint run`).", show_default=False)] = None,
+    all_runs: Annotated[bool, typer.Option("--all", help="Judge the conversations of every run in the store.")] = False,
+    rubric: Annotated[str, typer.Option("--rubric", "-r", help="Bundled rubric (teen, ed) or a rubric YAML path.", show_default=False)] = ...,  # type: ignore[assignment]
+    judge: Annotated[Optional[list[str]], typer.Option("--judge", "-j", help="Judge (repeatable): heuristic (offline patterns) or a model spec: embedded, hf:MODEL, litellm:PROVIDER/MODEL, oai:MODEL. Default: embedded.")] = None,
+    panel: Annotated[Optional[str], typer.Option("--panel", help="Combine several --judge into one panel verdict: median (by scale order) or majority. Members' verdicts are kept.")] = None,
+    scope: Annotated[Optional[str], typer.Option("--scope", help="per_turn (each chatbot turn) or conversation (the whole conversation). Default: the rubric's scope.")] = None,
+    db: Annotated[Optional[str], typer.Option("--db", help="Store: a SQLite path or database URL (default $BRANCHPOINT_DB or ./branchpoint.db).")] = None,
+    concurrency: Annotated[int, typer.Option("--concurrency", min=1, help="Judging units in flight at once.")] = 4,
+    judge_param: Annotated[Optional[list[str]], typer.Option("--judge-param", help="Judge model param NAME=VALUE (repeatable), e.g. max_tokens=512, api_base=http://127.0.0.1:8000/v1. Default: temperature 0, seed 0.")] = None,
+    max_retries: Annotated[int, typer.Option("--max-retries", min=0, help="Retries when a judge's output is not valid JSON for the rubric; then the verdict is error.")] = 2,
+    retry_errors: Annotated[bool, typer.Option("--retry-errors", help="Judge again the units whose stored verdicts include error.")] = False,
+) -> None:
+    """Judge stored conversations against a rubric; every verdict is stored with its provenance.
+
+    Only units that lack verdicts from this judge, rubric version and prompt version are judged:
+    running the command again makes no model call. Transcripts are read, never regenerated. A judge
+    that cannot answer yields an `error` verdict, never a pass. Judges' verdicts are stored under
+    their own names (heuristic, the model spec, or panel(a,b)) and never mixed unless a panel is asked for.
+    """
+    from rich.console import Console
+    from rich.markup import escape
+
+    from judges.runner import judge_run
+
+    if scope not in (None, "per_turn", "conversation"):
+        raise UserError(f"--scope {scope!r}: expected per_turn or conversation")
+    if panel not in (None, "median", "majority"):
+        raise UserError(f"--panel {panel!r}: expected median or majority")
+    judges = judge or ["embedded"]
+    if panel and len(judges) < 2:
+        raise UserError("--panel needs at least two --judge")
+    summary = judge_run(
+        run_id,
+        db=db,
+        rubric=rubric,
+        judges=judges,
+        panel=panel,
+        scope=scope,
+        concurrency=concurrency,
+        params=_params(judge_param or []),
+        max_retries=max_retries,
+        retry_errors=retry_errors,
+        progress=True,
+        all_runs=all_runs,
+    )
+    console = Console(highlight=False)
+    console.print(
+        f"{summary.conversations} conversation(s): {summary.judged} unit(s) judged now, "
+        f"{summary.copied} copied from shared prefixes, {summary.skipped} already judged; "
+        f"{summary.rows} verdict row(s) written, {summary.errors} error(s); "
+        f"{summary.model_calls} judge model call(s)"
+    )
+    if summary.not_final:
+        console.print(
+            f"{len(summary.not_final)} conversation(s) not finished were left out of conversation scope: "
+            + escape(", ".join(summary.not_final[:5]))
+            + (" ..." if len(summary.not_final) > 5 else "")
+        )
+    if summary.scenarios_not_found:
+        console.print(
+            "scenario(s) not found, judged on every criterion of the rubric: "
+            + escape(", ".join(summary.scenarios_not_found[:5]))
+            + (" ..." if len(summary.scenarios_not_found) > 5 else "")
+        )
+    if summary.errors:
+        console.print(f"{summary.errors} verdict(s) are error: see the judgments' error and raw_output fields")
 
 
 def register(app: typer.Typer) -> None:
-    return None
+    app.command("judge", no_args_is_help=True)(judge_command)

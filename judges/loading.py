@@ -1,0 +1,53 @@
+"""Loading rubrics: a bundled name (``teen``, ``ed``) or a YAML path, with precise errors.
+
+Rubrics load through the same ``scenarios.yamlio.load_model`` as scenarios, so a bad rubric fails
+like a bad scenario: one line per problem, ``file:LINE:COL: field.path: message (expected ...)``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from judges.rubric import Rubric
+
+RUBRICS_DIR = Path(__file__).resolve().parent / "rubrics"
+
+
+def bundled_rubrics() -> dict[str, Path]:
+    return {p.stem: p for p in sorted(RUBRICS_DIR.glob("*.yaml"))}
+
+
+def load_rubric_file(path: str | Path):  # type: ignore[no-untyped-def]
+    """``(Rubric | None, [LoadError])``: every problem of the file, or the rubric."""
+    from scenarios.yamlio import load_model
+
+    return load_model(path, Rubric)
+
+
+def resolve_rubric_path(name_or_path: str | Path) -> Path:
+    from simulator.errors import UserError
+
+    text = str(name_or_path)
+    bundled = bundled_rubrics()
+    if text in bundled:
+        return bundled[text]
+    path = Path(text).expanduser()
+    if path.exists():
+        return path
+    raise UserError(
+        f"rubric {text!r}: no such file and no bundled rubric of that name "
+        f"(bundled: {', '.join(bundled)}; or give a path to a rubric YAML file)"
+    )
+
+
+def load_rubric(name_or_path: str | Path) -> Rubric:
+    """The rubric named ``teen`` / ``ed`` or at a path; raises UserError listing every problem."""
+    from simulator.errors import UserError
+
+    path = resolve_rubric_path(name_or_path)
+    rubric, errors = load_rubric_file(path)
+    if rubric is None:
+        shown = "; ".join(str(e) for e in errors[:10])
+        more = f"; and {len(errors) - 10} more" if len(errors) > 10 else ""
+        raise UserError(f"{len(errors)} problem(s) in the rubric: {shown}{more}")
+    return rubric

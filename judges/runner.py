@@ -1,0 +1,565 @@
+"""Judging stored conversations: ``branchpoint judge`` and ``judges.judge_run``.
+
+Read-only on transcripts: it reads Conversation and Turn rows and writes Judgment rows (plus, through
+the gateway, ModelCall and cache rows). A transcript is never regenerated.
+
+Idempotent and resumable. A judging unit (a chatbot turn, or a whole conversation) counts as
+judged by a judge when Judgment rows exist for it with that judge name, rubric hash and prompt
+version; such units are skipped, so running the same command again makes no model call. The rows
+of one unit and judge are written in one transaction, so a killed run leaves whole units only.
+``retry_errors`` re-judges units whose stored verdicts include ``error``.
+
+Shared prefixes: arms of a conversation tree copy their shared turns (``Turn.origin_turn_id``).
+Such copies are grouped with their origin and judged once; the verdicts are copied to every copy
+(same call id, same evidence), because the judge saw exactly the same transcript for each.
+
+Panels: each member's verdicts are stored as that member's own rows (so a member is reused, not
+re-asked, when it was judged before), and the aggregate is stored as a ``panel(a,b,...)`` row with
+every member's verdict in ``members``.
+
+Context for the judge: the scenario is loaded from the conversation's ``scenario_path`` (or the run
+config's scenario paths, or the bundled library, by scenario id) for its title, persona summary and
+the criteria it lists; when it cannot be found, every criterion of the rubric is judged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from judges.panel import Panel
+from judges.rubric import ERROR, Criterion, Rubric
+from judges.verdicts import CriterionVerdict, Evidence, Judge, JudgingUnit, TranscriptTurn
+
+SCOPES = ("per_turn", "conversation")
+# Conversation-scope judging waits for a conversation to be over; a turn is final once stored.
+FINAL_STATUSES = ("completed", "failed")
+
+
+@dataclass
+class JudgeSummary:
+    conversations: int = 0
+    units: int = 0  # judging units x judges (panel rows included)
+    skipped: int = 0  # already judged before this run
+    judged: int = 0  # units a judge was asked about now
+    copied: int = 0  # units served by copying the verdicts of a shared-prefix origin
+    rows: int = 0  # Judgment rows written
+    errors: int = 0  # of which with verdict "error"
+    model_calls: int = 0  # judge model calls recorded during this run (cached ones included)
+    not_final: list[str] = field(default_factory=list)  # conversations left out of conversation scope
+    scenarios_not_found: list[str] = field(default_factory=list)  # judged on every criterion of the rubric
+
+
+def judgment_id(conversation_id: str, turn_id: str | None, rubric_hash: str, criterion_id: str, judge: str, version: str) -> str:
+    key = "\x1f".join([conversation_id, turn_id or "-", rubric_hash, criterion_id, judge, version])
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()[:32]
+
+
+# ------------------------------------------------------------------------------ scenario context
+
+
+class ScenarioContext:
+    """Finds the scenario of a conversation, once per path, for its persona and criteria."""
+
+    def __init__(self) -> None:
+        self._by_path: dict[str, dict[str, Any]] = {}
+        self._library: dict[str, Any] | None = None
+
+    def _load_path(self, path: str) -> dict[str, Any]:
+        if path not in self._by_path:
+            found: dict[str, Any] = {}
+            try:
+                from scenarios.loader import load_scenario_file
+
+                p = Path(path)
+                if p.is_file():
+                    scenarios, _errors = load_scenario_file(p)
+                    found = {s.id: s for s in scenarios}
+            except Exception:  # a broken file only costs the judge its context, never the judging
+                found = {}
+            self._by_path[path] = found
+        return self._by_path[path]
+
+    def _load_library(self) -> dict[str, Any]:
+        if self._library is None:
+            self._library = {}
+            try:
+                from scenarios.loader import load_scenarios
+
+                library = Path(__file__).resolve().parents[1] / "scenarios" / "library"
+                if library.is_dir():
+                    scenarios, _errors = load_scenarios(library)
+                    self._library = {s.id: s for s in scenarios}
+            except Exception:
+                self._library = {}
+        return self._library
+
+    def find(self, scenario_id: str, paths: Sequence[str]) -> Any | None:
+        for path in paths:
+            if path and (hit := self._load_path(path).get(scenario_id)) is not None:
+                return hit
+        return self._load_library().get(scenario_id)
+
+
+def persona_summary(scenario: Any) -> str | None:
+    persona = getattr(scenario, "persona", None)
+    if persona is None:
+        return None
+    who = ", ".join(str(x) for x in (persona.name, persona.age, persona.gender) if x not in (None, ""))
+    return f"{who}. {persona.background}".strip()
+
+
+def _run_scenario_paths(config: dict[str, Any]) -> list[str]:
+    value = (config or {}).get("scenarios") or (config or {}).get("scenario") or []
+    if isinstance(value, str):
+        value = [value]
+    return [str(v) for v in value if isinstance(v, str)]
+
+
+# ------------------------------------------------------------------------------ rows <-> verdicts
+
+
+def _row(
+    rubric: Rubric, rubric_hash: str, criteria: dict[str, Criterion], unit: JudgingUnit, judge: str, version: str,
+    v: CriterionVerdict, now: Any,
+) -> dict[str, Any]:
+    """A ``judgments`` row as a plain dict (bulk inserts: building ORM objects costs more than judging)."""
+    crit = criteria.get(v.criterion_id)
+    return {
+        "id": judgment_id(unit.conversation_id, unit.turn_id, rubric_hash, v.criterion_id, judge, version),
+        "run_id": unit.run_id,
+        "conversation_id": unit.conversation_id,
+        "turn_id": unit.turn_id,
+        "turn_index": unit.turn_index,
+        "rubric_id": rubric.id,
+        "rubric_hash": rubric_hash,
+        "criterion_id": v.criterion_id,
+        "risk_area": crit.risk_area if crit is not None else None,
+        "judge": judge,
+        "prompt_version": version,
+        "applicable": v.applicable,
+        "verdict": v.verdict if v.applicable or v.verdict == ERROR else None,
+        "score": rubric.score(v.verdict) if v.applicable else None,
+        "rationale": v.rationale,
+        "evidence": [e.model_dump(exclude_none=True) for e in v.evidence],
+        "members": v.members,
+        "raw_output": v.raw_output,
+        "error": v.error,
+        "call_id": v.call_id,
+        "created_at": now,
+    }
+
+
+def _verdict_from_row(row: Any) -> CriterionVerdict:
+    return CriterionVerdict(
+        criterion_id=row.criterion_id,
+        applicable=row.applicable,
+        verdict=row.verdict,
+        rationale=row.rationale or "",
+        evidence=[Evidence(**e) for e in (row.evidence or []) if isinstance(e, dict) and "quote" in e],
+        raw_output=row.raw_output,
+        error=row.error,
+        call_id=row.call_id,
+        members=list(row.members or []),
+    )
+
+
+# ------------------------------------------------------------------------------ the runner
+
+
+@dataclass
+class _Group:
+    """Units that share one transcript (an origin turn and its copies): judged once."""
+
+    units: list[JudgingUnit]
+    criteria: list[Criterion]
+
+
+class JudgingRunner:
+    def __init__(
+        self,
+        store: Any,
+        rubric: Rubric,
+        judges: list[Judge],
+        *,
+        panel: Panel | None = None,
+        scope: str | None = None,
+        concurrency: int = 4,
+        retry_errors: bool = False,
+        progress: bool = True,
+    ) -> None:
+        from simulator.errors import UserError
+
+        if scope is not None and scope not in SCOPES:
+            raise UserError(f"--scope {scope!r}: unknown scope (expected one of: {', '.join(SCOPES)})")
+        if not judges:
+            raise UserError("no judge given (expected at least one --judge)")
+        self.store = store
+        self.rubric = rubric
+        self.rubric_hash = rubric.rubric_hash()
+        self.criteria_by_id = {c.id: c for c in rubric.criteria}
+        self.judges = judges
+        self.panel = panel
+        self.scope = scope or rubric.scope
+        self.concurrency = max(1, concurrency)
+        self.retry_errors = retry_errors
+        self.progress = progress
+        self.context = ScenarioContext()
+        self.summary = JudgeSummary()
+        self._done: set[tuple[str, str | None, str, str]] = set()  # (conversation, turn, judge, version)
+
+    # -- selection ---------------------------------------------------------------------------
+
+    def _conversations(self, run_id: str | None, conversation_ids: Sequence[str] | None) -> list[Any]:
+        from sqlmodel import select
+
+        from simulator.errors import UserError
+        from simulator.records import Conversation, Run
+
+        with self.store.session() as s:
+            if run_id is not None and s.get(Run, run_id) is None:
+                raise UserError(f"run {run_id!r} is not in the store (see the run ids that `branchpoint run` printed)")
+            q = select(Conversation)
+            if run_id is not None:
+                q = q.where(Conversation.run_id == run_id)
+            if conversation_ids:
+                q = q.where(Conversation.id.in_(list(conversation_ids)))  # type: ignore[attr-defined]
+            return list(s.exec(q.order_by(Conversation.created_at, Conversation.id)).all())
+
+    def _units(self, conversations: list[Any]) -> list[_Group]:
+        from sqlmodel import select
+
+        from simulator.records import Run, Turn
+
+        run_paths: dict[str, list[str]] = {}
+        groups: dict[str, _Group] = {}
+        order: list[str] = []
+        origin_of: dict[str, str] = {}
+        with self.store.session() as s:
+            for conv in conversations:
+                if conv.run_id not in run_paths:
+                    run = s.get(Run, conv.run_id)
+                    run_paths[conv.run_id] = _run_scenario_paths(run.config if run else {})
+                scenario = self.context.find(conv.scenario_id, [conv.scenario_path or "", *run_paths[conv.run_id]])
+                if scenario is None and conv.scenario_id not in self.summary.scenarios_not_found:
+                    self.summary.scenarios_not_found.append(conv.scenario_id)
+                criteria = self.rubric.select(list(getattr(scenario, "criteria", []) or []))
+                base = dict(
+                    conversation_id=conv.id,
+                    run_id=conv.run_id,
+                    scenario_id=conv.scenario_id,
+                    scenario_title=getattr(scenario, "title", None),
+                    persona_summary=persona_summary(scenario),
+                    criteria_ids=[c.id for c in criteria],
+                )
+                turns = list(s.exec(select(Turn).where(Turn.conversation_id == conv.id).order_by(Turn.index)).all())
+                transcript = [TranscriptTurn(index=t.index, role=t.role, content=t.content or "", turn_id=t.id) for t in turns]
+                for t in turns:
+                    if t.origin_turn_id:
+                        origin_of[t.id] = t.origin_turn_id
+                if self.scope == "conversation":
+                    if conv.status not in FINAL_STATUSES:
+                        self.summary.not_final.append(conv.id)
+                        continue
+                    if not any(t.role == "assistant" and t.content.strip() for t in transcript):
+                        continue
+                    key = f"conv:{conv.id}"
+                    groups[key] = _Group([JudgingUnit(transcript=transcript, **base)], criteria)
+                    order.append(key)
+                    continue
+                for pos, t in enumerate(turns):
+                    if t.role != "assistant" or not (t.content or "").strip():
+                        continue  # nothing to rate: the persona's turns, or an empty failed reply
+                    unit = JudgingUnit(turn_id=t.id, turn_index=t.index, transcript=transcript[: pos + 1], **base)
+                    root = t.id
+                    seen = {root}
+                    while root in origin_of and origin_of[root] not in seen:
+                        root = origin_of[root]
+                        seen.add(root)
+                    if root not in groups:
+                        groups[root] = _Group([], criteria)
+                        order.append(root)
+                    groups[root].units.append(unit)
+        return [groups[k] for k in order]
+
+    def _load_done(self, conversations: list[Any], names: list[tuple[str, str]]) -> None:
+        """Which units each judge has verdicts for: keys only (a big store has millions of rows)."""
+        from sqlalchemy import case, func
+        from sqlmodel import select
+
+        from simulator.records import Judgment
+
+        conv_ids = [c.id for c in conversations]
+        judges = sorted({n for n, _ in names})
+        has_error = func.max(case((Judgment.verdict == ERROR, 1), else_=0))
+        errored: list[tuple[str, str | None, str, str]] = []
+        with self.store.session() as s:
+            for i in range(0, len(conv_ids), 500):
+                chunk = conv_ids[i : i + 500]
+                q = (
+                    select(Judgment.conversation_id, Judgment.turn_id, Judgment.judge, Judgment.prompt_version, has_error)
+                    .where(
+                        Judgment.conversation_id.in_(chunk),  # type: ignore[attr-defined]
+                        Judgment.rubric_hash == self.rubric_hash,
+                        Judgment.judge.in_(judges),  # type: ignore[attr-defined]
+                    )
+                    .group_by(Judgment.conversation_id, Judgment.turn_id, Judgment.judge, Judgment.prompt_version)
+                )
+                for conv_id, turn_id, judge, version, err in s.exec(q).all():
+                    if (judge, version) not in names:
+                        continue
+                    if (self.scope == "conversation") != (turn_id is None):
+                        continue
+                    key = (conv_id, turn_id, judge, version)
+                    self._done.add(key)
+                    if err:
+                        errored.append(key)
+        if self.retry_errors and errored:
+            self._delete(errored)
+            self._done.difference_update(errored)
+
+    def _stored(self, key: tuple[str, str | None, str, str]) -> list[CriterionVerdict]:
+        """The stored verdicts of one judged unit (to copy them, or to give them to a panel)."""
+        from sqlmodel import select
+
+        from simulator.records import Judgment
+
+        conv_id, turn_id, judge, version = key
+        with self.store.session() as s:
+            q = select(Judgment).where(
+                Judgment.conversation_id == conv_id,
+                Judgment.turn_id == turn_id if turn_id is not None else Judgment.turn_id.is_(None),  # type: ignore[union-attr]
+                Judgment.judge == judge,
+                Judgment.prompt_version == version,
+                Judgment.rubric_hash == self.rubric_hash,
+            )
+            return [_verdict_from_row(r) for r in s.exec(q.order_by(Judgment.criterion_id)).all()]
+
+    def _delete(self, keys: list[tuple[str, str | None, str, str]]) -> None:
+        from sqlmodel import delete
+
+        from simulator.records import Judgment
+
+        with self.store.session() as s:
+            for conv_id, turn_id, judge, version in keys:
+                s.exec(
+                    delete(Judgment).where(
+                        Judgment.conversation_id == conv_id,  # type: ignore[arg-type]
+                        Judgment.turn_id == turn_id if turn_id is not None else Judgment.turn_id.is_(None),  # type: ignore[union-attr,arg-type]
+                        Judgment.judge == judge,  # type: ignore[arg-type]
+                        Judgment.prompt_version == version,  # type: ignore[arg-type]
+                        Judgment.rubric_hash == self.rubric_hash,  # type: ignore[arg-type]
+                    )
+                )
+            s.commit()
+
+    # -- judging -------------------------------------------------------------------------------
+
+    def _key(self, unit: JudgingUnit, name: str, version: str) -> tuple[str, str | None, str, str]:
+        return (unit.conversation_id, unit.turn_id, name, version)
+
+    def _write(self, units: list[JudgingUnit], name: str, version: str, verdicts: list[CriterionVerdict]) -> None:
+        if not units:
+            return
+        from sqlalchemy import insert
+        from sqlalchemy.exc import IntegrityError
+
+        from simulator.records import Judgment, utcnow
+
+        now = utcnow()
+        new = [
+            _row(self.rubric, self.rubric_hash, self.criteria_by_id, unit, name, version, v, now)
+            for unit in units
+            for v in verdicts
+        ]
+        if new:
+            with self.store.session() as s:
+                try:
+                    s.execute(insert(Judgment), new)
+                    s.commit()
+                except IntegrityError:  # another judging process wrote some meanwhile: same ids, same content
+                    s.rollback()
+                    for row in new:
+                        s.merge(Judgment(**row))
+                    s.commit()
+        self.summary.rows += len(new)
+        self.summary.errors += sum(1 for row in new if row["verdict"] == ERROR)
+        for unit in units:
+            self._done.add(self._key(unit, name, version))
+
+    async def _ensure(
+        self,
+        judge: Judge | Panel,
+        group: _Group,
+        member_results: dict[str, list[CriterionVerdict]] | None = None,
+        want: bool = False,
+    ) -> list[CriterionVerdict]:
+        """Make sure every unit of the group has ``judge``'s verdicts: copy them or judge once.
+
+        Returns the group's verdicts when they were made now or ``want`` asks for stored ones
+        (a panel needs its members'), else an empty list.
+        """
+        name, version = judge.name, judge.version
+        self.summary.units += len(group.units)
+        pending = [u for u in group.units if self._key(u, name, version) not in self._done]
+        done = [u for u in group.units if self._key(u, name, version) in self._done]
+        self.summary.skipped += len(done)
+        if not pending:
+            return self._stored(self._key(group.units[0], name, version)) if want else []
+        if done:  # another copy of this transcript was judged before: serve the copies from it
+            verdicts = self._stored(self._key(done[0], name, version))
+            self._write(pending, name, version, verdicts)
+            self.summary.copied += len(pending)
+            return verdicts
+        rep = pending[0]
+        if isinstance(judge, Panel):
+            assert member_results is not None
+            verdicts = judge.aggregate(self.rubric, group.criteria, member_results)
+        else:
+            verdicts = await judge.judge(self.rubric, rep, group.criteria)
+        self.summary.judged += 1
+        self.summary.copied += len(pending) - 1
+        self._write(pending, name, version, verdicts)
+        return verdicts
+
+    async def _group(self, group: _Group, sem: asyncio.Semaphore) -> None:
+        async with sem:
+            panel = self.panel
+            need = panel is not None and any(self._key(u, panel.name, panel.version) not in self._done for u in group.units)
+            results = await asyncio.gather(*(self._ensure(j, group, want=need) for j in self.judges))
+            if panel is not None:
+                await self._ensure(panel, group, {j.name: r for j, r in zip(self.judges, results)})
+
+    def _count_judge_calls(self) -> int:
+        from sqlalchemy import func
+        from sqlmodel import select
+
+        from simulator.records import ModelCall
+
+        with self.store.session() as s:
+            return int(s.exec(select(func.count()).select_from(ModelCall).where(ModelCall.purpose == "judge")).one())
+
+    async def run(self, run_id: str | None = None, conversation_ids: Sequence[str] | None = None) -> JudgeSummary:
+        conversations = self._conversations(run_id, conversation_ids)
+        self.summary.conversations = len(conversations)
+        groups = self._units(conversations)
+        names = [(j.name, j.version) for j in self.judges]
+        if self.panel is not None:
+            names.append((self.panel.name, self.panel.version))
+        self._load_done(conversations, names)
+        calls_before = self._count_judge_calls()
+        sem = asyncio.Semaphore(self.concurrency)
+
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        label = self.panel.name if self.panel is not None else ", ".join(j.name for j in self.judges)
+        with Progress(
+            TextColumn("judging"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeRemainingColumn(),
+            console=Console(stderr=True),
+            disable=not self.progress,
+            transient=False,
+        ) as bar:
+            from rich.markup import escape
+
+            task = bar.add_task(escape(label), total=len(groups))
+            tasks = [asyncio.ensure_future(self._group(g, sem)) for g in groups]
+            try:
+                for fut in asyncio.as_completed(tasks):
+                    await fut
+                    bar.advance(task)
+            except BaseException:
+                for t in tasks:
+                    t.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                raise
+        self.summary.model_calls = self._count_judge_calls() - calls_before
+        return self.summary
+
+
+# ------------------------------------------------------------------------------ the API
+
+
+def make_judge(spec: str, gateway: Any, params: Any | None = None, max_retries: int = 2) -> Judge:
+    """``heuristic`` -> the offline heuristic judge; any model spec -> an LLM judge on that model."""
+    from judges.heuristic import HeuristicJudge
+    from judges.llm_judge import LLMJudge
+
+    if spec.strip() == "heuristic":
+        return HeuristicJudge()
+    from simulator.specs import parse_spec
+
+    parse_spec(spec)  # an unknown spec is a one-line UserError before anything runs
+    return LLMJudge(spec, gateway, params, max_retries=max_retries)
+
+
+async def ajudge_run(
+    run_id: str | None = None,
+    *,
+    store: Any | None = None,
+    db: str | None = None,
+    rubric: Rubric | str = "teen",
+    judges: Sequence[str | Judge] = ("embedded",),
+    panel: str | None = None,
+    scope: str | None = None,
+    concurrency: int = 4,
+    params: Any | None = None,
+    max_retries: int = 2,
+    retry_errors: bool = False,
+    gateway: Any | None = None,
+    progress: bool = False,
+    all_runs: bool = False,
+    conversation_ids: Sequence[str] | None = None,
+) -> JudgeSummary:
+    """Judge the conversations of ``run_id`` (or of every run with ``all_runs``); see the module doc."""
+    from judges.loading import load_rubric
+    from simulator.errors import UserError
+
+    if run_id is None and not all_runs and not conversation_ids:
+        raise UserError("give a RUN_ID to judge, or --all for every run in the store")
+    if run_id is not None and all_runs:
+        raise UserError("give either a RUN_ID or --all, not both")
+    rb = rubric if isinstance(rubric, Rubric) else load_rubric(rubric)
+    own_store = store is None
+    if store is None:
+        from simulator.store import StoreError, open_store
+
+        try:
+            store = open_store(db, create=False)
+        except StoreError as exc:
+            raise UserError(str(exc)) from None
+    own_gateway = gateway is None
+    if gateway is None:
+        from simulator.gateway import Gateway
+
+        # Re-judging errors must really ask again: a cached copy of a bad answer would only repeat it.
+        gateway = Gateway(store=store, cache=not retry_errors)
+    try:
+        built = [make_judge(j, gateway, params, max_retries) if isinstance(j, str) else j for j in judges]
+        names = [j.name for j in built]
+        if len(set(names)) != len(names):
+            raise UserError(f"the same judge is given twice ({', '.join(names)})")
+        pnl = Panel(built, panel) if panel else None
+        runner = JudgingRunner(
+            store, rb, built, panel=pnl, scope=scope, concurrency=concurrency,
+            retry_errors=retry_errors, progress=progress,
+        )
+        return await runner.run(run_id, conversation_ids)
+    finally:
+        if own_gateway:
+            await gateway.aclose()
+        if own_store:
+            store.close()
+
+
+def judge_run(run_id: str | None = None, **kwargs: Any) -> JudgeSummary:
+    """Synchronous :func:`ajudge_run` (for the command line, ``make demo`` and scripts)."""
+    return asyncio.run(ajudge_run(run_id, **kwargs))
