@@ -105,6 +105,8 @@ class Turn(SQLModel, table=True):
     retries: int = 0  # persona role-break retries
     retry_reasons: list[str] = _json(default_factory=list)
     origin_turn_id: str | None = None  # the turn this copies, when shared with a sibling arm
+    # who decided ``events``: "rules", "llm", or "llm_fallback: <why the detector failed>"
+    event_source: str | None = _text()
     created_at: datetime = Field(default_factory=utcnow)
 
 

@@ -1,9 +1,213 @@
-"""Commands of this group are added by the issue that builds them."""
+"""``branchpoint run`` (play scenarios against target chatbots) and ``branchpoint show`` (a transcript)."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
 import typer
+
+from simulator.errors import UserError
+
+
+def _pairs(values: list[str], flag: str) -> dict[str, object]:
+    import json
+
+    out: dict[str, object] = {}
+    for pair in values:
+        name, sep, text = pair.partition("=")
+        if not sep or not name.strip():
+            raise UserError(f"{flag} {pair!r}: expected NAME=VALUE, e.g. temperature=0.7")
+        try:
+            out[name.strip()] = json.loads(text)
+        except ValueError:
+            out[name.strip()] = text  # a bare string such as an api_base URL
+    return out
+
+
+def run_command(
+    scenario: Annotated[list[Path], typer.Argument(help="Scenario YAML file(s) or folder(s).", show_default=False, metavar="SCENARIO")],
+    target: Annotated[Optional[list[str]], typer.Option("--target", "-t", metavar="SPEC", help="Target model spec (repeatable): embedded, hf:MODEL, litellm:PROVIDER/MODEL, oai:MODEL, scripted:NAME. Default: embedded.")] = None,
+    condition: Annotated[Optional[list[str]], typer.Option("--condition", "-c", metavar="NAME", help="System-prompt condition (repeatable): none, teen_aware, or a prompt in scenarios/library/prompts. Default: none.")] = None,
+    simulator: Annotated[str, typer.Option("--simulator", metavar="SPEC", help="Model spec that plays the persona.")] = "embedded",
+    detector: Annotated[Optional[str], typer.Option("--detector", metavar="SPEC", help="Model spec that classifies chatbot replies for events (structured output). Default: keyword rules.")] = None,
+    replicates: Annotated[int, typer.Option("--replicates", "-n", metavar="N", min=1, help="Samples per scenario x target x condition, each with its own seed.")] = 1,
+    max_turns: Annotated[Optional[int], typer.Option("--max-turns", metavar="N", min=1, max=200, help="Exchanges at most (default: the scenario's max_turns).")] = None,
+    variant: Annotated[Optional[list[str]], typer.Option("--variant", metavar="ID", help="Run only this variant id (repeatable).")] = None,
+    fork: Annotated[Optional[str], typer.Option("--fork", metavar="shared|independent", help="shared: arms share their common prefix (default, or the scenario's setting); independent: every arm from scratch.")] = None,
+    db: Annotated[Optional[str], typer.Option("--db", metavar="PATH", help="Store: a SQLite path or database URL (default $BRANCHPOINT_DB or ./branchpoint.db).")] = None,
+    run_id: Annotated[Optional[str], typer.Option("--run-id", metavar="ID", help="Name the run; an existing run of that id is resumed.")] = None,
+    resume: Annotated[Optional[str], typer.Option("--resume", metavar="RUN_ID", help="Resume this run id: finish its interrupted conversations without redoing stored turns.")] = None,
+    concurrency: Annotated[int, typer.Option("--concurrency", metavar="N", min=1, help="Conversation groups in flight at once (a local model batches them).")] = 16,
+    seed: Annotated[int, typer.Option("--seed", metavar="N", help="Base seed; replicate r uses seed + r.")] = 0,
+    target_param: Annotated[Optional[list[str]], typer.Option("--target-param", metavar="NAME=VALUE", help="Target generation param NAME=VALUE (repeatable), e.g. temperature=0.7, api_base=http://127.0.0.1:8000/v1.")] = None,
+    simulator_param: Annotated[Optional[list[str]], typer.Option("--simulator-param", metavar="NAME=VALUE", help="Persona model param NAME=VALUE (repeatable).")] = None,
+    detector_param: Annotated[Optional[list[str]], typer.Option("--detector-param", metavar="NAME=VALUE", help="Detector model param NAME=VALUE (repeatable).")] = None,
+    event_rules: Annotated[Optional[Path], typer.Option("--event-rules", metavar="FILE", help="YAML of event -> regex patterns replacing the default keyword rules of those events (help_offer, limit, crisis_resource).")] = None,
+    persona_retries: Annotated[int, typer.Option("--persona-retries", metavar="N", min=0, help="Retries when the persona breaks character.")] = 2,
+) -> None:
+    """Play every variant of the scenarios against each target and condition, storing every turn.
+
+    Arms share the conversation until a branch point separates them (fork: shared). Stop with
+    Ctrl-C at any time: conversations are marked interrupted, and --resume RUN_ID finishes them.
+    """
+    from simulator.events import load_patterns
+    from simulator.runner import RunConfig, new_run_id
+
+    if fork not in (None, "shared", "independent"):
+        raise UserError(f"--fork {fork!r}: expected shared or independent")
+    if resume and run_id and resume != run_id:
+        raise UserError("--resume and --run-id name different runs; give one")
+    config = RunConfig(
+        scenarios=[str(p) for p in scenario],
+        targets=target or ["embedded"],
+        target_params=_pairs(target_param or [], "--target-param"),
+        conditions=condition or ["none"],
+        simulator=simulator,
+        simulator_params=_pairs(simulator_param or [], "--simulator-param"),
+        detector=detector,
+        detector_params=_pairs(detector_param or [], "--detector-param"),
+        replicates=replicates,
+        max_turns=max_turns,
+        variants=variant or [],
+        fork=fork,  # type: ignore[arg-type]
+        db=db,
+        run_id=resume or run_id or new_run_id(),  # known up front: an interrupt message can name it
+        resume=resume is not None,
+        concurrency=concurrency,
+        seed=seed,
+        persona_retries=persona_retries,
+        event_patterns=load_patterns(str(event_rules)) if event_rules else None,
+    )
+    _run_with_progress(config)
+
+
+def _run_with_progress(config: object) -> None:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from simulator.runner import RunResult, run
+
+    console = Console(stderr=True)
+    progress = Progress(
+        TextColumn("turns"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=console, transient=False,
+    )
+    task = progress.add_task("turns", total=None)
+
+    def on_progress(done: int, total: int) -> None:
+        progress.update(task, completed=done, total=total or None)
+
+    async def main() -> RunResult:
+        loop = asyncio.get_running_loop()
+        current = asyncio.current_task()
+        assert current is not None
+        received: list[str] = []
+
+        def stop(name: str) -> None:
+            received.append(name)
+            current.cancel(msg=f"received {name}")
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(sig, stop, sig.name)
+            except (NotImplementedError, RuntimeError):  # not the main thread, or Windows
+                pass
+        try:
+            return await run(config, on_progress=on_progress)  # type: ignore[arg-type]
+        except asyncio.CancelledError:
+            if not received:
+                raise
+            # The store is already marked (the runner did it on cancellation). Exit now: a local
+            # model's generate thread cannot be interrupted and would hold the process for minutes.
+            progress.stop()
+            run_id = getattr(config, "run_id", None)
+            console.print(
+                f"interrupted ({received[0]}): running conversations were marked interrupted; "
+                f"resume with --resume {run_id}",
+                markup=False, highlight=False,
+            )
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(130)
+
+    with progress:
+        result = asyncio.run(main())
+    _print_summary(result)
+
+
+MAX_ROWS = 60  # a sweep of thousands of conversations gets a tally, not a wall of rows
+
+
+def _print_summary(result: object) -> None:
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    from simulator.transcript import safe_text
+
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=200)  # a pipe or a log file: keep each conversation on one line
+    rows = result.conversations  # type: ignore[attr-defined]
+    many_targets = len({c.target for c in rows}) > 1
+    many_conditions = len({c.condition for c in rows}) > 1
+    table = Table(title=None, show_lines=False, box=box.SIMPLE_HEAD)
+    many_scenarios = len({c.scenario_id for c in rows}) > 1
+    columns = ["conversation"] + (["scenario"] if many_scenarios else []) + ["variant"] + (["target"] if many_targets else []) + (
+        ["condition"] if many_conditions else []) + ["rep", "turns", "stop reason", "status", "fork"]
+    for col in columns:
+        table.add_column(col, no_wrap=True)
+    for c in rows[:MAX_ROWS]:
+        fork = f"{c.parent_id[:8]}@{c.fork_turn}" if c.parent_id and c.fork_turn is not None else (
+            f"={c.parent_id[:8]}" if c.parent_id else "")
+        values = [c.id] + ([c.scenario_id] if many_scenarios else []) + [c.variant_id] + ([c.target] if many_targets else []) + (
+            [c.condition] if many_conditions else []) + [c.replicate, c.n_turns, c.stop_reason or "-", c.status, fork]
+        table.add_row(*(Text(safe_text(str(v))) for v in values))
+    console.print(table)
+    if len(rows) > MAX_ROWS:
+        console.print(Text(f"... and {len(rows) - MAX_ROWS} more conversations"))
+    tally: dict[str, int] = {}
+    for c in rows:
+        key = f"{c.status}/{c.stop_reason or '-'}"
+        tally[key] = tally.get(key, 0) + 1
+    console.print(Text("by status/stop reason: " + ", ".join(f"{k} {v}" for k, v in sorted(tally.items()))))
+    calls = result.calls  # type: ignore[attr-defined]
+    resumed = " (resumed: %d unfinished conversations continued)" % result.interrupted_before if result.resumed else ""  # type: ignore[attr-defined]
+    console.print(Text(
+        f"run {result.run_id}{resumed}: {len(result.conversations)} conversations in "  # type: ignore[attr-defined]
+        f"{result.db.removeprefix('sqlite:///')}; "  # type: ignore[attr-defined]
+        f"model calls: {calls.get('persona', 0)} persona, {calls.get('target', 0)} target, "
+        f"{calls.get('detector', 0)} detector"
+    ))
+    db = result.db.removeprefix("sqlite:///")  # type: ignore[attr-defined]
+    console.print(Text(f"see one with: branchpoint show CONVERSATION_ID --db {db}"))
+
+
+def show_command(
+    conversation: Annotated[str, typer.Argument(help="Conversation id (or a unique prefix of it).", show_default=False, metavar="CONV_ID")],
+    db: Annotated[Optional[str], typer.Option("--db", metavar="PATH", help="Store: a SQLite path or database URL.")] = None,
+) -> None:
+    """Print a stored transcript with its stages, the branch points that fired, events and fork point."""
+    from rich.console import Console
+
+    from simulator.store import StoreError, open_store
+    from simulator.transcript import load_conversation, render_conversation
+
+    try:
+        store = open_store(db, create=False)
+    except StoreError as exc:
+        raise UserError(str(exc)) from None
+    conv, turns = load_conversation(store, conversation)
+    Console().print(render_conversation(conv, turns))
+    store.close()
 
 
 def register(app: typer.Typer) -> None:
-    return None
+    app.command("run")(run_command)
+    app.command("show")(show_command)

@@ -1,0 +1,100 @@
+"""Rendering a stored conversation for ``branchpoint show``: literal model text, marks in colour.
+
+Model text is shown as ``rich.text.Text`` (never parsed as markup) after terminal escape sequences
+and control characters are removed, so a reply cannot restyle or take over the terminal.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from rich.console import Group
+from rich.panel import Panel
+from rich.rule import Rule
+from rich.text import Text
+from sqlmodel import select
+
+from simulator.errors import UserError
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+
+    from simulator.records import Conversation, Turn
+    from simulator.store import Store
+
+# CSI/OSC/other ESC sequences, then remaining C0/C1 controls except newline and tab.
+_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(\x07|\x1b\\)?|\x1b[@-_]|\x9b[0-?]*[ -/]*[@-~]")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def safe_text(text: str | None) -> str:
+    """``text`` without terminal escape sequences or control characters (newlines and tabs kept)."""
+    if not text:
+        return ""
+    return _CONTROL.sub("", _ESCAPES.sub("", text.replace("\r\n", "\n")))
+
+
+def load_conversation(store: Store, conv_id: str) -> tuple[Conversation, list[Turn]]:
+    from simulator.records import Conversation, Turn
+
+    with store.session() as s:
+        conv = s.get(Conversation, conv_id)
+        if conv is None:
+            matches = s.exec(select(Conversation).where(Conversation.id.startswith(conv_id)).limit(3)).all()  # type: ignore[attr-defined]
+            if len(matches) == 1:
+                conv = matches[0]
+            elif len(matches) > 1:
+                raise UserError(f"conversation {conv_id!r} is ambiguous: {', '.join(m.id for m in matches)} ...")
+            else:
+                raise UserError(f"no conversation {conv_id!r} in {store!r}")
+        turns = list(s.exec(select(Turn).where(Turn.conversation_id == conv.id).order_by(Turn.index)).all())
+        return conv, turns
+
+
+def render_conversation(conv: Conversation, turns: list[Turn]) -> RenderableType:
+    head = Text()
+    head.append(f"conversation {conv.id}", style="bold")
+    head.append(f"   run {safe_text(conv.run_id)}\n")
+    head.append(f"scenario {safe_text(conv.scenario_id)}   variant {safe_text(conv.variant_id)}\n")
+    if conv.choices:
+        head.append("choices: " + ", ".join(f"{safe_text(str(k))}={safe_text(str(v))}" for k, v in conv.choices.items()) + "\n")
+    head.append(f"target {safe_text(conv.target)}   condition {safe_text(conv.condition)}   "
+                f"simulator {safe_text(conv.simulator)}   replicate {conv.replicate} (seed {conv.seed})\n")
+    head.append(f"status {conv.status}", style="green" if conv.status == "completed" else "yellow")
+    head.append(f"   stop reason {conv.stop_reason or '-'}   turns {conv.n_turns}")
+    if conv.parent_id:
+        fork = f" from turn {conv.fork_turn}" if conv.fork_turn is not None else " (never diverged)"
+        head.append(f"\nshares its prefix with {conv.parent_id}; own turns{fork}")
+    if conv.error:
+        head.append("\nerror: ", style="red")
+        head.append(safe_text(conv.error))
+    parts: list[RenderableType] = [Panel(head, expand=False)]
+    stage = None
+    for turn in turns:
+        if conv.fork_turn is not None and turn.index == conv.fork_turn:
+            parts.append(Rule(Text(f"fork: own turns of this arm start here (turn {turn.index})"), style="magenta"))
+        if turn.stage != stage and turn.stage is not None:
+            stage = turn.stage
+            parts.append(Rule(Text(f"stage {safe_text(stage)}"), style="cyan", align="left"))
+        label = Text()
+        who = "persona" if turn.role == "user" else "chatbot"
+        label.append(f"[{turn.index}] exchange {turn.exchange} {who}", style="bold blue" if turn.role == "user" else "bold green")
+        if turn.origin_turn_id:
+            label.append("  (shared)", style="dim")
+        if turn.fired:
+            label.append("  fired: ", style="magenta")
+            label.append(", ".join(f"{safe_text(b)}={safe_text(str((turn.branch_state or {}).get(b)))}" for b in turn.fired), style="magenta")
+        if turn.events:
+            label.append("  events: ", style="yellow")
+            label.append(", ".join(safe_text(e) for e in turn.events), style="yellow")
+        if turn.retries:
+            label.append(f"  retries: {turn.retries} ({safe_text('; '.join(turn.retry_reasons or []))})", style="red")
+        if turn.finish_reason == "end_marker":
+            label.append("  (persona ended)", style="dim")
+        parts.append(label)
+        if turn.reasoning:
+            parts.append(Text("  reasoning: " + safe_text(turn.reasoning), style="dim italic"))
+        parts.append(Text(safe_text(turn.content)))
+        parts.append(Text(""))
+    return Group(*parts)

@@ -1,0 +1,311 @@
+"""Conversation trees: the arms of one scenario x target x condition x replicate, sharing prefixes.
+
+With ``fork: shared`` every arm starts in one group (arms whose first message differs, such as
+profile variants, start apart). When a branch point fires and the group's arms hold different
+options for it, the group forks into one subgroup per option, each continuing from a copy of the
+state. A shared turn is written into every arm's conversation (same content, ``origin_turn_id`` =
+the leader's turn), so each arm's transcript is complete; ``parent_id`` names the arm whose turns
+an arm copies and ``fork_turn`` the index of its first own turn. ``fork: independent`` runs each
+arm alone from the start.
+
+Resume: arms are regrouped by the origin ids of their stored turns (arms that shared a prefix when
+the process died share it again) and continue from their last stored turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from sqlmodel import select
+
+from simulator.graph import (
+    CallCounter,
+    ConvState,
+    GroupContext,
+    apply_fired,
+    initial_state,
+    run_group,
+)
+from simulator.records import Conversation, Turn, utcnow
+
+if TYPE_CHECKING:
+    from scenarios.models import Scenario
+    from simulator.completion import GenParams
+    from simulator.events import EventDetector
+    from simulator.gateway import Gateway
+    from simulator.persona import PersonaSimulator
+    from simulator.store import Store
+
+FINISHED = ("completed", "failed")
+
+
+def conversation_id(run_id: str, variant_id: str, target: str, condition: str, replicate: int) -> str:
+    """Deterministic, so that a re-run of the same run finds its conversations."""
+    key = "\x1f".join([run_id, variant_id, target, condition, str(replicate)])
+    return "c" + hashlib.sha256(key.encode()).hexdigest()[:15]
+
+
+@dataclass
+class Arm:
+    """One variant's conversation in a tree."""
+
+    variant: Any  # scenarios.variants.Variant
+    variant_id: str
+    choices: dict[str, Any]  # branch point -> option
+    conversation_id: str
+    order: int  # position in the scenario's variant list; the lowest leads a group
+
+    def __repr__(self) -> str:
+        return f"Arm({self.variant_id}, {self.conversation_id})"
+
+
+@dataclass
+class TreeSpec:
+    """One scenario x target x condition x replicate."""
+
+    scenario: Scenario
+    scenario_hash: str
+    scenario_path: str | None
+    arms: list[Arm]
+    target: str
+    target_params: GenParams
+    condition: str
+    system_prompt: str | None
+    replicate: int
+    seed: int
+    fork: str  # shared | independent
+    max_turns: int
+    choices_record: Callable[[Any], dict[str, Any]] = lambda v: dict(getattr(v, "choices", {}))
+
+
+@dataclass
+class TreeEnv:
+    """What all trees of a run share."""
+
+    gateway: Gateway
+    writer: TurnWriter
+    persona_factory: Callable[[Scenario], PersonaSimulator]
+    detector: EventDetector
+    run_id: str
+    simulator: str
+    simulator_params: dict[str, Any]
+    opening: Callable[[Scenario, Any], str]
+    semaphore: asyncio.Semaphore
+    calls: CallCounter = field(default_factory=CallCounter)
+    target_params_record: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ArmResult:
+    arm: Arm
+    status: str
+    stop_reason: str | None
+    n_turns: int
+    error: str | None = None
+
+
+class TurnWriter:
+    """Writes turns and conversation state to the store, one transaction per group-turn."""
+
+    def __init__(self, store: Store, on_turns: Callable[[int], None] | None = None) -> None:
+        self.store = store
+        self.on_turns = on_turns or (lambda n: None)
+
+    def ensure_conversations(self, spec: TreeSpec, env: TreeEnv, groups: list[list[Arm]]) -> None:
+        with self.store.session() as s:
+            for group in groups:
+                for i, arm in enumerate(group):
+                    if s.get(Conversation, arm.conversation_id) is not None:
+                        continue
+                    s.add(Conversation(
+                        id=arm.conversation_id, run_id=env.run_id, scenario_id=spec.scenario.id,
+                        scenario_hash=spec.scenario_hash, scenario_path=spec.scenario_path,
+                        variant_id=arm.variant_id, choices=spec.choices_record(arm.variant),
+                        target=spec.target, target_params=env.target_params_record,
+                        condition=spec.condition, simulator=env.simulator,
+                        simulator_params=env.simulator_params, replicate=spec.replicate, seed=spec.seed,
+                        status="pending", parent_id=group[0].conversation_id if i else None,
+                    ))
+            s.commit()
+
+    def write_turn(self, arms: Sequence[Arm], *, index: int, **fields: Any) -> str:
+        """Write one turn into every arm's conversation; returns the leader's turn id."""
+        leader_id = f"{arms[0].conversation_id}:{index}"
+        now = utcnow()
+        with self.store.session() as s:
+            for i, arm in enumerate(arms):
+                s.add(Turn(
+                    id=f"{arm.conversation_id}:{index}", conversation_id=arm.conversation_id,
+                    index=index, origin_turn_id=leader_id if i else None, created_at=now, **fields,
+                ))
+                conv = s.get(Conversation, arm.conversation_id)
+                if conv is not None:
+                    conv.n_turns = index + 1
+                    conv.status = "running"
+                    conv.updated_at = now
+                    s.add(conv)
+            s.commit()
+        self.on_turns(len(arms))
+        return leader_id
+
+    def set_status(self, arms: Sequence[Arm], status: str, stop_reason: str | None = None,
+                   error: str | None = None) -> None:
+        with self.store.session() as s:
+            for arm in arms:
+                conv = s.get(Conversation, arm.conversation_id)
+                if conv is None:
+                    continue
+                conv.status = status
+                conv.stop_reason = stop_reason
+                conv.error = error
+                conv.updated_at = utcnow()
+                s.add(conv)
+            s.commit()
+
+    def record_split(self, old_leader: Arm, subgroups: list[list[Arm]], fork_index: int) -> None:
+        with self.store.session() as s:
+            for group in subgroups:
+                leader = group[0]
+                if leader is not old_leader:
+                    conv = s.get(Conversation, leader.conversation_id)
+                    if conv is not None:
+                        conv.parent_id = old_leader.conversation_id
+                        conv.fork_turn = fork_index
+                        s.add(conv)
+                for arm in group[1:]:
+                    conv = s.get(Conversation, arm.conversation_id)
+                    if conv is not None:
+                        conv.parent_id = leader.conversation_id
+                        s.add(conv)
+            s.commit()
+
+    def load(self, arms: Sequence[Arm]) -> dict[str, tuple[Conversation | None, list[Turn]]]:
+        out: dict[str, tuple[Conversation | None, list[Turn]]] = {}
+        with self.store.session() as s:
+            for arm in arms:
+                conv = s.get(Conversation, arm.conversation_id)
+                turns = list(s.exec(
+                    select(Turn).where(Turn.conversation_id == arm.conversation_id).order_by(Turn.index)
+                ).all()) if conv is not None else []
+                out[arm.conversation_id] = (conv, turns)
+        return out
+
+
+def initial_groups(spec: TreeSpec, arms: Sequence[Arm], opening: Callable[[Any], str]) -> list[list[Arm]]:
+    """Arms that can share a conversation from the start: same first message, ``fork: shared``."""
+    arms = sorted(arms, key=lambda a: a.order)
+    if spec.fork == "independent":
+        return [[a] for a in arms]
+    by_opening: dict[str, list[Arm]] = {}
+    for arm in arms:
+        by_opening.setdefault(opening(arm), []).append(arm)
+    return list(by_opening.values())
+
+
+def restore_state(spec: TreeSpec, turns: Sequence[Turn]) -> ConvState:
+    """The state after the last stored turn of an arm (what the graph had when it wrote it)."""
+    state = initial_state()
+    if not turns:
+        return state
+    last = turns[-1]
+    stage_ids = spec.scenario.stage_ids()
+    last_user = next((t for t in reversed(turns) if t.role == "user"), None)
+    state.update(
+        exchange=last.exchange,
+        stage=stage_ids.index(last.stage) if last.stage in stage_ids else 0,
+        branch_state=dict(last.branch_state or {}),
+        history=[{"role": t.role, "content": t.content, "key": t.origin_turn_id or t.id,
+                  "exchange": t.exchange, "events": list(t.events or [])} for t in turns],
+        persona_ended=bool(last_user is not None and last_user.exchange == last.exchange
+                           and last_user.finish_reason == "end_marker"),
+        next="target" if last.role == "user" else "route",
+    )
+    return state
+
+
+def _partition(arms: Sequence[Arm], key: Callable[[Arm], Any]) -> list[list[Arm]]:
+    out: dict[Any, list[Arm]] = {}
+    for arm in sorted(arms, key=lambda a: a.order):
+        out.setdefault(key(arm), []).append(arm)
+    return list(out.values())
+
+
+async def run_tree(spec: TreeSpec, env: TreeEnv) -> list[ArmResult]:
+    """Run (or resume) every arm of one tree; returns one result per arm."""
+    opening = lambda arm: env.opening(spec.scenario, arm.variant)  # noqa: E731
+    stored = env.writer.load(spec.arms)
+    results: list[ArmResult] = []
+    work: list[tuple[list[Arm], ConvState]] = []
+    if all(conv is None for conv, _ in stored.values()):
+        groups = initial_groups(spec, spec.arms, opening)
+        env.writer.ensure_conversations(spec, env, groups)
+        work = [(g, initial_state()) for g in groups]
+    else:
+        env.writer.ensure_conversations(spec, env, [[a] for a in spec.arms if stored[a.conversation_id][0] is None])
+        pending: list[Arm] = []
+        for arm in spec.arms:
+            conv, turns = stored[arm.conversation_id]
+            if conv is not None and conv.status in FINISHED:
+                results.append(ArmResult(arm, conv.status, conv.stop_reason, conv.n_turns, conv.error))
+            else:
+                pending.append(arm)
+
+        def origin_keys(arm: Arm) -> tuple[str, ...]:
+            return tuple(t.origin_turn_id or t.id for t in stored[arm.conversation_id][1])
+
+        for group in _partition(pending, origin_keys):
+            turns = stored[group[0].conversation_id][1]
+            subgroups = initial_groups(spec, group, opening) if not turns else (
+                [[a] for a in group] if spec.fork == "independent" else [group])
+            work += [(g, restore_state(spec, turns)) for g in subgroups]
+
+    async def drive(arms: list[Arm], state: ConvState) -> list[ArmResult]:
+        persona = env.persona_factory(spec.scenario)
+        ctx = GroupContext(
+            scenario=spec.scenario, arms=arms, gateway=env.gateway, persona=persona,
+            detector=env.detector, writer=env.writer, target=spec.target,
+            target_params=spec.target_params, system_prompt=spec.system_prompt, seed=spec.seed,
+            max_turns=spec.max_turns, run_id=env.run_id, independent=spec.fork == "independent",
+            opening=opening, calls=env.calls,
+        )
+        async with env.semaphore:
+            env.writer.set_status(arms, "running")
+            try:
+                final = await run_group(state, ctx)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a bug or a store failure: record it on the arms, keep the run going
+                error = f"{type(exc).__name__}: {exc}"[:2000]
+                env.writer.set_status(arms, "failed", "simulator_error", error)
+                n = len(state.get("history") or [])
+                return [ArmResult(a, "failed", "simulator_error", n, error) for a in arms]
+        n_turns = len(final.get("history") or [])
+        if final.get("split"):
+            return await fork(arms, final, ctx)
+        reason = final.get("stop_reason") or "max_turns"
+        status = "failed" if reason in ("target_error", "simulator_error") else "completed"
+        env.writer.set_status(arms, status, reason, final.get("error"))
+        return [ArmResult(a, status, reason, n_turns, final.get("error")) for a in arms]
+
+    async def fork(arms: list[Arm], state: ConvState, ctx: GroupContext) -> list[ArmResult]:
+        split = state["split"] or []
+        subgroups = _partition(arms, lambda a: tuple(ctx.option_of(a, b) for b in split))
+        env.writer.record_split(arms[0], subgroups, len(state.get("history") or []))
+        children = []
+        for group in subgroups:
+            sub = copy.deepcopy(state)
+            sub.update(apply_fired(spec.scenario, sub, list(sub.get("fired") or []),
+                                   lambda b, lead=group[0]: ctx.option_of(lead, b)))
+            sub.update(split=None, next="persona")
+            children.append(drive(group, sub))
+        nested = await asyncio.gather(*children)
+        return [r for rs in nested for r in rs]
+
+    nested = await asyncio.gather(*(drive(g, s) for g, s in work))
+    results += [r for rs in nested for r in rs]
+    return results

@@ -1,0 +1,178 @@
+"""Resume: completed turns survive a crash, and a re-run finishes the conversations without redoing them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from sqlmodel import select
+
+from fixtures.engine.helpers import conversations, run_engine, turns_of
+from simulator.records import Conversation, Run, Turn
+
+REPO = Path(__file__).resolve().parents[1]
+FIX = REPO / "tests" / "fixtures" / "engine"
+
+
+def _transcripts(store, run_id):  # type: ignore[no-untyped-def]
+    return {(c.variant_id, c.replicate): [(t.role, t.content) for t in turns_of(store, c.id)]
+            for c in conversations(store, run_id)}
+
+
+def _crash_at(store, run_id: str, keep: int) -> None:  # type: ignore[no-untyped-def]
+    """Make the store look like the process died after ``keep`` turns of every conversation."""
+    with store.session() as s:
+        for conv in s.exec(select(Conversation).where(Conversation.run_id == run_id)).all():
+            for t in s.exec(select(Turn).where(Turn.conversation_id == conv.id, Turn.index >= keep)).all():
+                s.delete(t)
+            conv.status, conv.stop_reason, conv.n_turns, conv.error = "running", None, keep, None
+            if conv.fork_turn is not None and conv.fork_turn >= keep:
+                conv.fork_turn = None
+            s.add(conv)
+        run = s.get(Run, run_id)
+        run.status = "running"
+        s.add(run)
+        s.commit()
+
+
+# keep=4: died before the help offer (index 5) that forks the arms: they must share exchange 3
+# again (1 persona + 1 target call), then fork into accept/decline (3 + 3 calls each).
+# keep=6: died right at the fork: the fork happens again, then 3 + 3 calls each.
+@pytest.mark.parametrize("keep,persona_calls,target_calls", [(4, 1 + 2 * 3, 1 + 2 * 3), (6, 2 * 3, 2 * 3)])
+def test_resume_regroups_shared_prefixes_and_redoes_nothing(store, keep, persona_calls, target_calls) -> None:
+    path = FIX / "on_event.yaml"
+    full, _ = run_engine(store, path, run_id="r-full")
+    want = _transcripts(store, "r-full")
+    _crash_at(store, "r-full", keep=keep)
+    before = {t.id: t.created_at for c in conversations(store, "r-full") for t in turns_of(store, c.id)}
+
+    resumed, _ = run_engine(store, path, run_id="r-full", resume=True)
+    assert resumed.resumed and resumed.interrupted_before == 3
+    assert _transcripts(store, "r-full") == want
+    after = {t.id: t.created_at for c in conversations(store, "r-full") for t in turns_of(store, c.id)}
+    assert all(after[k] == v for k, v in before.items())  # stored turns untouched
+    assert resumed.calls["target"] == target_calls and resumed.calls["persona"] == persona_calls
+    assert resumed.total_calls < full.total_calls
+    convs = {c.choices["help"] + "/" + c.choices["limit"]: c for c in conversations(store, "r-full")}
+    assert convs["decline/accept_limit"].fork_turn == 6
+    assert all(c.status == "completed" for c in convs.values())
+
+
+def test_resume_from_a_persona_turn_and_after_the_fork(store) -> None:
+    path = FIX / "on_event.yaml"
+    run_engine(store, path, run_id="r2")
+    want = _transcripts(store, "r2")
+    _crash_at(store, "r2", keep=9)  # mid-exchange 5, after the fork: persona turn stored, reply not
+    resumed, _ = run_engine(store, path, run_id="r2", resume=True)
+    assert _transcripts(store, "r2") == want
+    # two groups (accept, decline): the exchange-5 reply plus exchange 6, each; no persona redo at 5
+    assert resumed.calls["target"] == 2 * 2 and resumed.calls["persona"] == 2 * 1
+
+
+def test_finished_conversations_are_not_rerun(store) -> None:
+    path = FIX / "at_turn.yaml"
+    run_engine(store, path, run_id="r3")
+    again, _ = run_engine(store, path, run_id="r3")  # --run-id naming an existing run resumes it
+    assert again.resumed and again.total_calls == 0
+    assert all(c.n_turns == 10 for c in conversations(store, "r3"))
+
+
+def _env(delay: float) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        PYTHONPATH=f"{FIX}{os.pathsep}{REPO}", BRANCHPOINT_PLUGINS="engine_plugin",
+        ENGINE_TEST_DELAY_S=str(delay), HF_HUB_OFFLINE="1", LITELLM_LOCAL_MODEL_COST_MAP="True",
+    )
+    return env
+
+
+def _cli(db: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "simulator.cli", "run", str(FIX / "on_event.yaml"), str(FIX / "at_turn.yaml"),
+            "--target", "scripted:slowbot", "--simulator", "scripted:persona", "--db", str(db),
+            "--replicates", "2", *extra]
+
+
+def _count(db: Path, sql: str) -> int:
+    if not db.exists():
+        return 0
+    try:
+        with sqlite3.connect(db, timeout=30) as con:
+            return con.execute(sql).fetchone()[0]
+    except sqlite3.OperationalError:  # tables not created yet
+        return 0
+
+
+def _wait_for_turns(db: Path, n: int, proc: subprocess.Popen, limit_s: float = 180) -> int:
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        got = _count(db, "select count(*) from turns")
+        if got >= n:
+            return got
+        assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+        time.sleep(0.1)
+    raise AssertionError(f"no {n} turns within {limit_s}s")
+
+
+def test_sigkill_midway_then_resume_completes_without_redoing_turns(tmp_path) -> None:
+    db = tmp_path / "kill.db"
+    proc = subprocess.Popen(_cli(db, "--run-id", "rk"), env=_env(0.25), cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        _wait_for_turns(db, 30, proc)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+    with sqlite3.connect(db) as con:
+        before = dict(con.execute("select id, created_at || content from turns").fetchall())
+        statuses = {s for (s,) in con.execute("select status from conversations")}
+        stored_calls = {c for (c,) in con.execute("select distinct call_id from turns where call_id is not null")}
+        calls_before = con.execute("select count(*) from model_calls").fetchone()[0]
+    assert 30 <= len(before) < 112  # 112 turns when the run completes
+    assert "running" in statuses  # a killed process cannot say more; the next start marks them
+
+    done = subprocess.run(_cli(db, "--resume", "rk"), env=_env(0.0), cwd=REPO, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "resumed" in done.stdout
+    with sqlite3.connect(db) as con:
+        after = dict(con.execute("select id, created_at || content from turns").fetchall())
+        statuses = {s for (s,) in con.execute("select status from conversations")}
+        run_status = con.execute("select status, config from runs where id='rk'").fetchone()
+        calls_after = con.execute("select count(*) from model_calls").fetchone()[0]
+        per_conv = con.execute("select count(*), count(distinct conversation_id || ':' || \"index\") from turns").fetchone()
+    assert statuses == {"completed"} and run_status[0] == "completed" and '"resumes"' in run_status[1]
+    assert len(after) == 112 and per_conv[0] == per_conv[1]  # complete, no index written twice
+    assert all(after[k] == v for k, v in before.items())  # finished turns kept, not redone
+    # The uninterrupted run makes 64 calls (30 persona + 34 target): per replicate, on_event shares
+    # exchanges 1-3 (2 persona, 3 target calls) and then forks in two (3 + 3 each); at_turn shares
+    # exchanges 1-2 (1 persona, 2 target) and then forks in two (3 + 3 each). The resumed process makes
+    # exactly those whose turn was not stored: no finished turn is generated again.
+    assert calls_after - calls_before == 64 - len(stored_calls)
+
+
+def test_sigterm_marks_conversations_interrupted(tmp_path) -> None:
+    db = tmp_path / "term.db"
+    proc = subprocess.Popen(_cli(db, "--run-id", "rt"), env=_env(0.3), cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        _wait_for_turns(db, 10, proc)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, out
+    assert "--resume rt" in out
+    with sqlite3.connect(db) as con:
+        statuses = [s for (s,) in con.execute("select status from conversations")]
+        errors = [e for (e,) in con.execute("select error from conversations where status='interrupted'")]
+        run_status = con.execute("select status from runs where id='rt'").fetchone()[0]
+    assert "running" not in statuses and "interrupted" in statuses
+    assert all(e and "interrupted" in e for e in errors)
+    assert run_status == "interrupted"

@@ -1,0 +1,129 @@
+"""``branchpoint run`` and ``branchpoint show`` on the command line."""
+
+from __future__ import annotations
+
+import os
+import re
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import fixtures.engine.helpers  # noqa: F401  (puts the test plugin on sys.path)
+
+REPO = Path(__file__).resolve().parents[1]
+FIX = REPO / "tests" / "fixtures" / "engine"
+
+
+@pytest.fixture
+def cli(monkeypatch):  # type: ignore[no-untyped-def]
+    from simulator.cli import app
+
+    monkeypatch.setenv("BRANCHPOINT_PLUGINS", "engine_plugin")
+    monkeypatch.setenv("COLUMNS", "200")
+    runner = CliRunner()
+
+    def invoke(*args: str):  # type: ignore[no-untyped-def]
+        result = runner.invoke(app, list(args))
+        if result.exception and not isinstance(result.exception, SystemExit):
+            raise result.exception
+        return result
+
+    return invoke
+
+
+def test_run_prints_a_summary_and_show_marks_forks_events_and_stages(cli, tmp_path) -> None:
+    db = tmp_path / "cli.db"
+    res = cli("run", str(FIX / "on_event.yaml"), "--target", "scripted:slowbot", "--simulator",
+              "scripted:persona", "--db", str(db), "--run-id", "cli-1", "--max-turns", "5")
+    assert res.exit_code == 0, res.output
+    with sqlite3.connect(db) as con:
+        rows = con.execute("select id, fork_turn, n_turns from conversations").fetchall()
+    assert len(rows) == 3 and all(n == 10 for _, _, n in rows)
+    for conv_id, _, _ in rows:
+        assert conv_id in res.output
+    assert "by status/stop reason: completed/max_turns 3" in res.output and "run cli-1" in res.output
+    # exchanges 1-3 shared (2 persona, 3 target calls), then two arms x exchanges 4-5 (2 + 2 each)
+    assert "model calls: 6 persona, 7 target" in res.output
+
+    forked = next(r[0] for r in rows if r[1] is not None)
+    shown = cli("show", forked[:10], "--db", str(db))  # a unique prefix is enough
+    assert shown.exit_code == 0, shown.output
+    out = shown.output
+    assert f"conversation {forked}" in out and "stop reason max_turns" in out
+    assert "fork: own turns of this arm start here (turn 6)" in out
+    assert "fired: help=decline" in out and "events: help_offer" in out
+    assert "stage chat" in out and "stage after" in out
+    assert out.index("events: help_offer") < out.index("fork: own turns") < out.index("fired: help=decline")
+
+
+def test_show_prints_model_text_literally(cli, tmp_path) -> None:
+    db = tmp_path / "m.db"
+    res = cli("run", str(FIX / "at_turn.yaml"), "--target", "scripted:markupbot", "--simulator",
+              "scripted:persona", "--db", str(db), "--max-turns", "1", "--variant", _baseline_id())
+    assert res.exit_code == 0, res.output
+    with sqlite3.connect(db) as con:
+        (conv_id,) = con.execute("select id from conversations").fetchone()
+    out = cli("show", conv_id, "--db", str(db)).output
+    assert "[bold red]loud[/] " in out  # markup shown, not applied
+    assert "\x1b" not in out and "\x07" not in out and "pwned" not in out.replace("0;pwned", "")
+
+
+def _baseline_id() -> str:
+    from scenarios.loader import load_scenarios
+    from scenarios.variants import expand
+
+    (scenario,), _ = load_scenarios([FIX / "at_turn.yaml"])
+    return expand(scenario)[0].id
+
+
+def test_show_unknown_conversation_and_missing_store(cli, tmp_path) -> None:
+    from simulator.errors import UserError
+
+    with pytest.raises(UserError, match="no such store"):
+        cli("show", "abc", "--db", str(tmp_path / "nope.db"))
+
+
+def test_errors_are_one_line_without_traceback(tmp_path) -> None:
+    env = dict(os.environ, HF_HUB_OFFLINE="1", LITELLM_LOCAL_MODEL_COST_MAP="True")
+    cases = [
+        ([str(FIX / "at_turn.yaml"), "--condition", "no_such_prompt"], "unknown condition"),
+        ([str(tmp_path / "missing.yaml")], "no such scenario file"),
+        ([str(FIX / "at_turn.yaml"), "--target", "gpt-4o"], "unknown model spec"),
+        ([str(FIX / "at_turn.yaml"), "--variant", "deadbeef"], "no such variant"),
+        ([str(FIX / "at_turn.yaml"), "--resume", "never-ran"], "no such run"),
+    ]
+    for args, message in cases:
+        proc = subprocess.run(
+            [sys.executable, "-m", "simulator.cli", "run", *args, "--db", str(tmp_path / "e.db")],
+            env=env, cwd=REPO, capture_output=True, text=True, timeout=120,
+        )
+        assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
+        lines = [ln for ln in proc.stderr.splitlines() if ln.strip() and not re.match(r"^turns", ln)]
+        assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], proc.stderr
+        assert "Traceback" not in proc.stderr
+
+
+def test_event_rules_file_replaces_the_keyword_rules(cli, tmp_path) -> None:
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("help_offer: ['tell me more']\n", encoding="utf-8")
+    db = tmp_path / "r.db"
+    res = cli("run", str(FIX / "on_event.yaml"), "--target", "scripted:slowbot", "--simulator", "scripted:persona",
+              "--db", str(db), "--max-turns", "3", "--event-rules", str(rules))
+    assert res.exit_code == 0, res.output
+    with sqlite3.connect(db) as con:
+        first = con.execute("select events from turns where \"index\" = 1").fetchall()
+        forks = con.execute("select fork_turn from conversations where fork_turn is not null").fetchall()
+    # "ok, tell me more" now counts as a help offer, so the arms fork after exchange 1
+    assert all("help_offer" in e for (e,) in first) and forks == [(2,)]
+
+    bad = tmp_path / "bad.yaml"
+    for text, message in (("nope: ['x']\n", "unknown event"), ("limit: ['(']\n", "invalid regular expression")):
+        bad.write_text(text, encoding="utf-8")
+        from simulator.errors import UserError
+
+        with pytest.raises(UserError, match=message):
+            cli("run", str(FIX / "on_event.yaml"), "--event-rules", str(bad), "--db", str(db))
