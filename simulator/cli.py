@@ -19,7 +19,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import typer  # noqa: E402
 
-from simulator.commands import analysis_cmds, judge_cmds, run_cmds, scenario_cmds  # noqa: E402
+from simulator.commands import analysis_cmds, demo_cmd, judge_cmds, run_cmds, scenario_cmds  # noqa: E402
 from simulator.errors import UserError  # noqa: E402
 
 app = typer.Typer(
@@ -31,7 +31,7 @@ app = typer.Typer(
     add_completion=False,
 )
 
-for module in (scenario_cmds, run_cmds, judge_cmds, analysis_cmds):
+for module in (scenario_cmds, run_cmds, judge_cmds, analysis_cmds, demo_cmd):
     module.register(app)
 
 

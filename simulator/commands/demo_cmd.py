@@ -1,0 +1,107 @@
+"""``branchpoint demo``: the main job end to end on the embedded offline model.
+
+validate the library -> expand variants -> run a small matched sweep -> judge it (heuristic and
+LLM judge) -> write the report, then say where everything is. `make demo` calls this.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from simulator.errors import UserError
+
+LIBRARY = Path(__file__).resolve().parents[2] / "scenarios" / "library"
+# Two seeds whose disclosure branch fires early enough to fork inside a short demo.
+DEMO_SEEDS = ("teen-ah-rail-bridge-jump", "teen-rs-are-you-a-real-person")
+
+
+def demo_command(
+    out: Annotated[Path, typer.Option("--out", help="Folder for the store and the report.")] = Path("demo-results"),
+    seeds: Annotated[list[str], typer.Option("--seed-id", help="Teen seed ids to run (repeatable).")] = list(DEMO_SEEDS),
+    max_turns: Annotated[int, typer.Option("--max-turns", min=1, help="Exchanges per conversation.")] = 6,
+    model: Annotated[str, typer.Option("--model", help="Spec used as persona, target and LLM judge.")] = "embedded",
+    judge_max_tokens: Annotated[int, typer.Option("--judge-max-tokens", help="Token cap of each LLM-judge reply.")] = 320,
+) -> None:
+    """Run the main job end to end, offline: validate, expand, simulate, judge, report.
+
+    The embedded model (SmolLM2-135M) proves that the pipeline holds; it is far too small to say
+    anything about safety. Point --model at a real model for real numbers.
+    """
+    from rich.console import Console
+
+    from analysis.report import write_report
+    from judges.runner import judge_run
+    from scenarios import expand, load_scenarios
+    from simulator.runner import RunConfig, run_scenarios
+    from simulator.specs import parse_spec
+
+    console = Console(highlight=False)
+    parse_spec(model)
+    out.mkdir(parents=True, exist_ok=True)
+    db = out / "branchpoint.db"
+    if db.exists():  # a fresh store each time: the demo's numbers should be its own
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{db}{suffix}").unlink(missing_ok=True)
+    started = time.monotonic()
+
+    console.print("[bold]1/5 validate[/] scenarios/library")
+    scenarios, errors = load_scenarios(LIBRARY)
+    if errors:
+        raise UserError(f"the bundled library has {len(errors)} error(s), first: {errors[0]}")
+    by_id = {s.id: s for s in scenarios}
+    console.print(f"    {len(scenarios)} scenarios, 0 errors")
+
+    missing = [s for s in seeds if s not in by_id]
+    if missing:
+        raise UserError(f"--seed-id {missing[0]!r}: no such scenario in {LIBRARY}")
+    paths = [str(LIBRARY / "teen" / f"{s}.yaml") for s in seeds]
+    console.print("[bold]2/5 variants[/]")
+    for s in seeds:
+        variants = expand(by_id[s])
+        console.print(f"    {s}: {len(variants)} matched variants")
+
+    console.print(f"[bold]3/5 run[/] {len(seeds)} seeds x all variants, {max_turns} exchanges, model {model}")
+    result = run_scenarios(RunConfig(
+        scenarios=paths, targets=[model], simulator=model, conditions=["none"],
+        max_turns=max_turns, db=str(db), concurrency=16,
+    ))
+    stops: dict[str, int] = {}
+    for c in result.conversations:
+        stops[c.stop_reason or c.status] = stops.get(c.stop_reason or c.status, 0) + 1
+    console.print(f"    run {result.run_id}: {len(result.conversations)} conversations "
+                  f"({', '.join(f'{k} {v}' for k, v in sorted(stops.items()))}); "
+                  f"model calls {sum(result.calls.values())}")
+
+    console.print("[bold]4/5 judge[/] rubric teen: heuristic judge, then the LLM judge on the same model")
+    heuristic = judge_run(result.run_id, db=str(db), rubric="teen", judges=["heuristic"])
+    from simulator.completion import GenParams
+
+    llm = judge_run(result.run_id, db=str(db), rubric="teen", judges=[model], concurrency=8,
+                    params=GenParams(max_tokens=judge_max_tokens, temperature=0.0, seed=0),
+                    progress=True)
+    console.print(f"    heuristic: {_judged(heuristic)}; {model}: {_judged(llm)}")
+
+    console.print("[bold]5/5 report[/]")
+    files = write_report(str(db), out / "report", result.run_id, n_boot=500)
+    elapsed = time.monotonic() - started
+    console.print()
+    console.print(f"Done in {elapsed / 60:.1f} min. Results:")
+    console.print(f"  store        {db}")
+    console.print(f"  report       {files.html}")
+    console.print(f"  markdown     {files.markdown}")
+    console.print(f"  plots        {', '.join(p.name for p in files.plots)}")
+    console.print(f"  a transcript branchpoint show {result.conversations[0].id} --db {db}")
+    console.print("The embedded model is far too small to measure safety: these numbers prove the pipeline only.")
+
+
+def _judged(summary: object) -> str:
+    fields = ("rows", "errors", "copied", "model_calls")
+    return ", ".join(f"{f.replace('_', ' ')} {getattr(summary, f)}" for f in fields if hasattr(summary, f))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("demo")(demo_command)

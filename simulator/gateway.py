@@ -1,0 +1,325 @@
+"""The model gateway: every model call of branchpoint goes through ``Gateway.complete``.
+
+    gw = Gateway(store=store)                       # records a ModelCall row for every call
+    completion, call_id = await gw.complete("litellm:openai/gpt-4o-mini", messages,
+                                            GenParams(temperature=0, seed=1), purpose="target")
+    await gw.aclose()
+
+It routes a spec to its provider (created on first use and shared), holds per-provider concurrency
+and requests-per-minute limits, retries retryable failures with exponential backoff and jitter
+(honouring Retry-After), serves seeded or greedy calls from a content-addressed cache, and records
+each call (cached, failed or not) with its secrets removed. It raises ModelError after retries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+import uuid
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from simulator.cache import CompletionCache, cacheable, request_hash
+from simulator.completion import Completion, GenParams, Message, ModelError
+from simulator.errors import UserError
+from simulator.limits import Limiter, ProviderLimits
+from simulator.providers.base import Provider, limit_key
+from simulator.redaction import redact, redact_text
+from simulator.specs import Spec, parse_spec
+
+if TYPE_CHECKING:
+    from simulator.store import Store
+
+__all__ = ["Gateway", "ProviderLimits", "redact"]
+
+# Local models share one machine: a few calls in flight fill a batch. APIs take many.
+DEFAULT_CONCURRENCY = {"embedded": 8, "hf": 8, "litellm": 64, "oai": 64, "scripted": 64}
+
+
+class Gateway:
+    """One async entry point to every model; see the module docstring.
+
+    ``limits`` maps a spec (``litellm:openai/gpt-4o``), a limit key (``litellm:openai``,
+    ``oai:http://host/v1``) or a prefix (``litellm``, ``hf``) to ProviderLimits; the most specific
+    match applies. ``max_attempts`` bounds tries per call; ``timeout_s`` bounds one attempt.
+    """
+
+    def __init__(
+        self,
+        store: Store | None = None,
+        cache: bool = True,
+        limits: Mapping[str, ProviderLimits | Mapping[str, Any]] | None = None,
+        *,
+        max_attempts: int = 4,
+        backoff_s: float = 0.5,
+        max_backoff_s: float = 60.0,
+        timeout_s: float | None = 600.0,
+    ) -> None:
+        self.store = store
+        self.cache = CompletionCache(store) if cache else None
+        self.limits = {
+            k: v if isinstance(v, ProviderLimits) else ProviderLimits(**v) for k, v in (limits or {}).items()
+        }
+        self.max_attempts = max(1, max_attempts)
+        self.backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s
+        self.timeout_s = timeout_s
+        self._registered: dict[str, Provider] = {}
+        self._providers: dict[str, Provider] = {}  # by spec kind (and model, for hf)
+        self._limiters: dict[str, Limiter] = {}
+        self._inflight: dict[str, asyncio.Future[Completion]] = {}
+        self.stats = {"calls": 0, "cached": 0, "failed": 0, "retries": 0}
+
+    # -- providers -----------------------------------------------------------------------------
+
+    def register(self, spec: str, provider: Provider) -> None:
+        """Serve ``spec`` (e.g. ``scripted:teen-bot``, or ``embedded`` to swap the default) by ``provider``."""
+        parse_spec(spec)
+        self._registered[spec.strip()] = provider
+
+    def provider_for(self, spec: Spec) -> Provider:
+        found = self._registered.get(spec.raw)
+        if found is not None:
+            return found
+        slot = f"hf:{spec.model}" if spec.kind == "hf" else spec.kind
+        provider = self._providers.get(slot)
+        if provider is None:
+            provider = self._providers[slot] = self._create(spec)
+        return provider
+
+    def _create(self, spec: Spec) -> Provider:
+        if spec.kind == "scripted":
+            from simulator.providers.scripted import BUILTIN
+
+            if spec.model in BUILTIN:
+                return BUILTIN[spec.model]()
+            raise UserError(
+                f"model spec {spec.raw!r}: no scripted model of that name is registered "
+                f"(built in: {', '.join('scripted:' + n for n in BUILTIN)})"
+            )
+        if spec.kind == "litellm":
+            from simulator.providers.litellm_provider import LiteLLMProvider
+
+            return LiteLLMProvider()
+        if spec.kind == "oai":
+            from simulator.providers.oai import OpenAICompatProvider
+
+            return OpenAICompatProvider()
+        if spec.kind == "hf":
+            from simulator.providers.hf import HFProvider
+
+            return HFProvider.for_model(spec.model)
+        if spec.kind == "embedded":
+            from simulator.providers.embedded import embedded_provider
+
+            return embedded_provider()
+        raise UserError(f"model spec {spec.raw!r}: no provider")  # parse_spec keeps this unreachable
+
+    def _limiter(self, spec: Spec, params: GenParams, provider: Provider) -> Limiter:
+        key = limit_key(spec.kind, spec.model, params)
+        limiter = self._limiters.get(key)
+        if limiter is None:
+            limits = (
+                self.limits.get(spec.raw)
+                or self.limits.get(key)
+                or self.limits.get(spec.kind)
+                or self.limits.get("*")
+                or ProviderLimits(
+                    max_concurrency=getattr(provider, "default_concurrency", None)
+                    or DEFAULT_CONCURRENCY[spec.kind]
+                )
+            )
+            limiter = self._limiters[key] = Limiter(limits)
+        return limiter
+
+    # -- the call ------------------------------------------------------------------------------
+
+    async def complete(
+        self,
+        spec: str,
+        messages: list[Message],
+        params: GenParams | None = None,
+        *,
+        purpose: str = "target",
+        run_id: str | None = None,
+        conversation_id: str | None = None,
+    ) -> tuple[Completion, str]:
+        """Returns (completion, call id). Raises ModelError after retries, UserError for a bad spec."""
+        parsed = parse_spec(spec)
+        params = params or GenParams()
+        provider = self.provider_for(parsed)
+        key = request_hash(parsed.raw, messages, params)
+        call_id = uuid.uuid4().hex
+        self.stats["calls"] += 1
+        use_cache = self.cache is not None and cacheable(params)
+
+        if use_cache:
+            hit = self._cache_get(key)
+            if hit is None and key in self._inflight:
+                # The same seeded request is already running: share its answer, do not pay twice.
+                try:
+                    hit = await asyncio.shield(self._inflight[key])
+                except ModelError:
+                    hit = None
+            if hit is not None:
+                hit.cached, hit.attempts, hit.cost = True, 0, 0.0
+                hit.model = parsed.raw
+                self.stats["cached"] += 1
+                self._record(call_id, parsed, params, key, messages, purpose, run_id, conversation_id, hit, None)
+                return hit, call_id
+
+        future: asyncio.Future[Completion] | None = None
+        if use_cache:
+            future = asyncio.get_running_loop().create_future()
+            self._inflight[key] = future
+        try:
+            completion, attempts, error = await self._call_with_retries(parsed, provider, messages, params)
+        except BaseException as exc:  # cancelled: release anyone waiting on this request
+            if future is not None and not future.done():
+                future.set_exception(ModelError("cancelled"))
+                future.exception()  # mark retrieved
+                self._inflight.pop(key, None)
+            raise
+        if future is not None:
+            self._inflight.pop(key, None)
+            if completion is not None:
+                future.set_result(completion.model_copy())
+            else:
+                future.set_exception(ModelError(error or "failed"))
+                future.exception()
+
+        if completion is None:
+            self.stats["failed"] += 1
+            failed = Completion(text="", model=parsed.raw, attempts=attempts)
+            self._record(call_id, parsed, params, key, messages, purpose, run_id, conversation_id, failed, error)
+            raise ModelError(error or "model call failed")
+
+        completion.model = parsed.raw
+        completion.attempts = attempts
+        completion.cached = False
+        if use_cache and self.cache is not None:
+            self.cache.put(key, parsed.raw, completion)
+        self._record(call_id, parsed, params, key, messages, purpose, run_id, conversation_id, completion, None)
+        return completion, call_id
+
+    async def _call_with_retries(
+        self, spec: Spec, provider: Provider, messages: list[Message], params: GenParams
+    ) -> tuple[Completion | None, int, str | None]:
+        limiter = self._limiter(spec, params, provider)
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                async with limiter.semaphore:
+                    if limiter.bucket is not None:
+                        await limiter.bucket.acquire()
+                    started = time.perf_counter()
+                    async with asyncio.timeout(self.timeout_s):
+                        completion = await provider.complete(spec.model, messages, params)
+                    completion.latency_s = time.perf_counter() - started
+                    return completion, attempt, None
+            except ModelError as exc:
+                error, retryable, retry_after = exc.reason, exc.retryable, exc.retry_after
+            except asyncio.TimeoutError:
+                error, retryable, retry_after = f"timed out after {self.timeout_s:g}s", True, None
+            except UserError:
+                raise
+            except Exception as exc:  # a provider bug or an unmapped library error: record, do not retry
+                error, retryable, retry_after = f"{type(exc).__name__}: {exc}", False, None
+            error = redact_text(" ".join(str(error).split()))[:2000]
+            if not retryable or attempt >= self.max_attempts:
+                if attempt > 1:
+                    error = f"{error} (after {attempt} attempts)"
+                return None, attempt, error
+            self.stats["retries"] += 1
+            await asyncio.sleep(self._delay(attempt, retry_after))
+
+    def _delay(self, attempt: int, retry_after: float | None) -> float:
+        backoff = min(self.max_backoff_s, self.backoff_s * 2 ** (attempt - 1))
+        backoff *= 0.5 + random.random()  # jitter: replicates that failed together do not retry together
+        if retry_after is not None:
+            # The server said when: wait at least that long (plus a little jitter), within reason.
+            return min(max(retry_after, 0.0) * (1 + 0.1 * random.random()), max(self.max_backoff_s, retry_after))
+        return backoff
+
+    # -- records -------------------------------------------------------------------------------
+
+    def _cache_get(self, key: str) -> Completion | None:
+        assert self.cache is not None
+        return self.cache.get(key)
+
+    def _record(
+        self,
+        call_id: str,
+        spec: Spec,
+        params: GenParams,
+        key: str,
+        messages: list[Message],
+        purpose: str,
+        run_id: str | None,
+        conversation_id: str | None,
+        completion: Completion,
+        error: str | None,
+    ) -> None:
+        if self.store is None:
+            return
+        from simulator.records import ModelCall
+
+        row = ModelCall(
+            id=call_id,
+            run_id=run_id,
+            conversation_id=conversation_id,
+            purpose=purpose,
+            model=spec.raw,
+            params=stored_params(params),
+            request_hash=key,
+            messages=[{"role": m.role, "content": m.content} for m in messages],
+            text=completion.text,
+            reasoning=completion.reasoning,
+            tokens_in=completion.tokens_in,
+            tokens_out=completion.tokens_out,
+            cost=completion.cost,
+            latency_s=completion.latency_s,
+            finish_reason=completion.finish_reason,
+            provider_request_id=completion.request_id,
+            cached=completion.cached,
+            attempts=completion.attempts,
+            error=error,
+        )
+        with self.store.session() as s:
+            s.add(row)
+            s.commit()
+
+    async def aclose(self) -> None:
+        seen: set[int] = set()
+        for provider in [*self._providers.values(), *self._registered.values()]:
+            if id(provider) in seen:
+                continue
+            seen.add(id(provider))
+            close = getattr(provider, "aclose", None)
+            if close is not None:
+                await close()
+        self._providers.clear()
+
+    async def __aenter__(self) -> Gateway:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+def stored_params(params: GenParams) -> dict[str, Any]:
+    """Params as stored: no None values, no secrets (in ``extra`` or in an api_base URL)."""
+    data = params.model_dump(exclude_none=True)
+    extra = data.get("extra") or {}
+    data["extra"] = {k: v for k, v in extra.items() if not _secret(k)}
+    if not data["extra"]:
+        del data["extra"]
+    return redact(data)
+
+
+def _secret(name: str) -> bool:
+    from simulator.redaction import is_secret_key
+
+    return is_secret_key(name) or name in {"api_key", "headers", "extra_headers"}

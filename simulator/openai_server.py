@@ -1,0 +1,225 @@
+"""A small OpenAI-compatible chat server on 127.0.0.1, for tests, benchmarks and offline demos.
+
+    python -m simulator.openai_server --port 0 --model scripted-echo --delay-ms 100
+    python -m simulator.openai_server --model embedded          # the offline SmolLM2 over HTTP
+
+Serves ``POST /v1/chat/completions`` and ``GET /v1/models``. The reply comes from any gateway spec
+(``scripted:echo`` echoes the last message; ``embedded`` and ``hf:...`` run a real model), after an
+optional fixed delay. To exercise clients' retry paths it can answer 429 with ``Retry-After``:
+for the first K requests overall (``--fail-first K``), or, per model name, for the first K requests
+that carry the header ``x-fail-first: K``. It never binds anything but 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import threading
+import time
+from collections import defaultdict
+from typing import Any
+
+from aiohttp import web
+
+from simulator.completion import GenParams, Message, ModelError
+
+HOST = "127.0.0.1"
+ALIASES = {"scripted-echo": "scripted:echo", "echo": "scripted:echo"}
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # multi-part content: keep the text parts
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return "" if content is None else str(content)
+
+
+def _role(role: Any) -> str:
+    return {"developer": "system", "system": "system", "assistant": "assistant"}.get(str(role), "user")
+
+
+class ChatServer:
+    def __init__(
+        self,
+        model: str = "scripted:echo",
+        *,
+        delay_s: float = 0.0,
+        fail_first: int = 0,
+        retry_after: float = 1.0,
+        reasoning: str | None = None,
+        require_key: str | None = None,
+    ) -> None:
+        from simulator.gateway import Gateway
+
+        self.spec = ALIASES.get(model, model)
+        self.gateway = Gateway(cache=False, max_attempts=1, timeout_s=None)
+        self.delay_s = delay_s
+        self.fail_first = fail_first
+        self.retry_after = retry_after
+        self.reasoning = reasoning
+        self.require_key = require_key
+        self.requests = 0
+        self.failed_by_model: dict[str, int] = defaultdict(int)
+        self.last_headers: dict[str, str] = {}
+        self._ids = itertools.count(1)
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_post("/v1/chat/completions", self.chat)
+        app.router.add_post("/chat/completions", self.chat)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/models", self.models)
+        app.on_cleanup.append(self._cleanup)
+        return app
+
+    async def _cleanup(self, _app: web.Application) -> None:
+        await self.gateway.aclose()
+
+    async def models(self, _request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": self.spec, "object": "model", "owned_by": "branchpoint"}]})
+
+    def _error(self, status: int, message: str, kind: str, headers: dict[str, str] | None = None) -> web.Response:
+        body = {"error": {"message": message, "type": kind, "code": status}}
+        return web.json_response(body, status=status, headers=headers)
+
+    async def chat(self, request: web.Request) -> web.Response:
+        self.requests += 1
+        self.last_headers = {k.lower(): v for k, v in request.headers.items()}
+        if self.require_key is not None and request.headers.get("Authorization") != f"Bearer {self.require_key}":
+            return self._error(401, "invalid api key", "authentication_error")
+        try:
+            body = await request.json()
+            messages = [Message(role=_role(m.get("role")), content=_text(m.get("content"))) for m in body["messages"]]
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            return self._error(400, f"bad request body: {exc}", "invalid_request_error")
+        model = str(body.get("model") or self.spec)
+
+        limit = int(request.headers.get("x-fail-first", "0") or 0)
+        if self.requests <= self.fail_first or self.failed_by_model[model] < limit:
+            if self.requests > self.fail_first:
+                self.failed_by_model[model] += 1
+            return self._error(429, "rate limited, slow down", "rate_limit_error",
+                               headers={"Retry-After": f"{self.retry_after:g}"})
+
+        stop = body.get("stop")
+        params = GenParams(
+            temperature=body.get("temperature"),
+            top_p=body.get("top_p"),
+            max_tokens=body.get("max_tokens") or body.get("max_completion_tokens"),
+            seed=body.get("seed"),
+            stop=[stop] if isinstance(stop, str) else stop,
+        )
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)
+        try:
+            completion, _ = await self.gateway.complete(self.spec, messages, params, purpose="server")
+        except ModelError as exc:
+            return self._error(500, exc.reason, "server_error")
+        message: dict[str, Any] = {"role": "assistant", "content": completion.text}
+        reasoning = completion.reasoning or self.reasoning
+        if reasoning:
+            message["reasoning_content"] = reasoning
+        return web.json_response({
+            "id": f"chatcmpl-bp{next(self._ids)}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": model,
+            "choices": [{"index": 0, "message": message, "finish_reason": completion.finish_reason or "stop"}],
+            "usage": {
+                "prompt_tokens": completion.tokens_in,
+                "completion_tokens": completion.tokens_out,
+                "total_tokens": completion.tokens_in + completion.tokens_out,
+            },
+        })
+
+
+async def start(server: ChatServer, port: int = 0) -> tuple[web.AppRunner, str]:
+    """Start serving on 127.0.0.1; returns the runner and the base URL (``http://127.0.0.1:PORT/v1``)."""
+    runner = web.AppRunner(server.app(), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, HOST, port)
+    await site.start()
+    bound = runner.addresses[0][1]
+    return runner, f"http://{HOST}:{bound}/v1"
+
+
+class ServerThread:
+    """The server on its own event loop in a daemon thread (for tests in a synchronous process)."""
+
+    def __init__(self, model: str = "scripted:echo", port: int = 0, **kw: Any) -> None:
+        self.server_args = (model, kw)
+        self.port = port
+        self.server: ChatServer | None = None
+        self.base_url = ""
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="openai-server", daemon=True)
+        self._runner: web.AppRunner | None = None
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        try:
+            model, kw = self.server_args
+            self.server = ChatServer(model, **kw)
+            self._runner, self.base_url = self._loop.run_until_complete(start(self.server, self.port))
+        except BaseException as exc:  # reported to the starting thread
+            self._error = exc
+            self._ready.set()
+            return
+        self._ready.set()
+        self._loop.run_forever()
+
+    def start(self) -> str:
+        self._thread.start()
+        self._ready.wait(60)
+        if self._error is not None:
+            raise self._error
+        return self.base_url
+
+    def stop(self) -> None:
+        if self._runner is not None:
+            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(30)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m simulator.openai_server",
+        description="OpenAI-compatible chat server on 127.0.0.1 (tests, benchmarks, offline demos).",
+    )
+    parser.add_argument("--port", type=int, default=0, help="port to bind (0: any free port)")
+    parser.add_argument("--model", default="scripted:echo",
+                        help="gateway spec that answers: scripted-echo (default), embedded, hf:PATH, ...")
+    parser.add_argument("--delay-ms", type=float, default=0.0, help="fixed delay before each reply")
+    parser.add_argument("--fail-first", type=int, default=0, help="answer 429 to the first K requests")
+    parser.add_argument("--retry-after", type=float, default=1.0, help="Retry-After seconds sent with 429s")
+    parser.add_argument("--reasoning", default=None, help="reasoning_content to add to every reply")
+    args = parser.parse_args(argv)
+
+    import os
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+    async def serve() -> None:
+        server = ChatServer(args.model, delay_s=args.delay_ms / 1000, fail_first=args.fail_first,
+                            retry_after=args.retry_after, reasoning=args.reasoning)
+        runner, url = await start(server, args.port)
+        print(url, flush=True)
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await runner.cleanup()
+
+    try:
+        asyncio.run(serve())
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()
