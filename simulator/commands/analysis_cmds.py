@@ -81,17 +81,18 @@ def register(app: typer.Typer) -> None:
             raise UserError(f"--level {level!r}: expected judgment or conversation")
         if out is None:
             raise UserError("--out FILE is required")
-        from analysis.tables import conversation_criterion_table, export_table, judgment_table
+        from analysis.tables import conversation_criterion_table, export_judgments, export_table
 
         store = _store(db)
-        if level == "judgment":
-            table = judgment_table(store, selected, rubric=rubric, judge=judge)
-        else:
-            table = conversation_criterion_table(store, selected, rubric=rubric, judge=judge)
         if out.parent and not out.parent.exists():
             raise UserError(f"{out.parent}: no such directory")
-        export_table(table, out, fmt)
-        typer.echo(f"wrote {len(table)} rows x {table.shape[1]} columns to {out}")
+        if level == "judgment":
+            n = export_judgments(store, out, fmt, selected, rubric=rubric, judge=judge)
+        else:
+            table = conversation_criterion_table(store, selected, rubric=rubric, judge=judge)
+            export_table(table, out, fmt)
+            n = len(table)
+        typer.echo(f"wrote {n} rows to {out}")
 
     @app.command("analyze")
     def analyze(

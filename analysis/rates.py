@@ -1,0 +1,109 @@
+"""Failure rates with cluster-bootstrap intervals.
+
+Failure rate = fails / applicable ratings; a partial is a rating (in the denominator), an ``error``
+verdict is not a rating and is counted in ``n_error``. Two levels:
+
+* ``turn``: every applicable rating of a chatbot turn counts once;
+* ``conversation``: a conversation fails a criterion when any of its turns fails it; the
+  denominator is the conversations with at least one rating of that criterion.
+
+Intervals resample scenarios (the clustering unit: arms, targets and turns of one scenario are not
+independent), seeded, vectorised over every group at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+
+from analysis.bootstrap import DEFAULT_BOOT, cluster_weights, per_cluster_sums, ratio_interval
+from analysis.tables import as_conversation_frame
+
+DEFAULT_BY = ("target", "condition", "criterion_id", "risk_area")
+Level = Literal["turn", "conversation"]
+
+
+def unit_counts(cc: pd.DataFrame, level: Level) -> tuple[np.ndarray, np.ndarray]:
+    """Numerator and denominator per conversation x criterion row for the given level."""
+    if level == "turn":
+        return cc["n_fail"].to_numpy(float), cc["n_rated"].to_numpy(float)
+    if level == "conversation":
+        rated = cc["n_rated"].to_numpy() > 0
+        return ((cc["n_fail"].to_numpy() > 0) & rated).astype(float), rated.astype(float)
+    raise ValueError(f"level must be 'turn' or 'conversation', not {level!r}")
+
+
+def failure_rates(
+    data: pd.DataFrame,
+    by: Sequence[str] = DEFAULT_BY,
+    *,
+    level: Level = "turn",
+    n_boot: int = DEFAULT_BOOT,
+    seed: int = 0,
+    ci: float = 0.95,
+    cluster: str = "scenario_id",
+) -> pd.DataFrame:
+    """Failure rate per group with a (1 - alpha) cluster-bootstrap percentile interval.
+
+    ``data``: a judgment table or a conversation x criterion table. Columns of the result: the
+    ``by`` columns, ``rate``, ``ci_low``, ``ci_high``, ``n_fail``, ``n_partial``, ``n_rated``
+    (ratings, or conversations at the conversation level), ``n_error``, ``n_conversations``,
+    ``n_clusters``.
+    """
+    cc = as_conversation_frame(data)
+    by = [c for c in by if c in cc.columns]
+    if "judge" not in by and cc["judge"].nunique() > 1:
+        by = [*by, "judge"]  # never pool two judges' verdicts silently
+    if cc.empty:
+        return pd.DataFrame(columns=[*by, "rate", "ci_low", "ci_high", "n_fail", "n_rated", "n_error"])
+    num, den = unit_counts(cc, level)
+    group = cc.groupby(by, dropna=False, sort=True, observed=True).ngroup().to_numpy() if by else np.zeros(len(cc), int)
+    clusters, cl_codes = np.unique(cc[cluster].astype(str).to_numpy(), return_inverse=True)
+    n_groups = int(group.max()) + 1
+    s, g = len(clusters), n_groups
+    num_m = per_cluster_sums(cl_codes, group, num, s, g)
+    den_m = per_cluster_sums(cl_codes, group, den, s, g)
+    weights = cluster_weights(s, n_boot, seed)
+    est, lo, hi = ratio_interval(num_m, den_m, weights, ci)
+
+    work = cc[by].copy() if by else pd.DataFrame(index=cc.index)
+    work["_g"] = group
+    keys = work.drop_duplicates("_g").set_index("_g").sort_index()
+    counts = pd.DataFrame(
+        {
+            "_g": group,
+            "n_fail": num if level == "conversation" else cc["n_fail"].to_numpy(),
+            "n_partial": cc["n_partial"].to_numpy() if level == "turn" else ((cc["n_partial"] > 0) & (cc["n_rated"] > 0)).to_numpy(),
+            "n_rated": den,
+            "n_error": cc["n_error"].to_numpy(),
+            "_conv": cc["conversation_id"].to_numpy(),
+            "_cl": cl_codes,
+        }
+    )
+    agg = counts.groupby("_g").agg(
+        n_fail=("n_fail", "sum"),
+        n_partial=("n_partial", "sum"),
+        n_rated=("n_rated", "sum"),
+        n_error=("n_error", "sum"),
+        n_conversations=("_conv", "nunique"),
+        n_clusters=("_cl", "nunique"),
+    )
+    out = keys.join(agg)
+    out["rate"], out["ci_low"], out["ci_high"] = est, lo, hi
+    for col in ("n_fail", "n_partial", "n_rated", "n_error"):
+        out[col] = out[col].astype(np.int64)
+    out["level"] = level
+    front = [*by, "rate", "ci_low", "ci_high", "n_fail", "n_partial", "n_rated", "n_error"]
+    return out.reset_index(drop=True)[front + ["n_conversations", "n_clusters", "level"]]
+
+
+def error_counts(data: pd.DataFrame, by: Sequence[str] = ("target", "judge")) -> pd.DataFrame:
+    """Error verdicts per group, next to the ratings they were meant to be (never hidden)."""
+    cc = as_conversation_frame(data)
+    by = [c for c in by if c in cc.columns]
+    g = cc.groupby(by, dropna=False, observed=True)[["n_error", "n_rated"]].sum().reset_index()
+    g["error_share"] = g["n_error"] / (g["n_error"] + g["n_rated"]).where(lambda x: x > 0)
+    return g.sort_values("n_error", ascending=False, kind="mergesort").reset_index(drop=True)
