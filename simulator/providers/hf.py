@@ -10,6 +10,9 @@ at its own limit) and its own stop strings. Seeds: a batch is seeded from the se
 so a seeded run is repeatable when the same requests meet in the same batches; a request's sample
 still depends on its batch companions. Greedy decoding (temperature 0) does not.
 
+A request with ``json_schema`` skips the queue: it is filled slot by slot by the schema-guided
+generator (``providers/guided.py``), in a worker thread holding the same per-model lock.
+
 Weights are loaded once per (model, gguf file, device) and shared by every provider object.
 """
 
@@ -179,6 +182,7 @@ class HFProvider:
         self.default_concurrency = max(max_batch, 1)
         self.generate_calls = 0
         self.batch_sizes: list[int] = []
+        self.guided_calls = 0  # requests with a json_schema, served by providers/guided.py
         self._loaded: LoadedModel | None = None
         self._pending: list[_Request] = []
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -245,6 +249,9 @@ class HFProvider:
         self._bind_loop()
         await self._ensure_loaded()
         merged, max_new, settings = self._resolve(params)
+        if merged.json_schema:
+            # Schema-guided: filled slot by slot (see providers/guided.py), outside the batch queue.
+            return await asyncio.to_thread(self._guided, messages, merged)
         assert self._loop is not None and self._full is not None
         future: asyncio.Future[Completion] = self._loop.create_future()
         self._pending.append(_Request(messages, merged, max_new, settings, future))
@@ -339,6 +346,23 @@ class HFProvider:
                 cost=0.0, finish_reason=finish, model=self.source,
             ))
         return results
+
+    def _guided(self, messages: list[Message], params: GenParams) -> Completion:
+        import torch
+
+        from simulator.providers.guided import guided_complete
+
+        lm = self.load()
+        try:
+            with lm.lock, torch.inference_mode():  # the batch worker takes the same lock
+                completion = guided_complete(
+                    lm.model, lm.tokenizer, lm.device, lm.max_positions, messages, params,
+                    eos_ids=_eos_ids(lm), model_name=self.source,
+                )
+                self.guided_calls += 1
+        except Exception as exc:  # reported like a failed batch
+            raise ModelError(f"guided generation failed: {type(exc).__name__}: {exc}"[:500]) from exc
+        return completion
 
     async def aclose(self) -> None:
         if self._runner is not None and not self._runner.done():
