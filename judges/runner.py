@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path

@@ -175,7 +175,7 @@ class Gateway:
             self._inflight[key] = future
         try:
             completion, attempts, error = await self._call_with_retries(parsed, provider, messages, params)
-        except BaseException as exc:  # cancelled: release anyone waiting on this request
+        except BaseException:  # cancelled: release anyone waiting on this request
             if future is not None and not future.done():
                 future.set_exception(ModelError("cancelled"))
                 future.exception()  # mark retrieved

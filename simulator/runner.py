@@ -94,40 +94,21 @@ class RunResult(BaseModel):
 # -- adapters to the scenarios package -----------------------------------------------------------
 
 
-def _variants_api() -> Any:
-    try:
-        return importlib.import_module("scenarios.variants")
-    except ModuleNotFoundError as exc:  # pragma: no cover - only while the package is incomplete
-        raise UserError("scenario variants are not available (scenarios.variants missing)") from exc
-
-
 def load(paths: list[str]) -> list[Scenario]:
-    from scenarios.loader import load_scenarios
+    from scenarios.loader import require_scenarios
 
     for p in paths:
         if not os.path.exists(p):
             raise UserError(f"{p}: no such scenario file or folder")
-    scenarios, errors = load_scenarios(paths)
-    if errors:
-        more = f" (and {len(errors) - 1} more problems; run `branchpoint validate`)" if len(errors) > 1 else ""
-        raise UserError(f"{errors[0]}{more}")
-    if not scenarios:
-        raise UserError(f"{', '.join(paths)}: no scenarios found")
-    return scenarios
+    return require_scenarios(paths)
 
 
 def system_prompts(names: list[str]) -> dict[str, str | None]:
     """Condition name -> the target's system prompt (None: no system message)."""
     out: dict[str, str | None] = {}
-    conditions: dict[str, Any] = {}
-    try:
-        mod = importlib.import_module("scenarios.conditions")
-        conditions = mod.load_conditions()
-    except ModuleNotFoundError:
-        try:
-            conditions = importlib.import_module("scenarios").load_conditions()
-        except (ImportError, AttributeError):
-            conditions = {}
+    from scenarios.conditions import load_conditions
+
+    conditions: dict[str, Any] = load_conditions()
     for name in names:
         if name == "none" and name not in conditions:
             out[name] = None
@@ -213,7 +194,8 @@ async def run(
     from simulator.store import open_store, redact_url
     from simulator.tree import Arm, TreeEnv, TreeSpec, TurnWriter, conversation_id, run_tree
 
-    variants_api = _variants_api()
+    from scenarios import variants as variants_api
+
     if scenarios is None:
         if not config.scenarios:
             raise UserError("no scenarios given (name scenario files or folders)")

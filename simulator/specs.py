@@ -88,8 +88,8 @@ def params_from(values: Mapping[str, Any] | GenParams | None, *, where: str = "p
         raise UserError(f"{where}: {field}: {err['msg']} (got {err.get('input')!r})") from None
 
 
-def params_from_pairs(pairs: Iterable[str], *, where: str = "--param") -> GenParams:
-    """``["temperature=0.7", "seed=3"]`` (repeated ``--param NAME=VALUE``) -> GenParams."""
+def pairs_to_dict(pairs: Iterable[str], *, where: str = "--param") -> dict[str, Any]:
+    """``["temperature=0.7", "api_base=http://..."]`` -> a dict; values are JSON where they parse."""
     import json
 
     values: dict[str, Any] = {}
@@ -101,4 +101,9 @@ def params_from_pairs(pairs: Iterable[str], *, where: str = "--param") -> GenPar
             values[name.strip()] = json.loads(text)
         except ValueError:
             values[name.strip()] = text  # a bare string such as an api_base URL
-    return params_from(values, where=where)
+    return values
+
+
+def params_from_pairs(pairs: Iterable[str], *, where: str = "--param") -> GenParams:
+    """``["temperature=0.7", "seed=3"]`` (repeated ``--param NAME=VALUE``) -> GenParams."""
+    return params_from(pairs_to_dict(pairs, where=where), where=where)

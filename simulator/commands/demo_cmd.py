@@ -6,7 +6,9 @@ LLM judge) -> write the report, then say where everything is. `make demo` calls 
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Annotated
 
@@ -17,6 +19,8 @@ from simulator.errors import UserError
 LIBRARY = Path(__file__).resolve().parents[2] / "scenarios" / "library"
 # Two seeds whose disclosure branch fires early enough to fork inside a short demo.
 DEMO_SEEDS = ("teen-ah-rail-bridge-jump", "teen-rs-are-you-a-real-person")
+# One ED forum question, asked with its 16 matched bios and none, with and without the cue.
+DEMO_ED_QUESTION = "ed-fear-food-pasta"
 
 
 def demo_command(
@@ -24,7 +28,8 @@ def demo_command(
     seeds: Annotated[list[str], typer.Option("--seed-id", help="Teen seed ids to run (repeatable).")] = list(DEMO_SEEDS),
     max_turns: Annotated[int, typer.Option("--max-turns", min=1, help="Exchanges per conversation.")] = 6,
     model: Annotated[str, typer.Option("--model", help="Spec used as persona, target and LLM judge.")] = "embedded",
-    judge_max_tokens: Annotated[int, typer.Option("--judge-max-tokens", help="Token cap of each LLM-judge reply.")] = 320,
+    ed_question: Annotated[str, typer.Option("--ed-question", help="ED question id to ask with every matched bio.")] = DEMO_ED_QUESTION,
+    judge_max_tokens: Annotated[int, typer.Option("--judge-max-tokens", help="Token cap of the free text in each LLM-judge reply.")] = 128,
 ) -> None:
     """Run the main job end to end, offline: validate, expand, simulate, judge, report.
 
@@ -35,11 +40,11 @@ def demo_command(
 
     from analysis.report import write_report
     from judges.runner import judge_run
-    from scenarios import expand, load_scenarios
-    from simulator.runner import RunConfig, run_scenarios
+    from scenarios import expand, expand_by_cue, load_scenarios
+    from simulator.runner import RunConfig, run, run_scenarios
     from simulator.specs import parse_spec
 
-    console = Console(highlight=False)
+    console = Console(highlight=False, soft_wrap=True)
     parse_spec(model)
     out.mkdir(parents=True, exist_ok=True)
     db = out / "branchpoint.db"
@@ -55,12 +60,12 @@ def demo_command(
     by_id = {s.id: s for s in scenarios}
     console.print(f"    {len(scenarios)} scenarios, 0 errors")
 
-    missing = [s for s in seeds if s not in by_id]
+    missing = [s for s in [*seeds, ed_question] if s not in by_id]
     if missing:
         raise UserError(f"--seed-id {missing[0]!r}: no such scenario in {LIBRARY}")
     paths = [str(LIBRARY / "teen" / f"{s}.yaml") for s in seeds]
     console.print("[bold]2/5 variants[/]")
-    for s in seeds:
+    for s in [*seeds, ed_question]:
         variants = expand(by_id[s])
         console.print(f"    {s}: {len(variants)} matched variants")
 
@@ -68,25 +73,46 @@ def demo_command(
     result = run_scenarios(RunConfig(
         scenarios=paths, targets=[model], simulator=model, conditions=["none"],
         max_turns=max_turns, db=str(db), concurrency=16,
+        # Short turns keep the demo within minutes on two CPU cores; teens write short anyway.
+        simulator_params={"max_tokens": 48}, target_params={"max_tokens": 96},
     ))
-    stops: dict[str, int] = {}
-    for c in result.conversations:
-        stops[c.stop_reason or c.status] = stops.get(c.stop_reason or c.status, 0) + 1
-    console.print(f"    run {result.run_id}: {len(result.conversations)} conversations "
-                  f"({', '.join(f'{k} {v}' for k, v in sorted(stops.items()))}); "
-                  f"model calls {sum(result.calls.values())}")
+    stops = Counter(c.stop_reason or c.status for c in result.conversations)
+    console.print(f"    run {result.run_id}: {len(result.conversations)} conversations, stopped by "
+                  f"{', '.join(f'{k} ({v})' for k, v in sorted(stops.items()))}; "
+                  f"{sum(result.calls.values())} model calls")
 
-    console.print("[bold]4/5 judge[/] rubric teen: heuristic judge, then the LLM judge on the same model")
-    heuristic = judge_run(result.run_id, db=str(db), rubric="teen", judges=["heuristic"])
+    ed = by_id[ed_question]
+    # Without the explicit cue: the no-bio baseline and the four gender x BMI bios, enough for
+    # the ED safety scores and the bio contrast while keeping LLM judging to a few calls.
+    no_cue = expand_by_cue(ed)[False]
+    ed_variants = [v.id for v in no_cue if not v.profile or set(v.profile) == {"gender", "bmi"}]
+    console.print(f"    ED question {ed_question}: {len(ed_variants)} of its matched bios (no cue), single turn")
+    ed_result = asyncio.run(run(RunConfig(
+        scenarios=[str(ed.source_path or LIBRARY / "ed")], targets=[model], simulator=model,
+        conditions=["none"], db=str(db), concurrency=16, target_params={"max_tokens": 96},
+        variants=ed_variants,
+    ), scenarios=[ed]))
+    console.print(f"    run {ed_result.run_id}: {len(ed_result.conversations)} conversations")
+
     from simulator.completion import GenParams
 
-    llm = judge_run(result.run_id, db=str(db), rubric="teen", judges=[model], concurrency=8,
-                    params=GenParams(max_tokens=judge_max_tokens, temperature=0.0, seed=0),
-                    progress=True)
-    console.print(f"    heuristic: {_judged(heuristic)}; {model}: {_judged(llm)}")
+    judge_params = GenParams(max_tokens=judge_max_tokens, temperature=0.0, seed=0)
+    console.print("[bold]4/5 judge[/] heuristic judge on every chatbot turn; the LLM judge on each "
+                  "teen conversation and each ED reply")
+    heuristic = judge_run(result.run_id, db=str(db), rubric="teen", judges=["heuristic"])
+    console.print(f"    teen, heuristic: {_judged(heuristic)}")
+    # A local model judges one call at a time (calls share its KV cache), so concurrency would
+    # only queue; conversation scope keeps the teen LLM judging to one call per arm on two cores.
+    llm = judge_run(result.run_id, db=str(db), rubric="teen", judges=[model], concurrency=1,
+                    scope="conversation", params=judge_params, progress=True)
+    console.print(f"    teen, {model} (whole conversations): {_judged(llm)}")
+    ed_heuristic = judge_run(ed_result.run_id, db=str(db), rubric="ed", judges=["heuristic"])
+    ed_llm = judge_run(ed_result.run_id, db=str(db), rubric="ed", judges=[model], concurrency=1,
+                       params=judge_params, progress=True)
+    console.print(f"    ed, heuristic: {_judged(ed_heuristic)}; {model}: {_judged(ed_llm)}")
 
     console.print("[bold]5/5 report[/]")
-    files = write_report(str(db), out / "report", result.run_id, n_boot=500)
+    files = write_report(str(db), out / "report", [result.run_id, ed_result.run_id], n_boot=500)
     elapsed = time.monotonic() - started
     console.print()
     console.print(f"Done in {elapsed / 60:.1f} min. Results:")
@@ -94,6 +120,8 @@ def demo_command(
     console.print(f"  report       {files.html}")
     console.print(f"  markdown     {files.markdown}")
     console.print(f"  plots        {', '.join(p.name for p in files.plots)}")
+    if files.missing_plots:
+        console.print(f"  (no data for: {', '.join(files.missing_plots)}; the report says why)")
     console.print(f"  a transcript branchpoint show {result.conversations[0].id} --db {db}")
     console.print("The embedded model is far too small to measure safety: these numbers prove the pipeline only.")
 

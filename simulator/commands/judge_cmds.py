@@ -2,37 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Optional
+from typing import Annotated, Optional
 
 import typer
 
 from simulator.errors import UserError
-
-
-def _params(values: list[str]) -> Any:
-    import json
-
-    from pydantic import ValidationError
-
-    from simulator.completion import GenParams
-
-    data: dict[str, Any] = {}
-    for pair in values:
-        name, sep, text = pair.partition("=")
-        if not sep or not name.strip():
-            raise UserError(f"--judge-param {pair!r}: expected NAME=VALUE, e.g. max_tokens=512")
-        try:
-            data[name.strip()] = json.loads(text)
-        except ValueError:
-            data[name.strip()] = text
-    try:
-        return GenParams(**data) if data else None
-    except ValidationError as exc:
-        first = exc.errors(include_url=False)[0]
-        field = ".".join(str(p) for p in first["loc"])
-        raise UserError(
-            f"--judge-param {field}: {first['msg']} (expected one of: temperature, top_p, max_tokens, seed, stop, api_base)"
-        ) from None
 
 
 def judge_command(
@@ -59,6 +33,7 @@ def judge_command(
     from rich.markup import escape
 
     from judges.runner import judge_run
+    from simulator.specs import params_from_pairs
 
     if scope not in (None, "per_turn", "conversation"):
         raise UserError(f"--scope {scope!r}: expected per_turn or conversation")
@@ -75,7 +50,7 @@ def judge_command(
         panel=panel,
         scope=scope,
         concurrency=concurrency,
-        params=_params(judge_param or []),
+        params=params_from_pairs(judge_param, where="--judge-param") if judge_param else None,
         max_retries=max_retries,
         retry_errors=retry_errors,
         progress=True,

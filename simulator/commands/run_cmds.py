@@ -14,21 +14,6 @@ import typer
 from simulator.errors import UserError
 
 
-def _pairs(values: list[str], flag: str) -> dict[str, object]:
-    import json
-
-    out: dict[str, object] = {}
-    for pair in values:
-        name, sep, text = pair.partition("=")
-        if not sep or not name.strip():
-            raise UserError(f"{flag} {pair!r}: expected NAME=VALUE, e.g. temperature=0.7")
-        try:
-            out[name.strip()] = json.loads(text)
-        except ValueError:
-            out[name.strip()] = text  # a bare string such as an api_base URL
-    return out
-
-
 def run_command(
     scenario: Annotated[list[Path], typer.Argument(help="Scenario YAML file(s) or folder(s).", show_default=False, metavar="SCENARIO")],
     target: Annotated[Optional[list[str]], typer.Option("--target", "-t", metavar="SPEC", help="Target model spec (repeatable): embedded, hf:MODEL, litellm:PROVIDER/MODEL, oai:MODEL, scripted:NAME. Default: embedded.")] = None,
@@ -57,6 +42,7 @@ def run_command(
     """
     from simulator.events import load_patterns
     from simulator.runner import RunConfig, new_run_id
+    from simulator.specs import pairs_to_dict
 
     if fork not in (None, "shared", "independent"):
         raise UserError(f"--fork {fork!r}: expected shared or independent")
@@ -65,12 +51,12 @@ def run_command(
     config = RunConfig(
         scenarios=[str(p) for p in scenario],
         targets=target or ["embedded"],
-        target_params=_pairs(target_param or [], "--target-param"),
+        target_params=pairs_to_dict(target_param or [], where="--target-param"),
         conditions=condition or ["none"],
         simulator=simulator,
-        simulator_params=_pairs(simulator_param or [], "--simulator-param"),
+        simulator_params=pairs_to_dict(simulator_param or [], where="--simulator-param"),
         detector=detector,
-        detector_params=_pairs(detector_param or [], "--detector-param"),
+        detector_params=pairs_to_dict(detector_param or [], where="--detector-param"),
         replicates=replicates,
         max_turns=max_turns,
         variants=variant or [],

@@ -53,8 +53,10 @@ class LoadedModel:
 def cpu_threads() -> int:
     """Torch threads for CPU generation: ``BRANCHPOINT_TORCH_THREADS``, else all cores but one (max 8).
 
-    Leaving a core free matters: the event loop, the store and other conversations run beside
-    generation, and OpenMP threads that spin on a busy core slow small matmuls by an order of magnitude.
+    Leaving a core free matters on bigger machines: the event loop, the store and other
+    conversations run beside generation, and OpenMP threads that spin on a busy core slow small
+    matmuls by an order of magnitude. With two cores or fewer, generation is nearly all the work
+    (the loop mostly waits on it), so it gets every core.
     """
     value = os.environ.get("BRANCHPOINT_TORCH_THREADS")
     if value:
@@ -62,7 +64,8 @@ def cpu_threads() -> int:
             return max(1, int(value))
         except ValueError:
             raise UserError(f"BRANCHPOINT_TORCH_THREADS={value!r}: expected a whole number") from None
-    return max(1, min(8, (os.cpu_count() or 2) - 1))
+    cores = os.cpu_count() or 2
+    return cores if cores <= 2 else min(8, cores - 1)
 
 
 def conversion_cache_dir() -> Path:
@@ -116,7 +119,10 @@ def load_model(source: str, gguf_file: str | None = None, device: str | None = N
             return _LOADED[key]
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers.utils import logging as hf_logging
 
+        # Our own progress bars say what is happening; transformers' would interleave with them.
+        hf_logging.disable_progress_bar()
         if device == "cpu":
             torch.set_num_threads(cpu_threads())
         load_from, kw = source, ({"gguf_file": gguf_file} if gguf_file else {})
