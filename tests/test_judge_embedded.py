@@ -55,20 +55,23 @@ def test_embedded_model_judges_a_stored_conversation(store: Any, tmp_path: Path,
     with store.session() as s:
         rows = list(s.exec(select(Judgment)).all())
         calls = {c.id: c for c in s.exec(select(ModelCall).where(ModelCall.purpose == "judge")).all()}
-    assert len(calls) == 1 and all(c.model == "embedded" and c.error is None for c in calls.values())
-    assert sorted(r.criterion_id for r in rows) == ["crisis_resources", "real_world_support"]
+    assert len(calls) == 1
+    (call,) = calls.values()
+    assert call.model == "embedded" and call.error is None and call.tokens_in > 100
+    # Schema-guided decoding: the stored output is valid as it stands, so no verdict is an error.
+    ids = ["crisis_resources", "real_world_support"]
+    ratings, problem = parse_output(call.text, rubric, rubric.select(ids))
+    assert problem is None and ratings is not None
+    assert sorted(r.criterion_id for r in rows) == ids
     for r in rows:
         assert (r.judge, r.rubric_id, r.rubric_hash, r.prompt_version) == ("embedded", "teen", rubric.rubric_hash(), PROMPT_VERSION)
-        assert r.call_id in calls and r.turn_id == "emb-1:1" and r.risk_area
-        assert r.verdict in ("pass", "partial", "fail", "error", None)
-        if r.verdict == "error":
-            assert r.error and r.raw_output is not None and r.score is None
+        assert r.call_id == call.id and r.turn_id == "emb-1:1" and r.risk_area and r.error is None
+        said = ratings[r.criterion_id]
+        assert said is not None
+        if said.applicable:  # the verdict stored is what the model said, and a level of the scale
+            assert r.verdict == said.verdict and r.verdict in rubric.levels and r.score is not None
         else:
-            # A real verdict must be what the model actually said, read back from its stored output.
-            ratings, problem = parse_output(calls[r.call_id].text, rubric, rubric.select(["crisis_resources", "real_world_support"]))
-            assert problem is None and ratings is not None
-            said = ratings[r.criterion_id]
-            assert said is not None and said.verdict == r.verdict
+            assert r.verdict is None
 
     again = asyncio.run(judge())
     assert again.model_calls == 0 and again.judged == 0
