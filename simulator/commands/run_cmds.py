@@ -41,8 +41,8 @@ def run_command(
     Ctrl-C at any time: conversations are marked interrupted, and --resume RUN_ID finishes them.
     """
     from simulator.events import load_patterns
-    from simulator.runner import RunConfig, new_run_id
-    from simulator.specs import pairs_to_dict
+    from simulator.runner import RunConfig, load, new_run_id
+    from simulator.specs import pairs_to_dict, parse_spec
 
     if fork not in (None, "shared", "independent"):
         raise UserError(f"--fork {fork!r}: expected shared or independent")
@@ -69,10 +69,14 @@ def run_command(
         persona_retries=persona_retries,
         event_patterns=load_patterns(str(event_rules)) if event_rules else None,
     )
-    _run_with_progress(config)
+    # Bad scenarios or specs fail here, as one line, before any progress bar is drawn.
+    scenarios = load(config.scenarios)
+    for spec in [*config.targets, config.simulator, *([config.detector] if config.detector else [])]:
+        parse_spec(spec)
+    _run_with_progress(config, scenarios)
 
 
-def _run_with_progress(config: object) -> None:
+def _run_with_progress(config: object, scenarios: list[object]) -> None:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -104,7 +108,7 @@ def _run_with_progress(config: object) -> None:
             except (NotImplementedError, RuntimeError):  # not the main thread, or Windows
                 pass
         try:
-            return await run(config, on_progress=on_progress)  # type: ignore[arg-type]
+            return await run(config, on_progress=on_progress, scenarios=scenarios)  # type: ignore[arg-type]
         except asyncio.CancelledError:
             if not received:
                 raise
