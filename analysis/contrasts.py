@@ -54,18 +54,17 @@ def branch_point_keys(cc: pd.DataFrame) -> list[str]:
 
 
 def _scenario_baselines(paths: Sequence[str]) -> dict[str, str]:
-    """Baselines declared in scenario files (read as plain YAML: no dependency on the loader)."""
+    """Baselines declared in the scenario files, read by the scenarios loader (set files too)."""
+    from scenarios.loader import load_scenario_file
+
     found: dict[str, str] = {}
     for p in paths:
-        try:
-            from ruamel.yaml import YAML
-
-            doc = YAML(typ="safe").load(Path(p).read_text(encoding="utf-8"))
-            for bp in doc.get("branch_points", []) or []:
-                if isinstance(bp, dict) and "id" in bp and "baseline" in bp:
-                    found.setdefault(str(bp["id"]), str(bp["baseline"]))
-        except Exception:  # an unreadable scenario file only means we infer from the data
-            continue
+        if not Path(p).is_file():
+            continue  # a moved scenario file only means we infer the baseline from the data
+        scenarios, _errors = load_scenario_file(p)
+        for scenario in scenarios:
+            for bp in scenario.branch_points:
+                found.setdefault(bp.id, bp.baseline)
     return found
 
 

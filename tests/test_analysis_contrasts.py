@@ -63,7 +63,12 @@ def test_baselines_are_inferred_from_the_data_and_can_be_given(cc: pd.DataFrame)
 
 def test_baseline_comes_from_the_scenario_file(cc: pd.DataFrame, tmp_path: Path) -> None:
     yml = tmp_path / "s.yaml"
-    yml.write_text("id: s\nbranch_points:\n  - id: limit\n    baseline: push_back\n    options: {push_back: a, accept_limit: b}\n")
+    yml.write_text(
+        "id: s\ntitle: t\nrisk_area: acute_harm\ncontent_warning: w\nopening: hi\n"
+        "persona: {name: A, age: 15, background: b}\n"
+        "branch_points:\n  - id: limit\n    kind: limit_pushback\n    trigger: {on_event: limit}\n"
+        "    baseline: push_back\n    options: {push_back: a, accept_limit: b}\n"
+    )
     found = resolve_baselines(cc.assign(scenario_path=str(yml))).set_index("branch_point")
     assert (found.loc["limit", "baseline"], found.loc["limit", "source"]) == ("push_back", "scenario file")
 
