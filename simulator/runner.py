@@ -105,21 +105,16 @@ def load(paths: list[str]) -> list[Scenario]:
 
 def system_prompts(names: list[str]) -> dict[str, str | None]:
     """Condition name -> the target's system prompt (None: no system message)."""
-    out: dict[str, str | None] = {}
     from scenarios.conditions import load_conditions
 
-    conditions: dict[str, Any] = load_conditions()
+    conditions = load_conditions()  # always has "none"; prompts come rendered with crisis resources
+    out: dict[str, str | None] = {}
     for name in names:
-        if name == "none" and name not in conditions:
-            out[name] = None
-            continue
         cond = conditions.get(name)
         if cond is None:
-            known = ", ".join(sorted({"none", *conditions}))
+            known = ", ".join(sorted(conditions))
             raise UserError(f"--condition {name!r}: unknown condition; known: {known}")
-        render = getattr(cond, "render", None)
-        text = render() if callable(render) else getattr(cond, "system_prompt", None)
-        out[name] = text or None
+        out[name] = cond.system_prompt or None
     return out
 
 
