@@ -289,7 +289,7 @@ async def run(
                         arms=arms, target=target, target_params=target_params, condition=condition,
                         system_prompt=prompts[condition], replicate=replicate,
                         seed=config.seed + replicate, fork=config.fork or scenario.fork,
-                        max_turns=max_turns, choices_record=_choices_record,
+                        max_turns=max_turns,
                     ))
                     progress.add_total(len(arms) * max_turns * 2)
     missing = wanted - seen_variants
@@ -374,11 +374,6 @@ def summaries(store: Store, run_id: str) -> list[ConversationSummary]:
             condition=c.condition, replicate=c.replicate, status=c.status, stop_reason=c.stop_reason,
             n_turns=c.n_turns, error=c.error, parent_id=c.parent_id, fork_turn=c.fork_turn,
         ) for c in rows]
-
-
-def _choices_record(variant: Any) -> dict[str, Any]:
-    record = getattr(variant, "as_choices_record", None)
-    return dict(record()) if callable(record) else dict(getattr(variant, "choices", {}))
 
 
 async def run_scenario(

@@ -80,7 +80,6 @@ class TreeSpec:
     seed: int
     fork: str  # shared | independent
     max_turns: int
-    choices_record: Callable[[Any], dict[str, Any]] = lambda v: dict(getattr(v, "choices", {}))
 
 
 @dataclass
@@ -125,7 +124,7 @@ class TurnWriter:
                     s.add(Conversation(
                         id=arm.conversation_id, run_id=env.run_id, scenario_id=spec.scenario.id,
                         scenario_hash=spec.scenario_hash, scenario_path=spec.scenario_path,
-                        variant_id=arm.variant_id, choices=spec.choices_record(arm.variant),
+                        variant_id=arm.variant_id, choices=arm.variant.as_choices_record(),
                         target=spec.target, target_params=env.target_params_record,
                         condition=spec.condition, simulator=env.simulator,
                         simulator_params=env.simulator_params, replicate=spec.replicate, seed=spec.seed,
