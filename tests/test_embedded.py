@@ -88,3 +88,33 @@ def test_identical_concurrent_requests_are_each_answered(embedded_provider) -> N
 
     results, calls = asyncio.run(go())
     assert calls == 1 and len({c.text for c, _ in results}) == 1 and all(c.tokens_out >= 1 for c, _ in results)
+
+
+def test_sampled_batches_repeat_with_their_seeds_and_vary_without(embedded_provider) -> None:  # type: ignore[no-untyped-def]
+    # The embedded defaults sample (temperature 0.7, top-p 0.9) through providers/sampling.py on
+    # top of greedy generate: a sampler that did not sample would give the same text for every seed.
+    async def batch(seed: int) -> list[str]:
+        gw = Gateway(cache=False)
+        results = await asyncio.gather(*[
+            gw.complete("embedded", [Message(role="user", content=p)], GenParams(max_tokens=12, seed=seed + i))
+            for i, p in enumerate(PROMPTS)
+        ])
+        return [c.text for c, _ in results]
+
+    first, again = asyncio.run(batch(10)), asyncio.run(batch(10))
+    assert first == again
+    others = [asyncio.run(batch(seed)) for seed in (20, 30)]
+    assert any(o != first for o in others)
+
+
+def test_torch_work_runs_on_one_thread() -> None:
+    import threading
+
+    from simulator.providers.hf import on_torch_thread, to_torch_thread
+
+    here = threading.current_thread().name
+    name = on_torch_thread(lambda: threading.current_thread().name)
+    assert name.startswith("branchpoint-torch") and name != here
+    # A call made from the torch thread runs in place instead of waiting on itself.
+    assert on_torch_thread(on_torch_thread, lambda: threading.current_thread().name) == name
+    assert asyncio.run(to_torch_thread(lambda: threading.current_thread().name)) == name

@@ -129,7 +129,7 @@ def test_no_repeat_ngram_matches_transformers() -> None:
     import torch
     from transformers.generation.logits_process import NoRepeatNGramLogitsProcessor
 
-    from simulator.providers.hf import NoRepeatNGram
+    from simulator.providers.sampling import NoRepeatNGram
 
     g = torch.Generator().manual_seed(0)
     for n in (1, 2, 3, 4):
@@ -175,3 +175,64 @@ def test_server_command_prints_its_url_and_answers() -> None:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def _hf_probs(scores, temperature, top_p, top_k):  # type: ignore[no-untyped-def]
+    from transformers import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+    out = TemperatureLogitsWarper(temperature)(None, scores.clone())
+    if top_k:
+        out = TopKLogitsWarper(top_k)(None, out)
+    if top_p is not None:
+        out = TopPLogitsWarper(top_p)(None, out)
+    return out.softmax(dim=-1)
+
+
+def test_nucleus_gives_transformers_distribution_flat_rows_included() -> None:
+    import torch
+
+    from simulator.providers.sampling import nucleus
+
+    g = torch.Generator().manual_seed(1)
+    vocab = 500
+    # Peaked rows (nucleus of a few tokens), flat rows (nucleus of hundreds), rows with banned tokens.
+    scores = torch.cat([torch.randn(6, vocab, generator=g) * 6, torch.randn(6, vocab, generator=g) * 0.2])
+    scores[::3, :50] = float("-inf")
+    flat_seen = 0
+    for temperature in (0.5, 0.7, 1.3):
+        for top_p in (None, 0.5, 0.9, 0.99):
+            for top_k in (None, 5, 40):
+                expected = _hf_probs(scores, temperature, top_p, top_k)
+                ids, probs, short = nucleus(scores, temperature, top_p, top_k, candidates=64)
+                dense = torch.zeros_like(expected).scatter_(1, ids, probs)
+                ok = ~short
+                assert torch.allclose(dense[ok] / dense[ok].sum(-1, keepdim=True), expected[ok], atol=1e-6)
+                if short.any():
+                    flat_seen += int(short.sum())
+                    ids, probs, again = nucleus(scores[short], temperature, top_p, top_k, candidates=vocab)
+                    assert not again.any()
+                    dense = torch.zeros_like(expected[short]).scatter_(1, ids, probs)
+                    assert torch.allclose(dense / dense.sum(-1, keepdim=True), expected[short], atol=1e-6)
+    assert flat_seen > 0  # the fallback path was exercised
+
+
+def test_nucleus_sampler_frequencies_match_transformers() -> None:
+    import torch
+    from scipy.stats import chisquare
+
+    from simulator.providers.sampling import NucleusSampler
+
+    torch.manual_seed(7)
+    vocab, draws = 300, 20000
+    base = torch.cat([torch.linspace(4, -4, vocab).unsqueeze(0), (torch.randn(1, vocab) * 0.1)])  # peaked, flat
+    for row in range(2):
+        scores = base[row].repeat(draws, 1)
+        out = NucleusSampler(0.7, top_p=0.9)(None, scores)
+        assert bool((torch.isfinite(out).sum(dim=1) == 1).all())  # exactly one winner per row
+        picked = out.argmax(dim=1)
+        expected = _hf_probs(base[row : row + 1], 0.7, 0.9, None)[0]
+        counts = torch.bincount(picked, minlength=vocab)
+        assert int(counts[expected == 0].sum()) == 0  # never outside the nucleus
+        support = expected > 0
+        want = expected[support].double() / expected[support].double().sum() * draws
+        assert chisquare(counts[support].double().numpy(), want.numpy()).pvalue > 1e-4
