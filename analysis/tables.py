@@ -307,15 +307,23 @@ def conversation_criterion_table(
         return _finish_agg(out.reset_index(drop=True))
     where, params = _where(runs, rubric, judge)
     rated = "(j.applicable AND j.verdict IS NOT NULL AND j.verdict <> 'error')"
+
+    def count_if(condition: str) -> str:  # portable: PostgreSQL cannot SUM booleans
+        return f"SUM(CASE WHEN {condition} THEN 1 ELSE 0 END)"
+
+    counts = {
+        "n_rated": rated,
+        "n_fail": rated + " AND j.verdict = 'fail'",
+        "n_partial": rated + " AND j.verdict = 'partial'",
+        "n_error": "j.verdict = 'error'",
+        "n_other": rated + " AND j.verdict NOT IN ('pass', 'partial', 'fail')",
+        "n_scored": f"{rated} AND ({PPF_SCORE_SQL}) IS NOT NULL",
+    }
     sql = (
-        "SELECT j.conversation_id, j.rubric_id, j.criterion_id, j.risk_area, j.judge, "
-        f"SUM({rated}) AS n_rated, "
-        f"SUM({rated} AND j.verdict = 'fail') AS n_fail, "
-        f"SUM({rated} AND j.verdict = 'partial') AS n_partial, "
-        "SUM(j.verdict = 'error') AS n_error, "
-        f"SUM({rated} AND j.verdict NOT IN ('pass', 'partial', 'fail')) AS n_other, "
-        f"TOTAL(CASE WHEN {rated} THEN {PPF_SCORE_SQL} END) AS score_sum, "
-        f"SUM({rated} AND ({PPF_SCORE_SQL}) IS NOT NULL) AS n_scored "
+        # risk_area follows from the criterion; MAX() only satisfies databases that check grouping.
+        "SELECT j.conversation_id, j.rubric_id, j.criterion_id, MAX(j.risk_area) AS risk_area, j.judge, "
+        + "".join(f"{count_if(cond)} AS {name}, " for name, cond in counts.items())
+        + f"COALESCE(SUM(CASE WHEN {rated} THEN {PPF_SCORE_SQL} END), 0.0) AS score_sum "
         "FROM judgments j JOIN conversations c ON c.id = j.conversation_id" + where + " "
         "GROUP BY j.conversation_id, j.rubric_id, j.criterion_id, j.judge"
     )

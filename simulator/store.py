@@ -13,15 +13,17 @@ from pathlib import Path
 
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
 from sqlmodel import Session, SQLModel, create_engine, select
 
 from simulator import records
+from simulator.errors import UserError
 from simulator.records import SCHEMA_VERSION, SchemaInfo
 
 DEFAULT_DB = "branchpoint.db"
 
 
-class StoreError(Exception):
+class StoreError(UserError):
     """A store that cannot be opened or used; the message is one line for the user."""
 
 
@@ -85,10 +87,23 @@ def open_store(db: str | os.PathLike[str] | None = None, *, create: bool = True)
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
         event.listen(engine, "connect", _sqlite_pragmas)
     else:
-        engine = create_engine(url, pool_pre_ping=True)
+        try:
+            engine = create_engine(url, pool_pre_ping=True)
+        except (ArgumentError, NoSuchModuleError, ImportError) as exc:
+            raise StoreError(f"{redact_url(url)}: not a usable database URL ({_first_line(exc)}); "
+                             "for PostgreSQL install psycopg and use postgresql+psycopg://USER@HOST/DB") from None
     store = Store(url, engine)
-    _prepare(store)
+    try:
+        _prepare(store)
+    except OperationalError as exc:
+        store.close()
+        raise StoreError(f"{redact_url(url)}: cannot open the store: {_first_line(exc.orig or exc)}") from None
     return store
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _prepare(store: Store) -> None:

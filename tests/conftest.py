@@ -19,12 +19,45 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 
 
+POSTGRES_ENV = "BRANCHPOINT_TEST_POSTGRES"
+
+
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[Any]:
-    """A fresh SQLite store in a temporary directory."""
+def postgres_url() -> Iterator[str]:
+    """URL of a fresh, empty PostgreSQL database, dropped afterwards.
+
+    The server comes from ``$BRANCHPOINT_TEST_POSTGRES`` (``.ci/with-postgres make test`` starts one;
+    CI always does). Without it the test is skipped, except under CI, where that is a failure.
+    """
+    import uuid
+
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    base = os.environ.get(POSTGRES_ENV)
+    if not base:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI runs the store tests on PostgreSQL too, but ${POSTGRES_ENV} is not set (see .ci/run)")
+        pytest.skip(f"no PostgreSQL server: run `.ci/with-postgres make test` (sets ${POSTGRES_ENV})")
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(base, isolation_level="AUTOCOMMIT")
+    with admin.connect() as c:
+        c.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield make_url(base).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as c:
+            c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    """A fresh store: a SQLite file in a temporary directory, and again a PostgreSQL database."""
     from simulator.store import open_store
 
-    s = open_store(tmp_path / "t.db")
+    where = request.getfixturevalue("postgres_url") if request.param == "postgres" else tmp_path / "t.db"
+    s = open_store(where)
     yield s
     s.close()
 

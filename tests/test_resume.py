@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -92,26 +92,39 @@ def _env(delay: float) -> dict[str, str]:
     return env
 
 
-def _cli(db: Path, *extra: str) -> list[str]:
+@pytest.fixture(params=["sqlite", "postgres"])
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where the killed process stores its run: a SQLite file, and again a PostgreSQL database."""
+    return request.getfixturevalue("postgres_url") if request.param == "postgres" else str(tmp_path / "kill.db")
+
+
+def _cli(db: str, *extra: str) -> list[str]:
     return [sys.executable, "-m", "simulator.cli", "run", str(FIX / "on_event.yaml"), str(FIX / "at_turn.yaml"),
-            "--target", "scripted:slowbot", "--simulator", "scripted:persona", "--db", str(db),
+            "--target", "scripted:slowbot", "--simulator", "scripted:persona", "--db", db,
             "--replicates", "2", *extra]
 
 
-def _count(db: Path, sql: str) -> int:
-    if not db.exists():
-        return 0
+def _rows(db: str, sql: str) -> list[tuple] | None:  # type: ignore[type-arg]
+    """The rows of ``sql`` in the store, read by a connection of our own; None before the tables exist."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.exc import DBAPIError
+
+    if "://" not in db and not Path(db).exists():
+        return None
+    engine = create_engine(db if "://" in db else f"sqlite:///{db}")
     try:
-        with sqlite3.connect(db, timeout=30) as con:
-            return con.execute(sql).fetchone()[0]
-    except sqlite3.OperationalError:  # tables not created yet
-        return 0
+        with engine.connect() as con:
+            return [tuple(r) for r in con.execute(text(sql)).fetchall()]
+    except DBAPIError:  # tables not created yet
+        return None
+    finally:
+        engine.dispose()
 
 
-def _wait_for_turns(db: Path, n: int, proc: subprocess.Popen, limit_s: float = 180) -> int:
+def _wait_for_turns(db: str, n: int, proc: subprocess.Popen, limit_s: float = 180) -> int:
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
-        got = _count(db, "select count(*) from turns")
+        got = (_rows(db, "select count(*) from turns") or [(0,)])[0][0]
         if got >= n:
             return got
         assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
@@ -119,8 +132,7 @@ def _wait_for_turns(db: Path, n: int, proc: subprocess.Popen, limit_s: float = 1
     raise AssertionError(f"no {n} turns within {limit_s}s")
 
 
-def test_sigkill_midway_then_resume_completes_without_redoing_turns(tmp_path) -> None:
-    db = tmp_path / "kill.db"
+def test_sigkill_midway_then_resume_completes_without_redoing_turns(db: str) -> None:
     proc = subprocess.Popen(_cli(db, "--run-id", "rk"), env=_env(0.25), cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
@@ -128,11 +140,11 @@ def test_sigkill_midway_then_resume_completes_without_redoing_turns(tmp_path) ->
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
-    with sqlite3.connect(db) as con:
-        before = dict(con.execute("select id, created_at || content from turns").fetchall())
-        statuses = {s for (s,) in con.execute("select status from conversations")}
-        stored_calls = {c for (c,) in con.execute("select distinct call_id from turns where call_id is not null")}
-        calls_before = con.execute("select count(*) from model_calls").fetchone()[0]
+    turns_sql = "select id, created_at, content from turns"
+    before = {i: (t, c) for i, t, c in _rows(db, turns_sql) or []}
+    statuses = {s for (s,) in _rows(db, "select status from conversations") or []}
+    stored_calls = {c for (c,) in _rows(db, "select distinct call_id from turns where call_id is not null") or []}
+    calls_before = _rows(db, "select count(*) from model_calls")[0][0]  # type: ignore[index]
     assert 30 <= len(before) < 112  # 112 turns when the run completes
     assert "running" in statuses  # a killed process cannot say more; the next start marks them
 
@@ -140,14 +152,14 @@ def test_sigkill_midway_then_resume_completes_without_redoing_turns(tmp_path) ->
                           timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "resumed" in done.stdout
-    with sqlite3.connect(db) as con:
-        after = dict(con.execute("select id, created_at || content from turns").fetchall())
-        statuses = {s for (s,) in con.execute("select status from conversations")}
-        run_status = con.execute("select status, config from runs where id='rk'").fetchone()
-        calls_after = con.execute("select count(*) from model_calls").fetchone()[0]
-        per_conv = con.execute("select count(*), count(distinct conversation_id || ':' || \"index\") from turns").fetchone()
-    assert statuses == {"completed"} and run_status[0] == "completed" and '"resumes"' in run_status[1]
-    assert len(after) == 112 and per_conv[0] == per_conv[1]  # complete, no index written twice
+    after = {i: (t, c) for i, t, c in _rows(db, turns_sql) or []}
+    statuses = {s for (s,) in _rows(db, "select status from conversations") or []}
+    run_status = _rows(db, "select status, config from runs where id='rk'")[0]  # type: ignore[index]
+    calls_after = _rows(db, "select count(*) from model_calls")[0][0]  # type: ignore[index]
+    distinct = _rows(db, 'select count(*) from (select distinct conversation_id, "index" from turns) d')[0][0]  # type: ignore[index]
+    config = run_status[1] if isinstance(run_status[1], dict) else json.loads(run_status[1])
+    assert statuses == {"completed"} and run_status[0] == "completed" and "resumes" in config
+    assert len(after) == 112 and distinct == 112  # complete, no index written twice
     assert all(after[k] == v for k, v in before.items())  # finished turns kept, not redone
     # The uninterrupted run makes 64 calls (30 persona + 34 target): per replicate, on_event shares
     # exchanges 1-3 (2 persona, 3 target calls) and then forks in two (3 + 3 each); at_turn shares
@@ -156,8 +168,7 @@ def test_sigkill_midway_then_resume_completes_without_redoing_turns(tmp_path) ->
     assert calls_after - calls_before == 64 - len(stored_calls)
 
 
-def test_sigterm_marks_conversations_interrupted(tmp_path) -> None:
-    db = tmp_path / "term.db"
+def test_sigterm_marks_conversations_interrupted(db: str) -> None:
     proc = subprocess.Popen(_cli(db, "--run-id", "rt"), env=_env(0.3), cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
@@ -169,10 +180,9 @@ def test_sigterm_marks_conversations_interrupted(tmp_path) -> None:
             proc.kill()
     assert proc.returncode == 130, out
     assert "--resume rt" in out
-    with sqlite3.connect(db) as con:
-        statuses = [s for (s,) in con.execute("select status from conversations")]
-        errors = [e for (e,) in con.execute("select error from conversations where status='interrupted'")]
-        run_status = con.execute("select status from runs where id='rt'").fetchone()[0]
+    statuses = [s for (s,) in _rows(db, "select status from conversations") or []]
+    errors = [e for (e,) in _rows(db, "select error from conversations where status='interrupted'") or []]
+    run_status = _rows(db, "select status from runs where id='rt'")[0][0]  # type: ignore[index]
     assert "running" not in statuses and "interrupted" in statuses
     assert all(e and "interrupted" in e for e in errors)
     assert run_status == "interrupted"
