@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from sqlalchemy import text
 from sqlmodel import Session
 
 from simulator.records import SCHEMA_VERSION, SchemaInfo
@@ -22,7 +23,13 @@ Migration = Callable[[Session], None]
 MIGRATIONS: dict[int, Migration] = {
     # 0 is a store made before schema versions were written; its tables match version 1.
     0: lambda session: None,
+    1: lambda session: _add_columns(session, "runs", {"owner": "VARCHAR", "heartbeat_at": "TIMESTAMP"}),
 }
+
+
+def _add_columns(session: Session, table: str, columns: dict[str, str]) -> None:
+    for name, sql_type in columns.items():
+        session.execute(text(f"ALTER TABLE {table} ADD COLUMN {name} {sql_type}"))  # type: ignore[call-overload]
 
 
 def upgrade(store: Store, current: int) -> None:

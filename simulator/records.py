@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import JSON, Column, Text
 from sqlmodel import Field, SQLModel
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 def utcnow() -> datetime:
@@ -48,6 +48,8 @@ class Run(SQLModel, table=True):
     branchpoint_version: str = ""
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
+    owner: str | None = None  # host:pid:token of the process running it now (simulator/lease.py)
+    heartbeat_at: datetime | None = None
 
 
 class Conversation(SQLModel, table=True):

@@ -8,7 +8,9 @@ Conversation trees run concurrently on one asyncio loop (``concurrency`` groups 
 local model's provider gets several requests at once to batch. A run is recorded as a ``Run`` row
 (config redacted). Re-running with the same run id (``--resume RUN_ID`` or ``--run-id``) marks the
 conversations a dead process left ``running`` as ``interrupted`` and continues them from their last
-stored turn; finished conversations and finished turns are never redone.
+stored turn; finished conversations and finished turns are never redone. One process at a time
+holds a run (``simulator/lease.py``): another that tries to run or resume it meanwhile is refused
+with a one-line error, and a run whose process died can be resumed (at once on the same host).
 """
 
 from __future__ import annotations
@@ -181,15 +183,10 @@ async def run(
 
     ``scenarios`` runs these Scenario objects instead of loading ``config.scenarios`` from files.
     """
-    from simulator.events import LLMDetector, RuleDetector
-    from simulator.gateway import Gateway, stored_params
-    from simulator.persona import PersonaSimulator
+    from simulator.lease import RunLease
     from simulator.records import Conversation, Run, utcnow
     from simulator.specs import params_from, parse_spec
     from simulator.store import open_store, redact_url
-    from simulator.tree import Arm, TreeEnv, TreeSpec, TurnWriter, conversation_id, run_tree
-
-    from scenarios import variants as variants_api
 
     if scenarios is None:
         if not config.scenarios:
@@ -208,6 +205,8 @@ async def run(
     progress = Progress(on_progress)
     result = RunResult(run_id=run_id, db=redact_url(store.url))
 
+    lease = RunLease(store, run_id)
+    claimed = lease.claim()  # before anything is changed: another live process may be running it
     with store.session() as s:
         existing = s.get(Run, run_id)
         if existing is None and config.resume:
@@ -238,8 +237,33 @@ async def run(
             except PackageNotFoundError:
                 bp_version = ""
             s.add(Run(id=run_id, kind="run", status="running", config=_redacted_config(config),
-                      branchpoint_version=bp_version))
+                      branchpoint_version=bp_version, owner=lease.owner, heartbeat_at=utcnow()))
         s.commit()
+    if not claimed:
+        lease.held()
+    heartbeat = asyncio.create_task(lease.keep_alive())
+    try:
+        return await _run_held(config, store, own_store, gateway, run_id, progress, result, scenarios, prompts,
+                               target_params, persona_params, detector_params)
+    finally:
+        heartbeat.cancel()
+        lease.release()
+
+
+async def _run_held(
+    config: RunConfig, store: Store, own_store: bool, gateway: Gateway | None, run_id: str, progress: Progress,
+    result: RunResult, scenarios: list[Scenario], prompts: dict[str, str], target_params: Any,
+    persona_params: Any, detector_params: Any,
+) -> RunResult:
+    """The rest of ``run``, while this process holds the run's lease."""
+    from simulator.events import LLMDetector, RuleDetector
+    from simulator.gateway import Gateway, stored_params
+    from simulator.persona import PersonaSimulator
+    from simulator.records import Conversation, Run, utcnow
+    from simulator.tree import Arm, TreeEnv, TreeSpec, TurnWriter, conversation_id, run_tree
+
+    from scenarios import variants as variants_api
+
 
     own_gateway = gateway is None
     gateway = gateway or Gateway(store=store)

@@ -114,7 +114,7 @@ def _prepare(store: Store) -> None:
     with store.session() as s:
         row = s.get(SchemaInfo, "schema_version")
         if row is None:
-            has_data = s.exec(select(records.Run).limit(1)).first() is not None
+            has_data = s.exec(select(records.Run.id).limit(1)).first() is not None
             version = 0 if has_data else SCHEMA_VERSION
             s.add(SchemaInfo(key="schema_version", value=str(version)))
             s.commit()

@@ -186,3 +186,25 @@ def test_sigterm_marks_conversations_interrupted(db: str) -> None:
     assert "running" not in statuses and "interrupted" in statuses
     assert all(e and "interrupted" in e for e in errors)
     assert run_status == "interrupted"
+
+
+def test_a_run_in_progress_cannot_be_resumed_by_a_second_process(db: str) -> None:
+    # Slow replies (1 s each) keep the first process busy while the second one starts and is refused.
+    proc = subprocess.Popen(_cli(db, "--run-id", "rl"), env=_env(1.0), cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        _wait_for_turns(db, 4, proc)
+        second = subprocess.run(_cli(db, "--resume", "rl"), env=_env(0.0), cwd=REPO, capture_output=True,
+                                text=True, timeout=120)
+        assert proc.poll() is None  # the first is still running
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+    errors = [ln for ln in second.stderr.splitlines() if ln.startswith("error:")]
+    assert second.returncode == 2 and len(errors) == 1 and "Traceback" not in second.stderr
+    assert f"is being run by process {proc.pid}" in errors[0]
+    # The killed owner ran on this host and is gone: its run can be resumed at once, and completes.
+    done = subprocess.run(_cli(db, "--resume", "rl"), env=_env(0.0), cwd=REPO, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert _rows(db, "select status, owner from runs where id='rl'") == [("completed", None)]
