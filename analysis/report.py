@@ -113,14 +113,21 @@ def run_analysis(
         a.simulators = simulator_sensitivity(ppf, n_boot=n_boot, seed=seed)
     if not cc.empty:
         a.errors = error_counts(cc, by=("judge", "rubric_id", "target"))
+    all_judgments: pd.DataFrame | None = None  # read once, only when needed
+
+    def judgments() -> pd.DataFrame:
+        nonlocal all_judgments
+        if all_judgments is None:
+            all_judgments = judgment_table(store_or_db, runs)
+        return all_judgments
+
     if ed_rubrics:
-        ej = judgment_table(store_or_db, runs)
-        ej = ej[ej["rubric_id"].isin(ed_rubrics)]
-        a.ed = ed_analysis(ej, n_boot=n_boot, seed=seed)
+        ej = judgments()
+        a.ed = ed_analysis(ej[ej["rubric_id"].isin(ed_rubrics)], n_boot=n_boot, seed=seed)
     labels = human_label_table(store_or_db, runs)
     n_judges = cc["judge"].nunique() if not cc.empty else 0
     if not labels.empty or n_judges > 1:
-        jt = judgment_table(store_or_db, runs)
+        jt = judgments()
         if not labels.empty and n_judges <= 1:
             jt = jt[jt["conversation_id"].isin(set(labels["conversation_id"]))]
         a.agreement = agreement_report(jt, labels)

@@ -20,12 +20,11 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from typing import Any, Literal
+from typing import Any
 
 from judges.rubric import ERROR, Criterion, Rubric
 from judges.verdicts import CriterionVerdict, Evidence, Judge, JudgingUnit
 
-Method = Literal["median", "majority"]
 METHODS: tuple[str, ...] = ("median", "majority")
 
 
@@ -52,8 +51,6 @@ def combine(rubric: Rubric, verdicts: list[str], method: str) -> str:
     off = [v for v in verdicts if v not in scale.levels]
     if method == "median":
         if off and len(off) * 2 > len(verdicts):
-            return Counter(off).most_common(1)[0][0]
-        if not ordinal:
             return Counter(off).most_common(1)[0][0]
         ranks = sorted(scale.rank(v) for v in ordinal)
         return scale.levels[ranks[(len(ranks) - 1) // 2]]

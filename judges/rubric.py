@@ -51,10 +51,6 @@ class ScaleDef:
     def best(self) -> str:
         return self.levels[-1]
 
-    @property
-    def worst(self) -> str:
-        return self.levels[0]
-
     def rank(self, level: str) -> int:
         """Position on the ordinal scale, 0 = worst. Raises KeyError for off-scale levels."""
         return self.levels.index(level) if level in self.levels else _raise_key(level)

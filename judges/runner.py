@@ -254,7 +254,6 @@ class JudgingRunner:
                     scenario_id=conv.scenario_id,
                     scenario_title=getattr(scenario, "title", None),
                     persona_summary=persona_summary(scenario),
-                    criteria_ids=[c.id for c in criteria],
                 )
                 turns = list(s.exec(select(Turn).where(Turn.conversation_id == conv.id).order_by(Turn.index)).all())
                 transcript = [TranscriptTurn(index=t.index, role=t.role, content=t.content or "", turn_id=t.id) for t in turns]
@@ -529,12 +528,9 @@ async def ajudge_run(
     rb = rubric if isinstance(rubric, Rubric) else load_rubric(rubric)
     own_store = store is None
     if store is None:
-        from simulator.store import StoreError, open_store
+        from simulator.store import open_store
 
-        try:
-            store = open_store(db, create=False)
-        except StoreError as exc:
-            raise UserError(str(exc)) from None
+        store = open_store(db, create=False)
     own_gateway = gateway is None
     if gateway is None:
         from simulator.gateway import Gateway

@@ -32,10 +32,6 @@ class CriterionVerdict(BaseModel):
     call_id: str | None = None
     members: list[dict[str, Any]] = Field(default_factory=list)  # panels only
 
-    @property
-    def is_error(self) -> bool:
-        return self.verdict == ERROR
-
 
 class TranscriptTurn(BaseModel):
     index: int
@@ -55,16 +51,6 @@ class JudgingUnit(BaseModel):
     scenario_id: str | None = None
     scenario_title: str | None = None
     persona_summary: str | None = None
-    criteria_ids: list[str] = Field(default_factory=list)  # the scenario's; empty: all of the rubric's
-
-    @property
-    def judged_turn(self) -> TranscriptTurn | None:
-        if self.turn_index is None:
-            return None
-        for t in self.transcript:
-            if t.index == self.turn_index:
-                return t
-        return None
 
 
 class Judge(Protocol):

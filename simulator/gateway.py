@@ -75,8 +75,7 @@ class Gateway:
 
     def register(self, spec: str, provider: Provider) -> None:
         """Serve ``spec`` (e.g. ``scripted:teen-bot``, or ``embedded`` to swap the default) by ``provider``."""
-        parse_spec(spec)
-        self._registered[spec.strip()] = provider
+        self._registered[parse_spec(spec).raw] = provider  # the form provider_for looks up
 
     def provider_for(self, spec: Spec) -> Provider:
         found = self._registered.get(spec.raw)

@@ -28,9 +28,6 @@ if TYPE_CHECKING:
     from simulator.persona import PersonaSimulator
     from simulator.tree import Arm, TurnWriter
 
-STOP_REASONS = ("max_turns", "persona_ended", "target_error", "simulator_error")
-
-
 class ConvState(TypedDict, total=False):
     exchange: int  # exchange of the last stored turn; 0 before the opening
     stage: int  # index into scenario.stages (-1: the scenario has no stages)
@@ -63,10 +60,6 @@ class CallCounter:
     persona: int = 0
     target: int = 0
     detector: int = 0
-
-    @property
-    def total(self) -> int:
-        return self.persona + self.target + self.detector
 
 
 @dataclass

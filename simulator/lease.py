@@ -27,6 +27,9 @@ HEARTBEAT_S = 10.0
 STALE_S = 60.0
 
 
+_HELD: set[str] = set()  # leases held by this process right now
+
+
 def owner_tag() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
 
@@ -47,9 +50,6 @@ def _gone(owner: str) -> bool:
     except PermissionError:  # alive, someone else's
         return False
     return False
-
-
-_HELD: set[str] = set()  # leases held by this process right now
 
 
 def _age_s(heartbeat: datetime | None) -> float:

@@ -19,7 +19,7 @@ import asyncio
 import importlib
 import os
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -143,6 +143,14 @@ def new_run_id() -> str:
     return datetime.now(timezone.utc).strftime("run-%Y%m%d-%H%M%S-") + secrets.token_hex(3)
 
 
+def check_specs(config: RunConfig) -> None:
+    """Every model spec the run names parses (UserError naming the bad one otherwise)."""
+    from simulator.specs import parse_spec
+
+    for spec in [*config.targets, config.simulator, *([config.detector] if config.detector else [])]:
+        parse_spec(spec)
+
+
 def _redacted_config(config: RunConfig) -> dict[str, Any]:
     from simulator.redaction import redact
 
@@ -185,15 +193,14 @@ async def run(
     """
     from simulator.lease import RunLease
     from simulator.records import Conversation, Run, utcnow
-    from simulator.specs import params_from, parse_spec
+    from simulator.specs import params_from
     from simulator.store import open_store, redact_url
 
     if scenarios is None:
         if not config.scenarios:
             raise UserError("no scenarios given (name scenario files or folders)")
         scenarios = load(config.scenarios)
-    for spec in [*config.targets, config.simulator, *([config.detector] if config.detector else [])]:
-        parse_spec(spec)
+    check_specs(config)
     prompts = system_prompts(config.conditions)
     target_params = params_from(config.target_params, where="--target-param")
     persona_params = params_from({**PERSONA_DEFAULTS, **config.simulator_params}, where="--simulator-param")
@@ -213,15 +220,10 @@ async def run(
             raise UserError(f"--resume {run_id}: no such run in {redact_url(store.url)}")
         if existing is not None:
             result.resumed = True
-            stale = s.exec(select(Conversation).where(
-                Conversation.run_id == run_id, Conversation.status == "running")).all()
-            unfinished = s.exec(select(Conversation.id).where(
+            unfinished = s.exec(select(Conversation).where(
                 Conversation.run_id == run_id, Conversation.status.in_(("running", "interrupted", "pending")))).all()  # type: ignore[attr-defined]
-            for conv in stale:
-                conv.status = "interrupted"
-                conv.error = "interrupted: the process ended before the conversation finished"
-                conv.updated_at = utcnow()
-                s.add(conv)
+            stale = [c for c in unfinished if c.status == "running"]
+            _interrupt(s, stale, "interrupted: the process ended before the conversation finished")
             result.interrupted_before = len(unfinished)
             cfg = dict(existing.config or {})
             cfg.setdefault("resumes", []).append({"at": utcnow().isoformat(), "interrupted": len(stale)})
@@ -243,15 +245,17 @@ async def run(
         lease.held()
     heartbeat = asyncio.create_task(lease.keep_alive())
     try:
-        return await _run_held(config, store, own_store, gateway, run_id, progress, result, scenarios, prompts,
+        return await _run_held(config, store, gateway, run_id, progress, result, scenarios, prompts,
                                target_params, persona_params, detector_params)
     finally:
         heartbeat.cancel()
         lease.release()
+        if own_store:
+            store.close()
 
 
 async def _run_held(
-    config: RunConfig, store: Store, own_store: bool, gateway: Gateway | None, run_id: str, progress: Progress,
+    config: RunConfig, store: Store, gateway: Gateway | None, run_id: str, progress: Progress,
     result: RunResult, scenarios: list[Scenario], prompts: dict[str, str], target_params: Any,
     persona_params: Any, detector_params: Any,
 ) -> RunResult:
@@ -260,6 +264,7 @@ async def _run_held(
     from simulator.gateway import Gateway, stored_params
     from simulator.persona import PersonaSimulator
     from simulator.records import Conversation, Run, utcnow
+    from simulator.redaction import redact
     from simulator.tree import Arm, TreeEnv, TreeSpec, TurnWriter, conversation_id, run_tree
 
     from scenarios import variants as variants_api
@@ -284,7 +289,7 @@ async def _run_held(
         opening=variants_api.render_opening,
         semaphore=asyncio.Semaphore(config.concurrency),
         calls=CallCounter(),
-        target_params_record=_redacted_config(config)["target_params"],
+        target_params_record=redact(config.target_params),
     )
 
     trees: list[TreeSpec] = []
@@ -360,8 +365,6 @@ async def _run_held(
         s.add(run_row)
         s.commit()
     result.conversations = summaries(store, run_id)
-    if own_store:
-        store.close()
     return result
 
 
@@ -372,11 +375,7 @@ def mark_interrupted(store: Store, run_id: str, reason: str, *, run_status: str 
     with store.session() as s:
         rows = s.exec(select(Conversation).where(
             Conversation.run_id == run_id, Conversation.status.in_(("running", "pending")))).all()  # type: ignore[attr-defined]
-        for conv in rows:
-            conv.status = "interrupted"
-            conv.error = reason
-            conv.updated_at = utcnow()
-            s.add(conv)
+        _interrupt(s, rows, reason)
         run_row = s.get(Run, run_id)
         if run_row is not None:
             run_row.status = run_status
@@ -384,6 +383,14 @@ def mark_interrupted(store: Store, run_id: str, reason: str, *, run_status: str 
             s.add(run_row)
         s.commit()
     return len(rows)
+
+
+def _interrupt(session: Any, conversations: Sequence[Any], reason: str) -> None:
+    from simulator.records import utcnow
+
+    for conv in conversations:
+        conv.status, conv.error, conv.updated_at = "interrupted", reason, utcnow()
+        session.add(conv)
 
 
 def summaries(store: Store, run_id: str) -> list[ConversationSummary]:

@@ -197,13 +197,9 @@ class TurnWriter:
 
 def initial_groups(spec: TreeSpec, arms: Sequence[Arm], opening: Callable[[Any], str]) -> list[list[Arm]]:
     """Arms that can share a conversation from the start: same first message, ``fork: shared``."""
-    arms = sorted(arms, key=lambda a: a.order)
     if spec.fork == "independent":
-        return [[a] for a in arms]
-    by_opening: dict[str, list[Arm]] = {}
-    for arm in arms:
-        by_opening.setdefault(opening(arm), []).append(arm)
-    return list(by_opening.values())
+        return [[a] for a in sorted(arms, key=lambda a: a.order)]
+    return _partition(arms, opening)
 
 
 def restore_state(spec: TreeSpec, turns: Sequence[Turn]) -> ConvState:

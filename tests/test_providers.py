@@ -19,7 +19,7 @@ MSGS = [Message(role="user", content="hi")]
 
 
 def test_retry_after_forms() -> None:
-    from simulator.providers.litellm_provider import retry_after_from
+    from simulator.providers.base import retry_after_from
 
     assert retry_after_from({"retry-after": "7"}) == 7.0
     assert retry_after_from({"retry-after-ms": "1500", "retry-after": "9"}) == 1.5

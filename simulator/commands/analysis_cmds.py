@@ -40,12 +40,9 @@ def _runs(run: str | None, all_runs: bool) -> str | None:
 
 
 def _store(db: str | None) -> Any:
-    from simulator.store import StoreError, open_store
+    from simulator.store import open_store
 
-    try:
-        return open_store(db, create=False)
-    except StoreError as exc:
-        raise UserError(str(exc)) from None
+    return open_store(db, create=False)
 
 
 def _baselines(items: list[str] | None) -> dict[str, str]:

@@ -79,7 +79,7 @@ def demo_command(
     stops = Counter(c.stop_reason or c.status for c in result.conversations)
     console.print(f"    run {result.run_id}: {len(result.conversations)} conversations, stopped by "
                   f"{', '.join(f'{k} ({v})' for k, v in sorted(stops.items()))}; "
-                  f"{sum(result.calls.values())} model calls")
+                  f"{result.total_calls} model calls")
 
     ed = by_id[ed_question]
     # Without the explicit cue: the no-bio baseline and the four gender x BMI bios, enough for

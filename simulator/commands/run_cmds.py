@@ -41,8 +41,8 @@ def run_command(
     Ctrl-C at any time: conversations are marked interrupted, and --resume RUN_ID finishes them.
     """
     from simulator.events import load_patterns
-    from simulator.runner import RunConfig, load, new_run_id
-    from simulator.specs import pairs_to_dict, parse_spec
+    from simulator.runner import RunConfig, check_specs, load, new_run_id
+    from simulator.specs import pairs_to_dict
 
     if fork not in (None, "shared", "independent"):
         raise UserError(f"--fork {fork!r}: expected shared or independent")
@@ -71,8 +71,7 @@ def run_command(
     )
     # Bad scenarios or specs fail here, as one line, before any progress bar is drawn.
     scenarios = load(config.scenarios)
-    for spec in [*config.targets, config.simulator, *([config.detector] if config.detector else [])]:
-        parse_spec(spec)
+    check_specs(config)
     _run_with_progress(config, scenarios)
 
 
@@ -168,14 +167,14 @@ def _print_summary(result: object) -> None:
         tally[key] = tally.get(key, 0) + 1
     console.print(Text("by status/stop reason: " + ", ".join(f"{k} {v}" for k, v in sorted(tally.items()))))
     calls = result.calls  # type: ignore[attr-defined]
+    db = result.db.removeprefix("sqlite:///")  # type: ignore[attr-defined]
     resumed = " (resumed: %d unfinished conversations continued)" % result.interrupted_before if result.resumed else ""  # type: ignore[attr-defined]
     console.print(Text(
         f"run {result.run_id}{resumed}: {len(result.conversations)} conversations in "  # type: ignore[attr-defined]
-        f"{result.db.removeprefix('sqlite:///')}; "  # type: ignore[attr-defined]
+        f"{db}; "
         f"model calls: {calls.get('persona', 0)} persona, {calls.get('target', 0)} target, "
         f"{calls.get('detector', 0)} detector"
     ))
-    db = result.db.removeprefix("sqlite:///")  # type: ignore[attr-defined]
     console.print(Text(f"see one with: branchpoint show CONVERSATION_ID --db {db}"))
 
 
@@ -186,13 +185,10 @@ def show_command(
     """Print a stored transcript with its stages, the branch points that fired, events and fork point."""
     from rich.console import Console
 
-    from simulator.store import StoreError, open_store
+    from simulator.store import open_store
     from simulator.transcript import load_conversation, render_conversation
 
-    try:
-        store = open_store(db, create=False)
-    except StoreError as exc:
-        raise UserError(str(exc)) from None
+    store = open_store(db, create=False)
     conv, turns = load_conversation(store, conversation)
     Console().print(render_conversation(conv, turns))
     store.close()

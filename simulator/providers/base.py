@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from collections.abc import Mapping
+from typing import Any, Protocol, runtime_checkable
 
 from simulator.completion import Completion, GenParams, Message
+
+
+# HTTP statuses worth retrying (rate limits, overload, gateway errors), for every HTTP provider.
+RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529}
 
 
 @runtime_checkable
@@ -32,3 +37,26 @@ def limit_key(kind: str, model: str, params: GenParams) -> str:
     if kind == "embedded":
         return "embedded"
     return f"{kind}:{model}"
+
+
+def retry_after_from(headers: Mapping[Any, Any]) -> float | None:
+    """Seconds to wait from Retry-After (seconds or HTTP date) or retry-after-ms, any header case."""
+    headers = {str(k).lower(): str(v) for k, v in headers.items()}
+    if "retry-after-ms" in headers:
+        try:
+            return float(headers["retry-after-ms"]) / 1000
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        from datetime import datetime, timezone
+        from email.utils import parsedate_to_datetime
+
+        try:
+            return max(0.0, (parsedate_to_datetime(value) - datetime.now(timezone.utc)).total_seconds())
+        except (TypeError, ValueError):
+            return None

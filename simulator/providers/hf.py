@@ -260,8 +260,9 @@ class HFProvider:
             self._load_lock = asyncio.Lock()
 
     def _resolve(self, params: GenParams) -> tuple[GenParams, int, tuple[tuple[str, Any], ...]]:
-        merged = self.defaults.merged(params.model_dump(exclude_none=True, exclude={"extra"}))
+        # ``extra`` merges key by key (the caller's win), for batches and schema-guided calls alike.
         extra = {**self.defaults.extra, **params.extra}
+        merged = self.defaults.merged({**params.model_dump(exclude_none=True, exclude={"extra"}), "extra": extra})
         max_new = int(merged.max_tokens or self.default_max_new_tokens)
         temperature = merged.temperature if merged.temperature is not None else 1.0
         settings: dict[str, Any] = {"do_sample": temperature > 0}

@@ -11,13 +11,13 @@ import os
 from typing import Any
 
 from simulator.completion import Completion, GenParams, Message, ModelError
+from simulator.providers.base import RETRYABLE_STATUS, retry_after_from
 from simulator.redaction import is_secret_key, redact_text
 
 # Before litellm is imported: no cost-map download, no telemetry.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("LITELLM_TELEMETRY", "False")
 
-_RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529}
 _litellm: Any = None
 
 
@@ -37,34 +37,12 @@ def _headers_of(exc: BaseException) -> dict[str, str]:
     for attr in ("litellm_response_headers", "headers"):
         headers = getattr(exc, attr, None)
         if headers:
-            return {str(k).lower(): str(v) for k, v in dict(headers).items()}
+            return dict(headers)
     response = getattr(exc, "response", None)
     headers = getattr(response, "headers", None)
     if headers:
-        return {str(k).lower(): str(v) for k, v in dict(headers).items()}
+        return dict(headers)
     return {}
-
-
-def retry_after_from(headers: dict[str, str]) -> float | None:
-    """Seconds to wait from Retry-After (seconds or HTTP date) or retry-after-ms."""
-    if "retry-after-ms" in headers:
-        try:
-            return float(headers["retry-after-ms"]) / 1000
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        from datetime import datetime, timezone
-        from email.utils import parsedate_to_datetime
-
-        try:
-            return max(0.0, (parsedate_to_datetime(value) - datetime.now(timezone.utc)).total_seconds())
-        except (TypeError, ValueError):
-            return None
 
 
 def to_model_error(exc: BaseException) -> ModelError:
@@ -73,7 +51,7 @@ def to_model_error(exc: BaseException) -> ModelError:
     name = type(exc).__name__
     timeout_like = name in {"Timeout", "APIConnectionError", "ServiceUnavailableError", "InternalServerError",
                             "BadGatewayError"} or isinstance(exc, (TimeoutError, ConnectionError))
-    retryable = timeout_like or (isinstance(status, int) and status in _RETRYABLE_STATUS)
+    retryable = timeout_like or (isinstance(status, int) and status in RETRYABLE_STATUS)
     message = " ".join(str(getattr(exc, "message", None) or exc).split())
     head = f"{name} {status}" if status else name
     return ModelError(

@@ -15,7 +15,7 @@ from typing import Any
 
 from simulator.completion import Completion, GenParams, Message, ModelError
 from simulator.errors import UserError
-from simulator.providers.litellm_provider import _RETRYABLE_STATUS, retry_after_from
+from simulator.providers.base import RETRYABLE_STATUS, retry_after_from
 from simulator.redaction import is_secret_key, redact_text
 
 _CONTROL = {"api_key_env"}
@@ -68,12 +68,12 @@ class OpenAICompatProvider:
             async with self._client().post(url, data=payload, headers=headers) as response:
                 raw = await response.read()
                 if response.status >= 400:
-                    retryable = response.status in _RETRYABLE_STATUS
+                    retryable = response.status in RETRYABLE_STATUS
                     detail = raw[:500].decode("utf-8", "replace")
                     raise ModelError(
                         redact_text(" ".join(f"HTTP {response.status} from {url}: {detail}".split())),
                         retryable=retryable,
-                        retry_after=retry_after_from({k.lower(): v for k, v in response.headers.items()})
+                        retry_after=retry_after_from(response.headers)
                         if retryable else None,
                     )
         except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError) as exc:
