@@ -24,9 +24,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 # FieldProblem points an error raised by a validator at one field, so that it gets that field's line.
-from scenarios.yamlio import FieldProblem
+from scenarios.yamlio import ID_PATTERN, FieldProblem
 
-ID_PATTERN = r"^[a-z0-9][a-z0-9_\-]*$"
 
 ScaleName = Literal["pass_partial_fail", "risk_levels"]
 Scope = Literal["per_turn", "conversation"]

@@ -51,43 +51,7 @@ _EXPORTS = {
     "load_crisis_resources_file": "scenarios.conditions",
 }
 
-__all__ = [
-    "BranchOption",
-    "BranchPoint",
-    "CrisisResource",
-    "CrisisResources",
-    "CustomCriterion",
-    "ID_PATTERN",
-    "LoadError",
-    "OPENING",
-    "Persona",
-    "ProfileAttribute",
-    "ProfileFactors",
-    "PromptCondition",
-    "Scenario",
-    "Stage",
-    "TemplateRenderError",
-    "Trigger",
-    "Variant",
-    "expand",
-    "expand_by_cue",
-    "load_conditions",
-    "load_crisis_resources_file",
-    "load_model",
-    "load_scenario_file",
-    "load_scenarios",
-    "read_yaml",
-    "render",
-    "render_bio",
-    "render_opening",
-    "render_persona",
-    "render_text",
-    "require_scenarios",
-    "scenario_hash",
-    "trigger_order",
-    "validate_data",
-    "validate_paths",
-]
+__all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:

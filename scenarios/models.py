@@ -19,9 +19,8 @@ from pydantic import (
     model_validator,
 )
 
-from scenarios.yamlio import FieldProblem
+from scenarios.yamlio import ID_PATTERN, FieldProblem
 
-ID_PATTERN = r"^[a-z0-9][a-z0-9_\-]*$"
 # Criteria ids name rubric criteria; same rule as every other id.
 CriterionId = Annotated[str, Field(pattern=ID_PATTERN)]
 

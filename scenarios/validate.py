@@ -10,7 +10,6 @@ import difflib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from scenarios.conditions import load_condition_file, load_crisis_resources_file
 from scenarios.loader import _load_parsed, classify, duplicate_id_errors, yaml_files
@@ -25,26 +24,9 @@ class ValidationReport:
     rubrics: int = 0
     prompts: int = 0
     errors: list[LoadError] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)  # e.g. a check that could not run
 
     def summary(self) -> str:
         return f"{self.files} files, {len(self.scenarios)} scenarios, {len(self.errors)} errors"
-
-
-def _rubric_loader() -> Callable[[Path], tuple[Any, list[LoadError]]] | None:
-    """``judges.load_rubric_file`` if the judges package provides it (imported lazily)."""
-    try:
-        import judges
-    except ImportError:
-        return None
-    loader = getattr(judges, "load_rubric_file", None)
-    if loader is None:
-        try:
-            from judges import rubric as rubric_module  # type: ignore[attr-defined]
-        except ImportError:
-            return None
-        loader = getattr(rubric_module, "load_rubric_file", None)
-    return loader
 
 
 def unknown_criteria_errors(scenarios: Iterable[Scenario], known: set[str]) -> list[LoadError]:
@@ -72,8 +54,6 @@ def validate_paths(
     report = ValidationReport()
     files, errors = yaml_files(paths)
     report.errors.extend(errors)
-    rubric_loader: Callable[[Path], tuple[Any, list[LoadError]]] | None = None
-    rubric_loader_looked = False
     criterion_ids: set[str] = set()
     condition_ids: dict[str, str] = {}
     for path in files:
@@ -86,12 +66,9 @@ def validate_paths(
             continue
         kind = classify(path, data)
         if kind == "rubric":
-            if not rubric_loader_looked:
-                rubric_loader, rubric_loader_looked = _rubric_loader(), True
-            if rubric_loader is None:
-                report.notes.append(f"{path}: rubric not checked (judges.load_rubric_file is not available)")
-                continue
-            rubric, more = rubric_loader(path)
+            from judges.loading import load_rubric_file  # lazily: judges imports scenarios
+
+            rubric, more = load_rubric_file(path)
             report.rubrics += 1
             report.errors.extend(file_errors + list(more))
             if rubric is not None:

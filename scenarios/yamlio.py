@@ -34,6 +34,9 @@ from ruamel.yaml.scalarbool import ScalarBoolean
 M = TypeVar("M", bound=BaseModel)
 Loc = tuple[str | int, ...]
 
+# Ids of scenarios, stages, criteria, rubrics: here, so that error messages can recognise it.
+ID_PATTERN = r"^[a-z0-9][a-z0-9_\-]*$"
+
 # Field marker for errors on the whole file, not on one field of it.
 FILE_FIELD = "<file>"
 YAML_FIELD = "<yaml>"
@@ -622,7 +625,7 @@ def describe_type(tp: Any, meta: Sequence[Any] = ()) -> str:
         return "a number"
     if tp is str:
         pattern = limits.get("pattern")
-        if pattern == r"^[a-z0-9][a-z0-9_\-]*$":
+        if pattern == ID_PATTERN:
             return "an id: lowercase letters, digits, '-' or '_', starting with a letter or digit"
         if pattern:
             return f"text matching {pattern}"

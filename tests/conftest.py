@@ -15,8 +15,6 @@ from typing import Any  # noqa: E402
 
 import pytest  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO.parent / "shared" / "data"
 
 
 POSTGRES_ENV = "BRANCHPOINT_TEST_POSTGRES"

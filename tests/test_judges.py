@@ -12,8 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +19,7 @@ from typing import Any
 import pytest
 from sqlmodel import select
 
+from fixtures.engine.helpers import run_cli
 from judges.heuristic import HEURISTIC_VERSION
 from judges.llm_judge import PROMPT_VERSION
 from judges.loading import load_rubric
@@ -405,16 +404,15 @@ def test_model_text_cannot_close_its_marker(store: Any) -> None:
 
 def test_command_line_judges_and_is_idempotent(u18_store: Any, tmp_path: Path) -> None:
     db = u18_store.url.removeprefix("sqlite:///")
-    cmd = [sys.executable, "-m", "simulator.cli", "judge", "u18", "--rubric", "teen", "--db", db,
-           "--judge", "scripted:echo", "--max-retries", "1"]
-    first = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+    args = ["judge", "u18", "--rubric", "teen", "--db", db, "--judge", "scripted:echo", "--max-retries", "1"]
+    first = run_cli(*args)
     assert first.returncode == 0, first.stderr
     assert "12 unit(s) judged now" in first.stdout and "24 judge model call(s)" in first.stdout
-    second = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+    second = run_cli(*args)
     assert second.returncode == 0, second.stderr
     assert "0 unit(s) judged now" in second.stdout and "0 judge model call(s)" in second.stdout
     assert all(r.verdict == "error" for r in rows(u18_store, "scripted:echo"))  # echo is no judge: error, not pass
-    missing = subprocess.run(cmd[:4] + ["nope", *cmd[5:]], cwd=REPO, capture_output=True, text=True, timeout=300)
+    missing = run_cli(args[0], "nope", *args[2:])
     assert missing.returncode == 2 and missing.stderr.startswith("error: run 'nope' is not in the store")
     assert "Traceback" not in missing.stderr
 

@@ -6,23 +6,16 @@ scripted test models: the same inputs must leave the same rows, whichever databa
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 
-REPO = Path(__file__).resolve().parents[1]
-FIX = REPO / "tests" / "fixtures" / "engine"
+from fixtures.engine.helpers import HERE as FIX
+from fixtures.engine.helpers import plugin_env, run_cli
 
 
 def _branchpoint(*args: str) -> str:
-    env = dict(os.environ)
-    env.update(PYTHONPATH=f"{FIX}{os.pathsep}{REPO}", BRANCHPOINT_PLUGINS="engine_plugin", ENGINE_TEST_DELAY_S="0",
-               HF_HUB_OFFLINE="1", LITELLM_LOCAL_MODEL_COST_MAP="True", COLUMNS="200")
-    done = subprocess.run([sys.executable, "-m", "simulator.cli", *args], env=env, cwd=REPO, capture_output=True,
-                          text=True, timeout=300)
+    done = run_cli(*args, env=plugin_env(COLUMNS="200"))
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
 
@@ -61,8 +54,7 @@ def test_unreachable_or_unknown_database_is_one_line_without_password(tmp_path: 
     for url, expected in cases:
         for args in (["run", str(FIX / "on_event.yaml"), "--target", "scripted:slowbot"], ["show", "abc"],
                      ["export", "--all", "--out", str(tmp_path / "x.csv")], ["report", "--all"]):
-            done = subprocess.run([sys.executable, "-m", "simulator.cli", *args, "--db", url], cwd=REPO,
-                                  capture_output=True, text=True, timeout=120)
+            done = run_cli(*args, "--db", url, timeout=120)
             lines = [ln for ln in done.stderr.splitlines() if ln.startswith("error:")]
             assert done.returncode == 2 and len(lines) == 1 and expected in lines[0], (args, done.stderr)
             assert "Traceback" not in done.stderr and "s3cret-pw" not in done.stdout + done.stderr

@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -13,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from analysis.synthetic import EDDesign, Effect, TeenDesign, write_ed_store, write_teen_store
+from fixtures.engine.helpers import run_cli
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = '<script>alert("pwned")</script>'
@@ -48,7 +48,7 @@ def teen_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "simulator.cli", *args], capture_output=True, text=True, cwd=REPO, timeout=600)
+    return run_cli(*args, timeout=600)
 
 
 def test_report_has_every_plot_headline_first_and_escaped_text(teen_db: Path, tmp_path: Path) -> None:

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 from sqlmodel import select
 
-from fixtures.engine.helpers import conversations, run_engine, turns_of
+from fixtures.engine.helpers import cli_command, conversations, plugin_env, run_engine, turns_of
+
 from simulator.records import Conversation, Run, Turn
 
 REPO = Path(__file__).resolve().parents[1]
@@ -83,15 +82,6 @@ def test_finished_conversations_are_not_rerun(store) -> None:
     assert all(c.n_turns == 10 for c in conversations(store, "r3"))
 
 
-def _env(delay: float) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(
-        PYTHONPATH=f"{FIX}{os.pathsep}{REPO}", BRANCHPOINT_PLUGINS="engine_plugin",
-        ENGINE_TEST_DELAY_S=str(delay), HF_HUB_OFFLINE="1", LITELLM_LOCAL_MODEL_COST_MAP="True",
-    )
-    return env
-
-
 @pytest.fixture(params=["sqlite", "postgres"])
 def db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """Where the killed process stores its run: a SQLite file, and again a PostgreSQL database."""
@@ -99,9 +89,9 @@ def db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 def _cli(db: str, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "simulator.cli", "run", str(FIX / "on_event.yaml"), str(FIX / "at_turn.yaml"),
-            "--target", "scripted:slowbot", "--simulator", "scripted:persona", "--db", db,
-            "--replicates", "2", *extra]
+    return cli_command("run", str(FIX / "on_event.yaml"), str(FIX / "at_turn.yaml"),
+                       "--target", "scripted:slowbot", "--simulator", "scripted:persona", "--db", db,
+                       "--replicates", "2", *extra)
 
 
 def _rows(db: str, sql: str) -> list[tuple] | None:  # type: ignore[type-arg]
@@ -133,7 +123,7 @@ def _wait_for_turns(db: str, n: int, proc: subprocess.Popen, limit_s: float = 18
 
 
 def test_sigkill_midway_then_resume_completes_without_redoing_turns(db: str) -> None:
-    proc = subprocess.Popen(_cli(db, "--run-id", "rk"), env=_env(0.25), cwd=REPO,
+    proc = subprocess.Popen(_cli(db, "--run-id", "rk"), env=plugin_env(0.25), cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         _wait_for_turns(db, 30, proc)
@@ -148,7 +138,7 @@ def test_sigkill_midway_then_resume_completes_without_redoing_turns(db: str) -> 
     assert 30 <= len(before) < 112  # 112 turns when the run completes
     assert "running" in statuses  # a killed process cannot say more; the next start marks them
 
-    done = subprocess.run(_cli(db, "--resume", "rk"), env=_env(0.0), cwd=REPO, capture_output=True, text=True,
+    done = subprocess.run(_cli(db, "--resume", "rk"), env=plugin_env(0.0), cwd=REPO, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "resumed" in done.stdout
@@ -169,7 +159,7 @@ def test_sigkill_midway_then_resume_completes_without_redoing_turns(db: str) -> 
 
 
 def test_sigterm_marks_conversations_interrupted(db: str) -> None:
-    proc = subprocess.Popen(_cli(db, "--run-id", "rt"), env=_env(0.3), cwd=REPO,
+    proc = subprocess.Popen(_cli(db, "--run-id", "rt"), env=plugin_env(0.3), cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         _wait_for_turns(db, 10, proc)
@@ -190,11 +180,11 @@ def test_sigterm_marks_conversations_interrupted(db: str) -> None:
 
 def test_a_run_in_progress_cannot_be_resumed_by_a_second_process(db: str) -> None:
     # Slow replies (1 s each) keep the first process busy while the second one starts and is refused.
-    proc = subprocess.Popen(_cli(db, "--run-id", "rl"), env=_env(1.0), cwd=REPO,
+    proc = subprocess.Popen(_cli(db, "--run-id", "rl"), env=plugin_env(1.0), cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         _wait_for_turns(db, 4, proc)
-        second = subprocess.run(_cli(db, "--resume", "rl"), env=_env(0.0), cwd=REPO, capture_output=True,
+        second = subprocess.run(_cli(db, "--resume", "rl"), env=plugin_env(0.0), cwd=REPO, capture_output=True,
                                 text=True, timeout=120)
         assert proc.poll() is None  # the first is still running
     finally:
@@ -204,7 +194,7 @@ def test_a_run_in_progress_cannot_be_resumed_by_a_second_process(db: str) -> Non
     assert second.returncode == 2 and len(errors) == 1 and "Traceback" not in second.stderr
     assert f"is being run by process {proc.pid}" in errors[0]
     # The killed owner ran on this host and is gone: its run can be resumed at once, and completes.
-    done = subprocess.run(_cli(db, "--resume", "rl"), env=_env(0.0), cwd=REPO, capture_output=True, text=True,
+    done = subprocess.run(_cli(db, "--resume", "rl"), env=plugin_env(0.0), cwd=REPO, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert _rows(db, "select status, owner from runs where id='rl'") == [("completed", None)]

@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import re
 import sqlite3
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-import fixtures.engine.helpers  # noqa: F401  (puts the test plugin on sys.path)
-
-REPO = Path(__file__).resolve().parents[1]
-FIX = REPO / "tests" / "fixtures" / "engine"
+from fixtures.engine.helpers import HERE as FIX  # importing it puts the test plugin on sys.path
+from fixtures.engine.helpers import run_cli
 
 
 @pytest.fixture
@@ -88,7 +82,6 @@ def test_show_unknown_conversation_and_missing_store(cli, tmp_path) -> None:
 
 
 def test_errors_are_one_line_without_traceback(tmp_path) -> None:
-    env = dict(os.environ, HF_HUB_OFFLINE="1", LITELLM_LOCAL_MODEL_COST_MAP="True")
     cases = [
         ([str(FIX / "at_turn.yaml"), "--condition", "no_such_prompt"], "unknown condition"),
         ([str(tmp_path / "missing.yaml")], "no such scenario file"),
@@ -97,10 +90,7 @@ def test_errors_are_one_line_without_traceback(tmp_path) -> None:
         ([str(FIX / "at_turn.yaml"), "--resume", "never-ran"], "no such run"),
     ]
     for args, message in cases:
-        proc = subprocess.run(
-            [sys.executable, "-m", "simulator.cli", "run", *args, "--db", str(tmp_path / "e.db")],
-            env=env, cwd=REPO, capture_output=True, text=True, timeout=120,
-        )
+        proc = run_cli("run", *args, "--db", str(tmp_path / "e.db"), timeout=120)
         assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
         lines = [ln for ln in proc.stderr.splitlines() if ln.strip() and not re.match(r"^turns", ln)]
         assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], proc.stderr

@@ -164,12 +164,6 @@ def test_validate_subprocess_exit_codes(tmp_path: Path) -> None:
 
 
 def test_validate_checks_scenario_criteria_against_rubrics_given(tmp_path: Path) -> None:
-    import pytest
-
-    from scenarios.validate import _rubric_loader
-
-    if _rubric_loader() is None:
-        pytest.skip("judges.load_rubric_file not available")
     rubric = REPO / "judges" / "rubrics" / "teen.yaml"
     shutil.copy(rubric, tmp_path / "rubric.yaml")
     src = (FIXTURES / "good" / "teen_three_branches.yaml").read_text(encoding="utf-8")
@@ -191,9 +185,7 @@ def test_validate_checks_scenario_criteria_against_rubrics_given(tmp_path: Path)
 
 def test_bundled_library_validates_with_zero_errors() -> None:
     """Acceptance: ``branchpoint validate scenarios/library`` reports 0 errors (with the rubrics too)."""
-    paths = [str(REPO / "scenarios" / "library")]
-    if (REPO / "judges" / "rubrics").is_dir():
-        paths.append(str(REPO / "judges" / "rubrics"))
+    paths = [str(REPO / "scenarios" / "library"), str(REPO / "judges" / "rubrics")]
     result = runner.invoke(app, ["validate", *paths])
     assert result.exit_code == 0, result.output
     assert result.output.strip().splitlines()[-1].endswith(" 0 errors")

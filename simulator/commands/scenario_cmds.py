@@ -53,8 +53,6 @@ def validate(
         report = validate_paths(paths, progress=step)
     for error in report.errors:
         typer.echo(str(error))
-    for note in report.notes:
-        typer.echo(f"note: {note}", err=True)
     typer.echo(report.summary())
     if report.errors:
         raise typer.Exit(1)
