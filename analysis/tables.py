@@ -62,7 +62,7 @@ def _sqlite_path(store_or_db: Any) -> str | None:
     url = getattr(store_or_db, "url", None)
     if url is None:
         if isinstance(store_or_db, (str, os.PathLike)):
-            from simulator.store import resolve_url
+            from core.store import resolve_url
 
             url = resolve_url(store_or_db)
         else:
@@ -81,7 +81,7 @@ def _connect(store_or_db: Any) -> tuple[Any, bool]:
     """
     path = _sqlite_path(store_or_db)
     if path is not None:
-        from simulator.errors import UserError
+        from core.errors import UserError
 
         if not os.path.exists(path):
             raise UserError(f"{path}: no such store (run `branchpoint run` first, or pass --db)")
@@ -90,7 +90,7 @@ def _connect(store_or_db: Any) -> tuple[Any, bool]:
         return conn, True
     engine = getattr(store_or_db, "engine", None)
     if engine is None:
-        from simulator.store import open_store
+        from core.store import open_store
 
         store = open_store(store_or_db, create=False)
         return store.engine, False
@@ -133,7 +133,7 @@ def resolve_runs(store_or_db: Any, run: str | Sequence[str] | None) -> list[str]
     known = set(list_runs(store_or_db)["id"])
     missing = [r for r in wanted if r not in known]
     if missing:
-        from simulator.errors import UserError
+        from core.errors import UserError
 
         hint = ", ".join(sorted(known)[:5]) or "none stored"
         raise UserError(f"run {missing[0]!r} is not in the store (runs: {hint})")
@@ -467,7 +467,7 @@ def _fast_counts(path: str, progress: Any = None) -> pd.DataFrame:
     rj = np.concatenate(rj_parts) if rj_parts else np.zeros(0, np.int64)
     rj_vals = list(rj_index)
     if int(present.sum()) != len(verd) or not (crit_at[present] >= 0).all():
-        from simulator.errors import UserError
+        from core.errors import UserError
 
         raise UserError("the store's judgments changed while they were read (a judge is writing); run again")
     conv = conv_at[present].astype(np.int64)

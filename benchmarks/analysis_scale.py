@@ -61,8 +61,8 @@ def _built(path: Path) -> bool:
 
 
 def build(path: Path) -> None:
-    from analysis.synthetic import NOW, variants
-    from simulator.store import open_store
+    from analysis.testing.synthetic import NOW, variants
+    from core.store import open_store
 
     t0 = time.perf_counter()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -112,7 +112,7 @@ def build(path: Path) -> None:
                             p += 0.18
                         p_rows.append((crow, cid, k, crit, areas[k], float(p_app[k]), float(np.clip(p, 0.01, 0.8))))
                     crow += 1
-    from analysis.synthetic import CONV_COLS
+    from analysis.testing.synthetic import CONV_COLS
 
     con.executemany(f"INSERT INTO conversations ({', '.join(CONV_COLS)}) VALUES ({', '.join('?' * len(CONV_COLS))})", conv_rows)
     con.execute("CREATE TEMP TABLE bp (crow INTEGER, cid TEXT, k INTEGER, crit TEXT, area TEXT, p_app REAL, p_fail REAL)")

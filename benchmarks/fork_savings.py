@@ -52,7 +52,7 @@ def persona_reply(messages: list[Message], params: GenParams) -> str:
 async def one(paths: list[str], fork: str, max_turns: int, db: Path) -> tuple[dict[str, int], int, float]:
     from simulator.gateway import Gateway
     from simulator.runner import RunConfig, run
-    from simulator.store import open_store
+    from core.store import open_store
 
     store = open_store(db)
     gw = Gateway(store=store, cache=False)

@@ -30,7 +30,7 @@ from simulator.limits import ProviderLimits  # noqa: E402
 
 def start_server(delay_ms: float) -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "simulator.openai_server", "--port", "0", "--delay-ms", str(delay_ms)],
+        [sys.executable, "-m", "simulator.testing.openai_server", "--port", "0", "--delay-ms", str(delay_ms)],
         cwd=ROOT, stdout=subprocess.PIPE, text=True,
     )
     assert proc.stdout is not None
@@ -44,7 +44,7 @@ def start_server(delay_ms: float) -> tuple[subprocess.Popen[str], str]:
 async def sweep(spec: str, url: str, calls: int, concurrency: int, store_path: str | None) -> tuple[float, float]:
     store = None
     if store_path:
-        from simulator.store import open_store
+        from core.store import open_store
 
         store = open_store(store_path)
     gw = Gateway(store=store, limits={"*": ProviderLimits(max_concurrency=concurrency)})

@@ -1,6 +1,6 @@
 """Loading rubrics: a bundled name (``teen``, ``ed``) or a YAML path, with precise errors.
 
-Rubrics load through the same ``scenarios.yamlio.load_model`` as scenarios, so a bad rubric fails
+Rubrics load through the same ``core.yamlio.load_model`` as scenarios, so a bad rubric fails
 like a bad scenario: one line per problem, ``file:LINE:COL: field.path: message (expected ...)``.
 """
 
@@ -19,13 +19,13 @@ def bundled_rubrics() -> dict[str, Path]:
 
 def load_rubric_file(path: str | Path):  # type: ignore[no-untyped-def]
     """``(Rubric | None, [LoadError])``: every problem of the file, or the rubric."""
-    from scenarios.yamlio import load_model
+    from core.yamlio import load_model
 
     return load_model(path, Rubric)
 
 
 def resolve_rubric_path(name_or_path: str | Path) -> Path:
-    from simulator.errors import UserError
+    from core.errors import UserError
 
     text = str(name_or_path)
     bundled = bundled_rubrics()
@@ -42,7 +42,7 @@ def resolve_rubric_path(name_or_path: str | Path) -> Path:
 
 def load_rubric(name_or_path: str | Path) -> Rubric:
     """The rubric named ``teen`` / ``ed`` or at a path; raises UserError listing every problem."""
-    from simulator.errors import UserError
+    from core.errors import UserError
 
     path = resolve_rubric_path(name_or_path)
     rubric, errors = load_rubric_file(path)

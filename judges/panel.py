@@ -126,7 +126,7 @@ class Panel:
     """Several judges as one: ``name`` is ``panel(a,b,...)``; its rows keep every member's verdict."""
 
     def __init__(self, members: list[Judge], method: str = "median") -> None:
-        from simulator.errors import UserError
+        from core.errors import UserError
 
         if method not in METHODS:
             raise UserError(f"--panel {method!r}: unknown method (expected one of: {', '.join(METHODS)})")

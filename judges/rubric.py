@@ -24,7 +24,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 # FieldProblem points an error raised by a validator at one field, so that it gets that field's line.
-from scenarios.yamlio import ID_PATTERN, FieldProblem
+from core.yamlio import ID_PATTERN, FieldProblem
 
 
 ScaleName = Literal["pass_partial_fail", "risk_levels"]

@@ -192,7 +192,7 @@ class JudgingRunner:
         retry_errors: bool = False,
         progress: bool = True,
     ) -> None:
-        from simulator.errors import UserError
+        from core.errors import UserError
 
         if scope is not None and scope not in SCOPES:
             raise UserError(f"--scope {scope!r}: unknown scope (expected one of: {', '.join(SCOPES)})")
@@ -217,8 +217,8 @@ class JudgingRunner:
     def _conversations(self, run_id: str | None, conversation_ids: Sequence[str] | None) -> list[Any]:
         from sqlmodel import select
 
-        from simulator.errors import UserError
-        from simulator.records import Conversation, Run
+        from core.errors import UserError
+        from core.records import Conversation, Run
 
         with self.store.session() as s:
             if run_id is not None and s.get(Run, run_id) is None:
@@ -233,7 +233,7 @@ class JudgingRunner:
     def _units(self, conversations: list[Any]) -> list[_Group]:
         from sqlmodel import select
 
-        from simulator.records import Run, Turn
+        from core.records import Run, Turn
 
         run_paths: dict[str, list[str]] = {}
         groups: dict[str, _Group] = {}
@@ -290,7 +290,7 @@ class JudgingRunner:
         from sqlalchemy import case, func
         from sqlmodel import select
 
-        from simulator.records import Judgment
+        from core.records import Judgment
 
         conv_ids = [c.id for c in conversations]
         judges = sorted({n for n, _ in names})
@@ -325,7 +325,7 @@ class JudgingRunner:
         """The stored verdicts of one judged unit (to copy them, or to give them to a panel)."""
         from sqlmodel import select
 
-        from simulator.records import Judgment
+        from core.records import Judgment
 
         conv_id, turn_id, judge, version = key
         with self.store.session() as s:
@@ -341,7 +341,7 @@ class JudgingRunner:
     def _delete(self, keys: list[tuple[str, str | None, str, str]]) -> None:
         from sqlmodel import delete
 
-        from simulator.records import Judgment
+        from core.records import Judgment
 
         with self.store.session() as s:
             for conv_id, turn_id, judge, version in keys:
@@ -367,7 +367,7 @@ class JudgingRunner:
         from sqlalchemy import insert
         from sqlalchemy.exc import IntegrityError
 
-        from simulator.records import Judgment, utcnow
+        from core.records import Judgment, utcnow
 
         now = utcnow()
         new = [
@@ -437,7 +437,7 @@ class JudgingRunner:
         from sqlalchemy import func
         from sqlmodel import select
 
-        from simulator.records import ModelCall
+        from core.records import ModelCall
 
         with self.store.session() as s:
             return int(s.exec(select(func.count()).select_from(ModelCall).where(ModelCall.purpose == "judge")).one())
@@ -519,7 +519,7 @@ async def ajudge_run(
 ) -> JudgeSummary:
     """Judge the conversations of ``run_id`` (or of every run with ``all_runs``); see the module doc."""
     from judges.loading import load_rubric
-    from simulator.errors import UserError
+    from core.errors import UserError
 
     if run_id is None and not all_runs and not conversation_ids:
         raise UserError("give a RUN_ID to judge, or --all for every run in the store")
@@ -528,7 +528,7 @@ async def ajudge_run(
     rb = rubric if isinstance(rubric, Rubric) else load_rubric(rubric)
     own_store = store is None
     if store is None:
-        from simulator.store import open_store
+        from core.store import open_store
 
         store = open_store(db, create=False)
     own_gateway = gateway is None

@@ -21,10 +21,10 @@ _EXPORTS = {
     "CustomCriterion": "scenarios.models",
     "ID_PATTERN": "scenarios.models",
     # loading
-    "LoadError": "scenarios.yamlio",
-    "load_model": "scenarios.yamlio",
-    "validate_data": "scenarios.yamlio",
-    "read_yaml": "scenarios.yamlio",
+    "LoadError": "core.yamlio",
+    "load_model": "core.yamlio",
+    "validate_data": "core.yamlio",
+    "read_yaml": "core.yamlio",
     "load_scenarios": "scenarios.loader",
     "load_scenario_file": "scenarios.loader",
     "require_scenarios": "scenarios.loader",
@@ -41,8 +41,8 @@ _EXPORTS = {
     "render_bio": "scenarios.variants",
     "OPENING": "scenarios.variants",
     # templates
-    "render": "scenarios.templates",
-    "TemplateRenderError": "scenarios.templates",
+    "render": "core.templates",
+    "TemplateRenderError": "core.templates",
     # system-prompt conditions
     "PromptCondition": "scenarios.conditions",
     "CrisisResource": "scenarios.conditions",
@@ -84,7 +84,7 @@ if TYPE_CHECKING:  # for type checkers and editors
         Stage,
         Trigger,
     )
-    from scenarios.templates import TemplateRenderError, render
+    from core.templates import TemplateRenderError, render
     from scenarios.validate import validate_paths
     from scenarios.variants import (
         OPENING,
@@ -98,4 +98,4 @@ if TYPE_CHECKING:  # for type checkers and editors
         scenario_hash,
         trigger_order,
     )
-    from scenarios.yamlio import LoadError, load_model, read_yaml, validate_data
+    from core.yamlio import LoadError, load_model, read_yaml, validate_data

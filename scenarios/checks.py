@@ -8,12 +8,10 @@ so that the YAML loader can point at its line and column, and the message follow
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
-from scenarios.templates import syntax_problem, undeclared_names
+from core.templates import syntax_problem, undeclared_names
 
-if TYPE_CHECKING:
-    from scenarios.models import Scenario
+from scenarios.parts import ScenarioFields
 
 Loc = tuple[str | int, ...]
 Problem = tuple[Loc, str]
@@ -30,7 +28,7 @@ def _one_of(names: list[str]) -> str:
     return ", ".join(names) if names else "none defined"
 
 
-def scenario_problems(s: Scenario) -> list[Problem]:
+def scenario_problems(s: ScenarioFields) -> list[Problem]:
     problems: list[Problem] = []
     problems += _stage_problems(s)
     problems += _branch_problems(s)
@@ -41,7 +39,7 @@ def scenario_problems(s: Scenario) -> list[Problem]:
     return problems
 
 
-def _stage_problems(s: Scenario) -> list[Problem]:
+def _stage_problems(s: ScenarioFields) -> list[Problem]:
     out: list[Problem] = []
     first: dict[str, int] = {}
     last_until: tuple[int, int] | None = None  # (index, until_turn)
@@ -76,7 +74,7 @@ def _stage_problems(s: Scenario) -> list[Problem]:
     return out
 
 
-def _branch_problems(s: Scenario) -> list[Problem]:
+def _branch_problems(s: ScenarioFields) -> list[Problem]:
     out: list[Problem] = []
     stages = s.stage_ids()
     first: dict[str, int] = {}
@@ -110,7 +108,7 @@ def _branch_problems(s: Scenario) -> list[Problem]:
     return out
 
 
-def _size_problems(s: Scenario) -> list[Problem]:
+def _size_problems(s: ScenarioFields) -> list[Problem]:
     if s.design != "factorial":
         return []
     n = 1
@@ -127,7 +125,7 @@ def _size_problems(s: Scenario) -> list[Problem]:
     return []
 
 
-def _criteria_problems(s: Scenario) -> list[Problem]:
+def _criteria_problems(s: ScenarioFields) -> list[Problem]:
     out: list[Problem] = []
     seen: set[str] = set()
     for i, crit in enumerate(s.criteria):
@@ -144,7 +142,7 @@ def _criteria_problems(s: Scenario) -> list[Problem]:
     return out
 
 
-def _profile_problems(s: Scenario) -> list[Problem]:
+def _profile_problems(s: ScenarioFields) -> list[Problem]:
     p = s.profile
     if p is None:
         return []
@@ -171,7 +169,7 @@ def _profile_problems(s: Scenario) -> list[Problem]:
     return out
 
 
-def _template_fields(s: Scenario) -> Iterator[tuple[Loc, str, frozenset[str]]]:
+def _template_fields(s: ScenarioFields) -> Iterator[tuple[Loc, str, frozenset[str]]]:
     """Every field that may hold a template, with the names it may use."""
     base = SCENARIO_TEMPLATE_NAMES | frozenset(s.vars)
     for field in ("name", "gender", "background", "voice", "context"):
@@ -194,7 +192,7 @@ def _template_fields(s: Scenario) -> Iterator[tuple[Loc, str, frozenset[str]]]:
         yield ("profile", "template"), s.profile.template, prof | PROFILE_TEMPLATE_NAMES
 
 
-def _template_problems(s: Scenario) -> list[Problem]:
+def _template_problems(s: ScenarioFields) -> list[Problem]:
     out: list[Problem] = []
     for loc, text, names in _template_fields(s):
         out.extend(template_problems(loc, text, names))

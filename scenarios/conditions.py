@@ -14,9 +14,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from scenarios.checks import template_problems
 from scenarios.models import ID_PATTERN
-from scenarios.templates import TemplateRenderError, render
-from scenarios.yamlio import LoadError, error_at, read_yaml, validate_data
-from simulator.errors import UserError
+from core.templates import TemplateRenderError, render
+from core.yamlio import LoadError, error_at, read_yaml, validate_data
+from core.errors import UserError
 
 LIBRARY = Path(__file__).resolve().parent / "library"
 DEFAULT_PROMPTS = LIBRARY / "prompts"

@@ -22,7 +22,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.scalarstring import FoldedScalarString, LiteralScalarString
 
 from scenarios.models import Scenario
-from scenarios.templates import is_template
+from core.templates import is_template
 
 SOURCE = "KORA benchmark (github.com/korabench/benchmark, Apache-2.0)"
 DISCLAIMER = (

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from scenarios.checks import scenario_problems
 from scenarios.models import Scenario
-from scenarios.yamlio import (
+from core.yamlio import (
     ROOT_FIELD,
     LoadError,
     PosMap,
@@ -236,10 +236,10 @@ def _load_parsed(
 def require_scenarios(paths: str | Path | Iterable[str | Path]) -> list[Scenario]:
     """Like :func:`load_scenarios`, for commands that must not go on with bad input.
 
-    Raises :class:`~simulator.errors.UserError` (one line: the first error and how many more)
+    Raises :class:`~core.errors.UserError` (one line: the first error and how many more)
     when any file has an error or no scenario was found.
     """
-    from simulator.errors import UserError
+    from core.errors import UserError
 
     if isinstance(paths, (str, Path)):
         paths = [paths]

@@ -2,19 +2,21 @@
 
 When rubrics are validated together with scenarios (``branchpoint validate scenarios/library
 judges/rubrics``), every criterion a scenario lists must be defined by one of those rubrics.
+Rubrics belong to ``judges``, a layer above this one, so the caller passes their loader in.
 """
 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from scenarios.conditions import load_condition_file, load_crisis_resources_file
 from scenarios.loader import _load_parsed, classify, duplicate_id_errors, yaml_files
 from scenarios.models import Scenario
-from scenarios.yamlio import LoadError, read_yaml
+from core.yamlio import LoadError, read_yaml
 
 
 @dataclass
@@ -47,10 +49,18 @@ def unknown_criteria_errors(scenarios: Iterable[Scenario], known: set[str]) -> l
     return errors
 
 
+# ``(rubric or None, [LoadError])`` for a rubric file, as ``judges.load_rubric_file`` returns.
+RubricLoader = Callable[[Path], tuple[Any, Sequence[LoadError]]]
+
+
 def validate_paths(
-    paths: Iterable[str | Path], progress: Callable[[int, int], None] | None = None
+    paths: Iterable[str | Path],
+    progress: Callable[[int, int], None] | None = None,
+    rubric_loader: RubricLoader | None = None,
 ) -> ValidationReport:
-    """Check every file under ``paths``; ``progress(done, total)`` is called after each file."""
+    """Check every file under ``paths``; ``progress(done, total)`` is called after each file.
+
+    Without ``rubric_loader`` a rubric file is reported as one error (no loader to check it)."""
     report = ValidationReport()
     files, errors = yaml_files(paths)
     report.errors.extend(errors)
@@ -66,9 +76,11 @@ def validate_paths(
             continue
         kind = classify(path, data)
         if kind == "rubric":
-            from judges.loading import load_rubric_file  # lazily: judges imports scenarios
-
-            rubric, more = load_rubric_file(path)
+            if rubric_loader is None:
+                report.errors.append(LoadError(str(path), 1, 1, "<file>",
+                                               "a rubric file, and no rubric loader was given (expected a scenario file)"))
+                continue
+            rubric, more = rubric_loader(path)
             report.rubrics += 1
             report.errors.extend(file_errors + list(more))
             if rubric is not None:

@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from scenarios.models import BranchPoint, Persona, Scenario
-from scenarios.templates import render
+from core.templates import render
 
 # Format version of the hashed content: bump it only if the canonical form itself changes.
 HASH_VERSION = 1

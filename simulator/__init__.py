@@ -17,8 +17,8 @@ _EXPORTS = {
     "ScriptedModel": "simulator.providers.scripted",
     "parse_spec": "simulator.specs",
     "params_from": "simulator.specs",
-    "redact": "simulator.redaction",
-    "UserError": "simulator.errors",
+    "redact": "core.redaction",
+    "UserError": "core.errors",
     # the engine: running scenarios into the store, and its parts
     "run_scenarios": "simulator.runner",
     "run": "simulator.runner",
@@ -33,7 +33,7 @@ _EXPORTS = {
     "conversation_graph": "simulator.graph",
     "render_conversation": "simulator.transcript",
     "load_conversation": "simulator.transcript",
-    "open_store": "simulator.store",
+    "open_store": "core.store",
 }
 
 __all__ = sorted(_EXPORTS)

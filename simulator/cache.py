@@ -13,10 +13,10 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from simulator.completion import Completion, GenParams, Message
-from simulator.redaction import is_secret_key
+from core.redaction import is_secret_key
 
 if TYPE_CHECKING:
-    from simulator.store import Store
+    from core.store import Store
 
 # Params that say where or how to reach a model, not what it generates.
 _NOT_IN_KEY = {"api_base"}
@@ -57,7 +57,7 @@ class CompletionCache:
         if self.store is None:
             hit = self._memory.get(key)
             return hit.model_copy() if hit is not None else None
-        from simulator.records import CacheEntry
+        from core.records import CacheEntry
 
         with self.store.session() as s:
             row = s.get(CacheEntry, key)
@@ -72,7 +72,7 @@ class CompletionCache:
         if self.store is None:
             self._memory[key] = completion.model_copy()
             return
-        from simulator.records import CacheEntry
+        from core.records import CacheEntry
 
         data = completion.model_dump(exclude={"cached", "attempts"})
         with self.store.session() as s:

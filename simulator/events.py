@@ -79,7 +79,7 @@ def load_patterns(path: str) -> dict[str, list[str]]:
 
     from ruamel.yaml import YAML, YAMLError
 
-    from simulator.errors import UserError
+    from core.errors import UserError
 
     try:
         data = YAML(typ="safe", pure=True).load(Path(path).read_text(encoding="utf-8"))

@@ -22,14 +22,14 @@ from typing import TYPE_CHECKING, Any
 
 from simulator.cache import CompletionCache, cacheable, request_hash
 from simulator.completion import Completion, GenParams, Message, ModelError
-from simulator.errors import UserError
+from core.errors import UserError
 from simulator.limits import Limiter, ProviderLimits
 from simulator.providers.base import Provider, limit_key
-from simulator.redaction import redact, redact_text
+from core.redaction import redact, redact_text
 from simulator.specs import Spec, parse_spec
 
 if TYPE_CHECKING:
-    from simulator.store import Store
+    from core.store import Store
 
 __all__ = ["Gateway", "ProviderLimits", "redact"]
 
@@ -263,7 +263,7 @@ class Gateway:
     ) -> None:
         if self.store is None:
             return
-        from simulator.records import ModelCall
+        from core.records import ModelCall
 
         row = ModelCall(
             id=call_id,
@@ -319,6 +319,6 @@ def stored_params(params: GenParams) -> dict[str, Any]:
 
 
 def _secret(name: str) -> bool:
-    from simulator.redaction import is_secret_key
+    from core.redaction import is_secret_key
 
     return is_secret_key(name) or name in {"api_key", "headers", "extra_headers"}

@@ -26,7 +26,8 @@ if TYPE_CHECKING:
     from simulator.events import EventDetector
     from simulator.gateway import Gateway
     from simulator.persona import PersonaSimulator
-    from simulator.tree import Arm, TurnWriter
+    from simulator.plan import Arm
+    from simulator.turn_writer import TurnWriter
 
 class ConvState(TypedDict, total=False):
     exchange: int  # exchange of the last stored turn; 0 before the opening

@@ -19,9 +19,9 @@ from datetime import datetime, timezone
 
 from sqlalchemy import update
 
-from simulator.errors import UserError
-from simulator.records import Run, utcnow
-from simulator.store import Store, redact_url
+from core.errors import UserError
+from core.records import Run, utcnow
+from core.store import Store, redact_url
 
 HEARTBEAT_S = 10.0
 STALE_S = 60.0

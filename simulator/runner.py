@@ -26,13 +26,13 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from sqlmodel import select
 
-from simulator.errors import UserError
+from core.errors import UserError
 from simulator.graph import CallCounter
 
 if TYPE_CHECKING:
     from scenarios.models import Scenario
     from simulator.gateway import Gateway
-    from simulator.store import Store
+    from core.store import Store
     from simulator.tree import ArmResult
 
 PLUGINS_ENV = "BRANCHPOINT_PLUGINS"
@@ -152,7 +152,7 @@ def check_specs(config: RunConfig) -> None:
 
 
 def _redacted_config(config: RunConfig) -> dict[str, Any]:
-    from simulator.redaction import redact
+    from core.redaction import redact
 
     data = config.model_dump()
     data.pop("resume", None)
@@ -192,9 +192,9 @@ async def run(
     ``scenarios`` runs these Scenario objects instead of loading ``config.scenarios`` from files.
     """
     from simulator.lease import RunLease
-    from simulator.records import Conversation, Run, utcnow
+    from core.records import Conversation, Run, utcnow
     from simulator.specs import params_from
-    from simulator.store import open_store, redact_url
+    from core.store import open_store, redact_url
 
     if scenarios is None:
         if not config.scenarios:
@@ -263,9 +263,11 @@ async def _run_held(
     from simulator.events import LLMDetector, RuleDetector
     from simulator.gateway import Gateway, stored_params
     from simulator.persona import PersonaSimulator
-    from simulator.records import Conversation, Run, utcnow
-    from simulator.redaction import redact
-    from simulator.tree import Arm, TreeEnv, TreeSpec, TurnWriter, conversation_id, run_tree
+    from core.records import Conversation, Run, utcnow
+    from core.redaction import redact
+    from simulator.plan import Arm, TreeSpec, conversation_id
+    from simulator.tree import TreeEnv, run_tree
+    from simulator.turn_writer import TurnWriter
 
     from scenarios import variants as variants_api
 
@@ -327,7 +329,7 @@ async def _run_held(
 
     # Turns already stored (a resume) count as done.
     with store.session() as s:
-        from simulator.records import Turn
+        from core.records import Turn
 
         done = s.exec(select(Turn.id).join(Conversation, Turn.conversation_id == Conversation.id)
                       .where(Conversation.run_id == run_id)).all()
@@ -370,7 +372,7 @@ async def _run_held(
 
 def mark_interrupted(store: Store, run_id: str, reason: str, *, run_status: str = "interrupted") -> int:
     """Conversations of ``run_id`` still running or pending -> interrupted (with ``reason``)."""
-    from simulator.records import Conversation, Run, utcnow
+    from core.records import Conversation, Run, utcnow
 
     with store.session() as s:
         rows = s.exec(select(Conversation).where(
@@ -386,7 +388,7 @@ def mark_interrupted(store: Store, run_id: str, reason: str, *, run_status: str 
 
 
 def _interrupt(session: Any, conversations: Sequence[Any], reason: str) -> None:
-    from simulator.records import utcnow
+    from core.records import utcnow
 
     for conv in conversations:
         conv.status, conv.error, conv.updated_at = "interrupted", reason, utcnow()
@@ -394,7 +396,7 @@ def _interrupt(session: Any, conversations: Sequence[Any], reason: str) -> None:
 
 
 def summaries(store: Store, run_id: str) -> list[ConversationSummary]:
-    from simulator.records import Conversation
+    from core.records import Conversation
 
     with store.session() as s:
         rows = s.exec(select(Conversation).where(Conversation.run_id == run_id)

@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from simulator.completion import GenParams
-from simulator.errors import UserError
+from core.errors import UserError
 
 PREFIXES: dict[str, str] = {
     "embedded": "embedded",

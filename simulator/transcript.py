@@ -15,13 +15,13 @@ from rich.rule import Rule
 from rich.text import Text
 from sqlmodel import select
 
-from simulator.errors import UserError
+from core.errors import UserError
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
-    from simulator.records import Conversation, Turn
-    from simulator.store import Store
+    from core.records import Conversation, Turn
+    from core.store import Store
 
 # CSI/OSC/other ESC sequences, then remaining C0/C1 controls except newline and tab.
 _ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(\x07|\x1b\\)?|\x1b[@-_]|\x9b[0-?]*[ -/]*[@-~]")
@@ -36,7 +36,7 @@ def safe_text(text: str | None) -> str:
 
 
 def load_conversation(store: Store, conv_id: str) -> tuple[Conversation, list[Turn]]:
-    from simulator.records import Conversation, Turn
+    from core.records import Conversation, Turn
 
     with store.session() as s:
         conv = s.get(Conversation, conv_id)

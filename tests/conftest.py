@@ -52,7 +52,7 @@ def postgres_url() -> Iterator[str]:
 @pytest.fixture(params=["sqlite", "postgres"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     """A fresh store: a SQLite file in a temporary directory, and again a PostgreSQL database."""
-    from simulator.store import open_store
+    from core.store import open_store
 
     where = request.getfixturevalue("postgres_url") if request.param == "postgres" else tmp_path / "t.db"
     s = open_store(where)
@@ -65,10 +65,10 @@ def loopback_server() -> Iterator[str]:
     """Base URL (``http://127.0.0.1:PORT/v1``) of an OpenAI-compatible server backed by ``scripted:echo``.
 
     It runs in a thread of the test process. Its ``/v1/chat/completions`` honours the test-only
-    headers ``x-test-fail-first``/``x-test-key`` (see ``simulator.openai_server``) so that tests can
+    headers ``x-test-fail-first``/``x-test-key`` (see ``simulator.testing.openai_server``) so that tests can
     ask for 429s without restarting it.
     """
-    from simulator.openai_server import ServerThread
+    from simulator.testing.openai_server import ServerThread
 
     server = ServerThread(model="scripted:echo", retry_after=0.3, reasoning="thinking it over")
     server.start()

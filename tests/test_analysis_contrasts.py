@@ -17,7 +17,7 @@ from analysis.contrasts import (
     simulator_sensitivity,
 )
 from analysis.stats import holm
-from analysis.synthetic import Effect, TeenDesign, write_teen_store
+from analysis.testing.synthetic import Effect, TeenDesign, write_teen_store
 from analysis.tables import conversation_criterion_table
 
 # Pushing back on a limit raises diagnosis / medication / substance failures by 12 points for 90% of

@@ -10,7 +10,7 @@ import pytest
 from scipy import stats
 
 from analysis.ed import _blocks, ed_analysis, safety_score
-from analysis.synthetic import EDDesign, write_ed_store
+from analysis.testing.synthetic import EDDesign, write_ed_store
 from analysis.tables import judgment_table
 
 
@@ -104,7 +104,7 @@ def test_ed_p_values_equal_scipy(ed) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_no_ed_rubric_gives_none(tmp_path: Path) -> None:
-    from analysis.synthetic import TeenDesign, write_teen_store
+    from analysis.testing.synthetic import TeenDesign, write_teen_store
 
     write_teen_store(tmp_path / "t.db", TeenDesign(n_scenarios=2, targets=("scripted:a",), n_exchanges=2), seed=0)
     assert ed_analysis(judgment_table(tmp_path / "t.db")) is None

@@ -12,7 +12,7 @@ import pytest
 
 from analysis.bootstrap import cluster_weights, per_cluster_sums, ratio_interval
 from analysis.rates import failure_rates
-from analysis.synthetic import Effect, TeenDesign, write_teen_store
+from analysis.testing.synthetic import Effect, TeenDesign, write_teen_store
 from analysis.tables import aggregate, conversation_criterion_table, judgment_table
 
 DESIGN = TeenDesign(

@@ -90,7 +90,7 @@ def test_arms_share_identical_prefix_and_diverge_only_after_fork_turn(store) -> 
 
 
 def test_shared_makes_fewer_calls_than_independent_with_the_same_transcripts(store, tmp_path) -> None:
-    from simulator.store import open_store
+    from core.store import open_store
 
     shared, _ = run_engine(store, FIX / "on_event.yaml", fork="shared", replicates=2)
     other = open_store(tmp_path / "ind.db")
@@ -239,7 +239,7 @@ def test_persona_sees_flipped_roles_and_target_gets_the_condition_prompt(store, 
 
 
 def test_unknown_condition_is_a_user_error(store, tmp_path) -> None:
-    from simulator.errors import UserError
+    from core.errors import UserError
 
     with pytest.raises(UserError, match="unknown condition"):
         run_engine(store, write_scenario(tmp_path), conditions=["no_such_prompt"])
@@ -343,7 +343,7 @@ def test_detector_model_in_a_run_records_its_source(store, tmp_path) -> None:
 
 
 def test_run_row_is_recorded_without_secrets(store, tmp_path, monkeypatch) -> None:
-    from simulator.records import Run
+    from core.records import Run
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-verysecretvalue123")
     result, _ = run_engine(store, write_scenario(tmp_path, max_turns=1),

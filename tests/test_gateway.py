@@ -9,11 +9,11 @@ import pytest
 from sqlmodel import select
 
 from simulator.completion import GenParams, Message, ModelError
-from simulator.errors import UserError
+from core.errors import UserError
 from simulator.gateway import Gateway, stored_params
 from simulator.limits import ProviderLimits
 from simulator.providers.scripted import ScriptedModel
-from simulator.records import CacheEntry, ModelCall
+from core.records import CacheEntry, ModelCall
 
 MSGS = [Message(role="system", content="be kind"), Message(role="user", content="hello there")]
 

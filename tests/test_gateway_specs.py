@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.errors import UserError
+from core.errors import UserError
 from simulator.specs import parse_spec, params_from, params_from_pairs
 
 

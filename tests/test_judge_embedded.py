@@ -17,7 +17,7 @@ from judges.loading import load_rubric
 from judges.runner import ajudge_run
 from simulator.completion import GenParams
 from simulator.gateway import Gateway
-from simulator.records import Conversation, Judgment, ModelCall, Run, Turn
+from core.records import Conversation, Judgment, ModelCall, Run, Turn
 
 
 def test_embedded_model_judges_a_stored_conversation(store: Any, tmp_path: Path, embedded_provider: Any) -> None:

@@ -142,7 +142,7 @@ def test_applicability_by_majority_of_valid_members_with_ties_rated() -> None:
 
 def test_panel_needs_two_distinct_judges() -> None:
     from judges.heuristic import HeuristicJudge
-    from simulator.errors import UserError
+    from core.errors import UserError
 
     with pytest.raises(UserError, match="at least two distinct judges"):
         Panel([HeuristicJudge(), HeuristicJudge()])

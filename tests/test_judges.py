@@ -27,7 +27,7 @@ from judges.runner import ajudge_run
 from simulator.completion import GenParams, Message, ModelError
 from simulator.gateway import Gateway
 from simulator.providers.scripted import ScriptedModel
-from simulator.records import Conversation, Judgment, ModelCall, Run, Turn
+from core.records import Conversation, Judgment, ModelCall, Run, Turn
 
 REPO = Path(__file__).resolve().parents[1]
 U18 = REPO.parent / "shared" / "data" / "model_spec_u18" / "under18.md"

@@ -9,10 +9,10 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import text
 
-from simulator.errors import UserError
+from core.errors import UserError
 from simulator.lease import STALE_S, RunLease
-from simulator.records import SCHEMA_VERSION, Run, utcnow
-from simulator.store import open_store
+from core.records import SCHEMA_VERSION, Run, utcnow
+from core.store import open_store
 
 
 def _set_owner(store, owner, age_s: float = 0.0) -> None:  # type: ignore[no-untyped-def]

@@ -10,8 +10,8 @@ from sqlmodel import select
 
 from simulator.completion import GenParams, Message, ModelError
 from simulator.gateway import Gateway
-from simulator.openai_server import ServerThread
-from simulator.records import ModelCall
+from simulator.testing.openai_server import ServerThread
+from core.records import ModelCall
 
 KEY = "sk-dummy-test-key-0123456789"
 

@@ -12,8 +12,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from simulator.completion import GenParams, Message, ModelError
-from simulator.errors import UserError
-from simulator.redaction import redact, redact_text
+from core.errors import UserError
+from core.redaction import redact, redact_text
 
 MSGS = [Message(role="user", content="hi")]
 
@@ -163,7 +163,7 @@ def test_server_command_prints_its_url_and_answers() -> None:
 
     root = Path(__file__).resolve().parents[1]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "simulator.openai_server", "--port", "0", "--model", "scripted-echo", "--delay-ms", "50"],
+        [sys.executable, "-m", "simulator.testing.openai_server", "--port", "0", "--model", "scripted-echo", "--delay-ms", "50"],
         cwd=root, stdout=subprocess.PIPE, text=True,
     )
     try:

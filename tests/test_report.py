@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from analysis.synthetic import EDDesign, Effect, TeenDesign, write_ed_store, write_teen_store
+from analysis.testing.synthetic import EDDesign, Effect, TeenDesign, write_ed_store, write_teen_store
 from fixtures.engine.helpers import run_cli
 
 REPO = Path(__file__).resolve().parents[1]
@@ -52,7 +52,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_report_has_every_plot_headline_first_and_escaped_text(teen_db: Path, tmp_path: Path) -> None:
-    from simulator.cli import app
+    from tui.cli import app
 
     out = tmp_path / "rep"
     res = CliRunner().invoke(app, ["report", "synthetic-teen", "--out", str(out), "--db", str(teen_db), "--n-boot", "200"])
@@ -95,7 +95,7 @@ def test_ed_report_has_the_ed_plot(tmp_path: Path) -> None:
 
 
 def test_analyze_prints_headlines_literally(teen_db: Path) -> None:
-    from simulator.cli import app
+    from tui.cli import app
 
     res = CliRunner().invoke(app, ["analyze", "--all", "--db", str(teen_db), "--n-boot", "100"], env={"COLUMNS": "400"})
     assert res.exit_code == 0, res.output
@@ -105,7 +105,7 @@ def test_analyze_prints_headlines_literally(teen_db: Path) -> None:
 
 
 def test_export_csv_and_parquet(teen_db: Path, tmp_path: Path) -> None:
-    from simulator.cli import app
+    from tui.cli import app
 
     n = sqlite3.connect(teen_db).execute("SELECT COUNT(*) FROM judgments").fetchone()[0]
     for fmt in ("csv", "parquet"):

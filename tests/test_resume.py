@@ -13,7 +13,7 @@ from sqlmodel import select
 
 from fixtures.engine.helpers import cli_command, conversations, plugin_env, run_engine, turns_of
 
-from simulator.records import Conversation, Run, Turn
+from core.records import Conversation, Run, Turn
 
 REPO = Path(__file__).resolve().parents[1]
 FIX = REPO / "tests" / "fixtures" / "engine"

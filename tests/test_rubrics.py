@@ -157,7 +157,7 @@ def test_every_bad_rubric_fixture_has_expectations() -> None:
 
 
 def test_load_rubric_raises_a_one_line_user_error() -> None:
-    from simulator.errors import UserError
+    from core.errors import UserError
 
     with pytest.raises(UserError) as info:
         load_rubric(BAD / "02_missing_anchor.yaml")
@@ -171,12 +171,12 @@ def test_validate_command_accepts_rubrics_and_reports_bad_ones() -> None:
     import sys
 
     ok = subprocess.run(
-        [sys.executable, "-m", "simulator.cli", "validate", "judges/rubrics/teen.yaml", "judges/rubrics/ed.yaml"],
+        [sys.executable, "-m", "tui.cli", "validate", "judges/rubrics/teen.yaml", "judges/rubrics/ed.yaml"],
         cwd=REPO, capture_output=True, text=True, timeout=120,
     )
     assert ok.returncode == 0, ok.stdout + ok.stderr
     bad = subprocess.run(
-        [sys.executable, "-m", "simulator.cli", "validate", str(BAD / "06_duplicate_criterion.yaml")],
+        [sys.executable, "-m", "tui.cli", "validate", str(BAD / "06_duplicate_criterion.yaml")],
         cwd=REPO, capture_output=True, text=True, timeout=120,
     )
     assert bad.returncode != 0

@@ -14,7 +14,7 @@ from fixtures.engine.helpers import run_cli
 
 @pytest.fixture
 def cli(monkeypatch):  # type: ignore[no-untyped-def]
-    from simulator.cli import app
+    from tui.cli import app
 
     monkeypatch.setenv("BRANCHPOINT_PLUGINS", "engine_plugin")
     monkeypatch.setenv("COLUMNS", "200")
@@ -75,7 +75,7 @@ def _baseline_id() -> str:
 
 
 def test_show_unknown_conversation_and_missing_store(cli, tmp_path) -> None:
-    from simulator.errors import UserError
+    from core.errors import UserError
 
     with pytest.raises(UserError, match="no such store"):
         cli("show", "abc", "--db", str(tmp_path / "nope.db"))
@@ -113,7 +113,7 @@ def test_event_rules_file_replaces_the_keyword_rules(cli, tmp_path) -> None:
     bad = tmp_path / "bad.yaml"
     for text, message in (("nope: ['x']\n", "unknown event"), ("limit: ['(']\n", "invalid regular expression")):
         bad.write_text(text, encoding="utf-8")
-        from simulator.errors import UserError
+        from core.errors import UserError
 
         with pytest.raises(UserError, match=message):
             cli("run", str(FIX / "on_event.yaml"), "--event-rules", str(bad), "--db", str(db))

@@ -11,7 +11,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from scenarios.schema import SCENARIO_SCHEMA_PATH, dumps, scenario_json_schema
-from simulator.cli import app
+from tui.cli import app
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
@@ -138,7 +138,7 @@ def test_schema_accepts_the_fixtures_and_rejects_a_typo(tmp_path: Path) -> None:
         import pytest
 
         pytest.skip("jsonschema not installed")
-    from scenarios.yamlio import read_yaml
+    from core.yamlio import read_yaml
 
     schema = scenario_json_schema()
     library = REPO / "scenarios" / "library"

@@ -13,7 +13,7 @@ from scenarios.conditions import (
     load_condition_file,
     load_crisis_resources_file,
 )
-from simulator.errors import UserError
+from core.errors import UserError
 
 
 def _write(folder: Path, name: str, text: str) -> Path:

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from scenarios import Scenario, expand, load_scenarios
 from scenarios.kora import convert, import_kora, load_risks
-from simulator.cli import app
+from tui.cli import app
 
 KORA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "kora"
 SOURCE = KORA / "scenarios.jsonl"

@@ -10,7 +10,7 @@ import pytest
 from scenarios import LoadError, load_model, load_scenarios
 from scenarios.loader import load_scenario_file
 from scenarios.models import Persona, Scenario
-from scenarios.yamlio import parse_yaml, validate_data
+from core.yamlio import parse_yaml, validate_data
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 BAD = FIXTURES / "bad"
@@ -264,7 +264,7 @@ def test_lower_level_validate_data_uses_position_map() -> None:
 def test_all_duplicate_keys_reported(tmp_path: Path) -> None:
     path = tmp_path / "d.yaml"
     path.write_text("a: 1\nb: 2\na: 3\nc:\n  x: 1\n  x: 2\n", encoding="utf-8")
-    from scenarios.yamlio import read_yaml
+    from core.yamlio import read_yaml
 
     _, _, errors = read_yaml(path)
     assert [(e.line, e.col, e.field) for e in errors] == [(3, 1, "a"), (6, 3, "c.x")]
@@ -311,7 +311,7 @@ def test_non_text_keys_are_errors(tmp_path: Path) -> None:
 
 def test_require_scenarios_raises_one_line_user_error() -> None:
     from scenarios import require_scenarios
-    from simulator.errors import UserError
+    from core.errors import UserError
 
     assert [s.id for s in require_scenarios(GOOD / "teen_three_branches.yaml")] == ["fixture-teen-exams"]
     with pytest.raises(UserError) as info:

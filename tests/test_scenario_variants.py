@@ -25,9 +25,9 @@ from scenarios import (
     scenario_hash,
 )
 from scenarios.loader import load_scenario_file
-from scenarios.templates import TemplateRenderError, render
+from core.templates import TemplateRenderError, render
 from scenarios.variants import render_persona, render_text, trigger_order
-from scenarios.yamlio import parse_yaml, validate_data
+from core.yamlio import parse_yaml, validate_data
 
 GOOD = Path(__file__).resolve().parent / "fixtures" / "good"
 TEEN = GOOD / "teen_three_branches.yaml"

@@ -7,7 +7,8 @@ from pathlib import Path
 from scenarios.loader import load_scenarios
 from scenarios.variants import expand, render_opening
 from simulator.graph import advance_stage, derive_seed, fired_next, initial_state
-from simulator.tree import Arm, TreeSpec, conversation_id, initial_groups, restore_state
+from simulator.plan import Arm, TreeSpec, conversation_id
+from simulator.tree import initial_groups, restore_state
 
 from fixtures.engine.helpers import conversations, run_engine, turns_of
 

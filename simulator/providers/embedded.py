@@ -14,7 +14,7 @@ import importlib.util
 from pathlib import Path
 
 from simulator.completion import GenParams
-from simulator.errors import UserError
+from core.errors import UserError
 from simulator.providers.hf import HFProvider
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from simulator.completion import Completion, GenParams, Message, ModelError
-from simulator.errors import UserError
+from core.errors import UserError
 
 T = TypeVar("T")
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from simulator.completion import Completion, GenParams, Message, ModelError
 from simulator.providers.base import RETRYABLE_STATUS, retry_after_from
-from simulator.redaction import is_secret_key, redact_text
+from core.redaction import is_secret_key, redact_text
 
 # Before litellm is imported: no cost-map download, no telemetry.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")

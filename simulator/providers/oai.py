@@ -14,9 +14,9 @@ import os
 from typing import Any
 
 from simulator.completion import Completion, GenParams, Message, ModelError
-from simulator.errors import UserError
+from core.errors import UserError
 from simulator.providers.base import RETRYABLE_STATUS, retry_after_from
-from simulator.redaction import is_secret_key, redact_text
+from core.redaction import is_secret_key, redact_text
 
 _CONTROL = {"api_key_env"}
 

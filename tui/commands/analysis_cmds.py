@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
-from simulator.errors import UserError
+from core.errors import UserError
 
 RunArg = Annotated[str | None, typer.Argument(help="Run id to analyse (see `branchpoint show`); or give --all.")]
 AllOpt = Annotated[bool, typer.Option("--all", help="Analyse every run in the store together.")]
@@ -40,7 +40,7 @@ def _runs(run: str | None, all_runs: bool) -> str | None:
 
 
 def _store(db: str | None) -> Any:
-    from simulator.store import open_store
+    from core.store import open_store
 
     return open_store(db, create=False)
 

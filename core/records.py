@@ -2,7 +2,7 @@
 
 Data flows one way (scenarios -> simulator -> store -> judges -> store -> analysis/tui). Every
 table lives in this module so that a schema change is made in one place, with a migration in
-``simulator/migrations.py`` and a bump of ``SCHEMA_VERSION``.
+``core/migrations.py`` and a bump of ``SCHEMA_VERSION``.
 
 Nothing here may hold an API key: configs are stored after ``redact()``.
 """

@@ -2,7 +2,7 @@
 
 validate -> variants -> run -> judge -> analyze/report -> tui, plus schema, import, show, export.
 
-This module only assembles the verbs; each lives in ``simulator/commands`` and imports its
+This module only assembles the verbs; each lives in ``tui/commands`` and imports its
 package lazily so that ``branchpoint --help`` stays fast.
 """
 
@@ -19,8 +19,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import typer  # noqa: E402
 
-from simulator.commands import analysis_cmds, demo_cmd, judge_cmds, run_cmds, scenario_cmds  # noqa: E402
-from simulator.errors import UserError  # noqa: E402
+from tui.commands import analysis_cmds, demo_cmd, judge_cmds, run_cmds, scenario_cmds  # noqa: E402
+from core.errors import UserError  # noqa: E402
 
 app = typer.Typer(
     name="branchpoint",

@@ -1,7 +1,7 @@
 """Opening the store: a SQLite file (WAL mode) by default, or any SQLAlchemy URL (PostgreSQL).
 
 Use ``open_store(path_or_url)``; it creates the tables on a new store, refuses a store written by a
-newer branchpoint, and upgrades an older one through ``simulator.migrations``.
+newer branchpoint, and upgrades an older one through ``core.migrations``.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
 from sqlmodel import Session, SQLModel, create_engine, select
 
-from simulator import records
-from simulator.errors import UserError
-from simulator.records import SCHEMA_VERSION, SchemaInfo
+from core import migrations, records
+from core.errors import UserError
+from core.records import SCHEMA_VERSION, SchemaInfo
 
 DEFAULT_DB = "branchpoint.db"
 
@@ -107,8 +107,6 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _prepare(store: Store) -> None:
-    from simulator import migrations
-
     assert records  # the import registers every table on SQLModel.metadata
     SQLModel.metadata.create_all(store.engine)
     with store.session() as s:
@@ -127,4 +125,4 @@ def _prepare(store: Store) -> None:
             f"branchpoint understands ({SCHEMA_VERSION}); upgrade branchpoint"
         )
     if current < SCHEMA_VERSION:
-        migrations.upgrade(store, current)
+        migrations.upgrade(store.engine, current)

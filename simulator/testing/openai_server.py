@@ -1,7 +1,7 @@
 """A small OpenAI-compatible chat server on 127.0.0.1, for tests, benchmarks and offline demos.
 
-    python -m simulator.openai_server --port 0 --model scripted-echo --delay-ms 100
-    python -m simulator.openai_server --model embedded          # the offline SmolLM2 over HTTP
+    python -m simulator.testing.openai_server --port 0 --model scripted-echo --delay-ms 100
+    python -m simulator.testing.openai_server --model embedded          # the offline SmolLM2 over HTTP
 
 Serves ``POST /v1/chat/completions`` and ``GET /v1/models``. The reply comes from any gateway spec
 (``scripted:echo`` echoes the last message; ``embedded`` and ``hf:...`` run a real model), after an
@@ -188,7 +188,7 @@ class ServerThread:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m simulator.openai_server",
+        prog="python -m simulator.testing.openai_server",
         description="OpenAI-compatible chat server on 127.0.0.1 (tests, benchmarks, offline demos).",
     )
     parser.add_argument("--port", type=int, default=0, help="port to bind (0: any free port)")

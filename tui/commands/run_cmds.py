@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from simulator.errors import UserError
+from core.errors import UserError
 
 
 def run_command(
@@ -185,7 +185,7 @@ def show_command(
     """Print a stored transcript with its stages, the branch points that fired, events and fork point."""
     from rich.console import Console
 
-    from simulator.store import open_store
+    from core.store import open_store
     from simulator.transcript import load_conversation, render_conversation
 
     store = open_store(db, create=False)

@@ -1,21 +1,20 @@
 """Schema migrations, applied in order when an older store is opened.
 
 Each entry upgrades from version N to N+1. Add one (and bump ``records.SCHEMA_VERSION``) for every
-change to ``simulator/records.py`` that an existing store would not pick up from ``create_all``.
+change to ``core/records.py`` that an existing store would not pick up from ``create_all``.
+Migrations take an engine, not the Store, so that the store module imports this one and not the
+other way round.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from sqlalchemy import text
+from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from simulator.records import SCHEMA_VERSION, SchemaInfo
-
-if TYPE_CHECKING:
-    from simulator.store import Store
+from core.records import SCHEMA_VERSION, SchemaInfo
 
 Migration = Callable[[Session], None]
 
@@ -32,8 +31,8 @@ def _add_columns(session: Session, table: str, columns: dict[str, str]) -> None:
         session.execute(text(f"ALTER TABLE {table} ADD COLUMN {name} {sql_type}"))  # type: ignore[call-overload]
 
 
-def upgrade(store: Store, current: int) -> None:
-    with store.session() as s:
+def upgrade(engine: Engine, current: int) -> None:
+    with Session(engine) as s:
         for version in range(current, SCHEMA_VERSION):
             MIGRATIONS[version](s)
             row = s.get(SchemaInfo, "schema_version") or SchemaInfo(key="schema_version", value="")

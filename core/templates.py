@@ -13,7 +13,7 @@ from typing import Any
 from jinja2 import StrictUndefined, TemplateError, TemplateSyntaxError, meta
 from jinja2.sandbox import SandboxedEnvironment
 
-from simulator.errors import UserError
+from core.errors import UserError
 
 _ENV = SandboxedEnvironment(
     undefined=StrictUndefined,

@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from simulator.errors import UserError
+from core.errors import UserError
 
 LIBRARY = Path(__file__).resolve().parents[2] / "scenarios" / "library"
 # Two seeds whose disclosure branch fires early enough to fork inside a short demo.

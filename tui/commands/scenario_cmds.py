@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from simulator.errors import UserError
+from core.errors import UserError
 
 import_app = typer.Typer(
     help="Convert scenarios from public benchmarks into branchpoint scenario files.",
@@ -38,6 +38,7 @@ def validate(
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
+    from judges.loading import load_rubric_file
     from scenarios.validate import validate_paths
 
     # A bar on stderr for big folders (an imported benchmark); stdout keeps only the error lines.
@@ -50,7 +51,7 @@ def validate(
         def step(done: int, total: int) -> None:
             progress.update(task, completed=done, total=total)
 
-        report = validate_paths(paths, progress=step)
+        report = validate_paths(paths, progress=step, rubric_loader=load_rubric_file)
     for error in report.errors:
         typer.echo(str(error))
     typer.echo(report.summary())

@@ -1,6 +1,6 @@
 """Synthetic stores with KNOWN effects: for tests, the scale benchmark and power checks.
 
-Nothing here talks to a model. It writes real SQLite stores (schema from ``simulator.store``) whose
+Nothing here talks to a model. It writes real SQLite stores (schema from ``core.store``) whose
 verdicts are drawn from stated probabilities, so that an analysis can be checked against the truth
 it should recover. Every store it writes names itself a synthetic run (``Run.name``).
 """
@@ -167,7 +167,7 @@ def simulate_teen_judgments(d: TeenDesign, seed: int = 0) -> tuple[pd.DataFrame,
 
 
 def _init_store(path: str | Path) -> sqlite3.Connection:
-    from simulator.store import open_store
+    from core.store import open_store
 
     Path(path).unlink(missing_ok=True)
     store = open_store(path)

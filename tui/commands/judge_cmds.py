@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from simulator.errors import UserError
+from core.errors import UserError
 
 
 def judge_command(

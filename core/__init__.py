@@ -1,0 +1,69 @@
+"""branchpoint's base layer: what every other package shares, importing none of them.
+
+errors (``UserError``), the store's records and the store, schema migrations, YAML reading with
+positions, sandboxed templates and redaction of secrets. Names are imported lazily so that
+``import core`` (and ``branchpoint --help``) stays fast.
+
+    from core import open_store, Conversation
+    with open_store("branchpoint.db").session() as s: ...
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS = {
+    "UserError": "core.errors",
+    "SCHEMA_VERSION": "core.records",
+    "Run": "core.records",
+    "Conversation": "core.records",
+    "Turn": "core.records",
+    "ModelCall": "core.records",
+    "CacheEntry": "core.records",
+    "Judgment": "core.records",
+    "HumanLabel": "core.records",
+    "utcnow": "core.records",
+    "Store": "core.store",
+    "StoreError": "core.store",
+    "open_store": "core.store",
+    "resolve_url": "core.store",
+    "redact_url": "core.store",
+    "redact": "core.redaction",
+    "redact_text": "core.redaction",
+    "LoadError": "core.yamlio",
+    "read_yaml": "core.yamlio",
+    "load_model": "core.yamlio",
+    "render": "core.templates",
+    "TemplateRenderError": "core.templates",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'core' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+if TYPE_CHECKING:  # for type checkers and editors
+    from core.errors import UserError
+    from core.records import (
+        SCHEMA_VERSION,
+        CacheEntry,
+        Conversation,
+        HumanLabel,
+        Judgment,
+        ModelCall,
+        Run,
+        Turn,
+        utcnow,
+    )
+    from core.redaction import redact, redact_text
+    from core.store import Store, StoreError, open_store, redact_url, resolve_url
+    from core.templates import TemplateRenderError, render
+    from core.yamlio import LoadError, load_model, read_yaml
