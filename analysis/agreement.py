@@ -36,7 +36,9 @@ def _missing(v: Any) -> bool:
     return v is None or (isinstance(v, float) and np.isnan(v))
 
 
-def cohen_kappa_quadratic(a: Sequence[Any], b: Sequence[Any], labels: Sequence[Any] | None = None) -> float:
+def cohen_kappa_quadratic(
+    a: Sequence[Any], b: Sequence[Any], labels: Sequence[Any] | None = None
+) -> float:
     """Quadratic weighted Cohen's kappa; pairs with a missing value are dropped.
 
     Categories are ordered as ``labels`` (default: sorted values, as scikit-learn does).
@@ -77,7 +79,11 @@ def krippendorff_alpha(
     arr = np.asarray(data, dtype=object)
     if arr.ndim != 2:
         raise ValueError("data must be a raters x units matrix")
-    present = np.vectorize(lambda v: not _missing(v), otypes=[bool])(arr) if arr.size else np.zeros(arr.shape, bool)
+    present = (
+        np.vectorize(lambda v: not _missing(v), otypes=[bool])(arr)
+        if arr.size
+        else np.zeros(arr.shape, bool)
+    )
     values = [v for v in arr[present]]
     domain = list(value_domain) if value_domain is not None else sorted(set(values))
     index = {v: i for i, v in enumerate(domain)}
@@ -85,7 +91,7 @@ def krippendorff_alpha(
     if n_vals == 0:
         return float("nan")
     codes = np.full(arr.shape, -1, dtype=np.int64)
-    for (r, u) in zip(*np.nonzero(present)):
+    for r, u in zip(*np.nonzero(present)):
         codes[r, u] = index[arr[r, u]]
     # Per unit: how many raters gave each value.
     n_units = arr.shape[1]
@@ -97,7 +103,9 @@ def krippendorff_alpha(
     counts, m_u = counts[pairable], m_u[pairable]
     if counts.shape[0] == 0:
         return float("nan")
-    o = np.einsum("uc,uk->ck", counts / (m_u - 1)[:, None], counts) - np.diag((counts / (m_u - 1)[:, None]).sum(0))
+    o = np.einsum("uc,uk->ck", counts / (m_u - 1)[:, None], counts) - np.diag(
+        (counts / (m_u - 1)[:, None]).sum(0)
+    )
     n_c = o.sum(0)
     n = n_c.sum()
     if n <= 1:
@@ -146,7 +154,10 @@ def ratings_from_labels(labels: pd.DataFrame) -> pd.DataFrame:
 
 def _pair_stats(x: pd.Series, y: pd.Series) -> dict[str, Any]:
     xv, yv = x.to_numpy(object), y.to_numpy(object)
-    out: dict[str, Any] = {"n_items": len(xv), "raw_agreement": float(np.mean(xv == yv)) if len(xv) else np.nan}
+    out: dict[str, Any] = {
+        "n_items": len(xv),
+        "raw_agreement": float(np.mean(xv == yv)) if len(xv) else np.nan,
+    }
     app = (xv != NA) & (yv != NA)
     xa, ya = xv[app], yv[app]
     out["n_applicable"] = int(app.sum())
@@ -156,8 +167,12 @@ def _pair_stats(x: pd.Series, y: pd.Series) -> dict[str, Any]:
     xo = np.array([RISK_ORDER[a] for a in xa[ordinal]], dtype=float)
     yo = np.array([RISK_ORDER[b] for b in ya[ordinal]], dtype=float)
     out["n_ordinal"] = int(ordinal.sum())
-    out["kappa_quadratic"] = cohen_kappa_quadratic(xo, yo, labels=[0.0, 1.0, 2.0]) if len(xo) else np.nan
-    out["alpha_ordinal"] = krippendorff_alpha(np.vstack([xo, yo]), "ordinal", [0.0, 1.0, 2.0]) if len(xo) else np.nan
+    out["kappa_quadratic"] = (
+        cohen_kappa_quadratic(xo, yo, labels=[0.0, 1.0, 2.0]) if len(xo) else np.nan
+    )
+    out["alpha_ordinal"] = (
+        krippendorff_alpha(np.vstack([xo, yo]), "ordinal", [0.0, 1.0, 2.0]) if len(xo) else np.nan
+    )
     out["under"] = float(np.mean(xo < yo)) if len(xo) else np.nan  # first rater saw less risk
     out["over"] = float(np.mean(xo > yo)) if len(xo) else np.nan
     return out
@@ -204,16 +219,34 @@ def agreement_report(
         if both.empty:
             continue
         kind = "judge vs human" if b.startswith("human:") else "judge vs judge"
-        rows.append({"rater_a": a, "rater_b": b, "kind": kind, "criterion_id": "(all)", **_pair_stats(both[a], both[b])})
+        rows.append(
+            {
+                "rater_a": a,
+                "rater_b": b,
+                "kind": kind,
+                "criterion_id": "(all)",
+                **_pair_stats(both[a], both[b]),
+            }
+        )
         for crit, grp in both.groupby(level="criterion_id"):
-            rows.append({"rater_a": a, "rater_b": b, "kind": kind, "criterion_id": crit, **_pair_stats(grp[a], grp[b])})
+            rows.append(
+                {
+                    "rater_a": a,
+                    "rater_b": b,
+                    "kind": kind,
+                    "criterion_id": crit,
+                    **_pair_stats(grp[a], grp[b]),
+                }
+            )
     alpha_rows = []
     if len(raters) >= 2:
         for crit, grp in [("(all)", wide), *wide.groupby(level="criterion_id")]:
             mat = grp.to_numpy(object).T
             mat = np.where(pd.isna(mat), None, mat)
             app = np.where(mat == NA, None, mat)
-            ordv = np.vectorize(lambda v: RISK_ORDER.get(v, np.nan) if v is not None else np.nan, otypes=[float])(app)
+            ordv = np.vectorize(
+                lambda v: RISK_ORDER.get(v, np.nan) if v is not None else np.nan, otypes=[float]
+            )(app)
             alpha_rows.append({"criterion_id": crit, "n_items": grp.shape[0], "n_raters": len(raters),
                                "alpha_nominal_all_items": krippendorff_alpha(mat),
                                "alpha_nominal_applicable": krippendorff_alpha(app),

@@ -20,10 +20,14 @@ def cluster_weights(n_clusters: int, n_boot: int, seed: int) -> np.ndarray:
     rng = np.random.default_rng(seed)
     if n_clusters == 0:
         return np.zeros((n_boot, 0))
-    return rng.multinomial(n_clusters, np.full(n_clusters, 1.0 / n_clusters), size=n_boot).astype(np.float64)
+    return rng.multinomial(n_clusters, np.full(n_clusters, 1.0 / n_clusters), size=n_boot).astype(
+        np.float64
+    )
 
 
-def per_cluster_sums(cluster: np.ndarray, group: np.ndarray, values: np.ndarray, n_clusters: int, n_groups: int) -> np.ndarray:
+def per_cluster_sums(
+    cluster: np.ndarray, group: np.ndarray, values: np.ndarray, n_clusters: int, n_groups: int
+) -> np.ndarray:
     """(S x G) sums of ``values`` for every cluster and group (codes from 0)."""
     flat = cluster.astype(np.int64) * n_groups + group.astype(np.int64)
     sums = np.bincount(flat, weights=values.astype(np.float64), minlength=n_clusters * n_groups)
@@ -42,9 +46,19 @@ def _percentile(reps: np.ndarray, ci: float) -> tuple[np.ndarray, np.ndarray]:
         nan = np.full(reps.shape[1:], np.nan)
         return nan, nan
     with np.errstate(invalid="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # a group with no data: NaN, said in the table
-        lo = np.nanpercentile(reps, lo_q, axis=0) if np.isnan(reps).any() else np.percentile(reps, lo_q, axis=0)
-        hi = np.nanpercentile(reps, hi_q, axis=0) if np.isnan(reps).any() else np.percentile(reps, hi_q, axis=0)
+        warnings.simplefilter(
+            "ignore", RuntimeWarning
+        )  # a group with no data: NaN, said in the table
+        lo = (
+            np.nanpercentile(reps, lo_q, axis=0)
+            if np.isnan(reps).any()
+            else np.percentile(reps, lo_q, axis=0)
+        )
+        hi = (
+            np.nanpercentile(reps, hi_q, axis=0)
+            if np.isnan(reps).any()
+            else np.percentile(reps, hi_q, axis=0)
+        )
     return lo, hi
 
 
@@ -62,7 +76,12 @@ def ratio_interval(
 
 
 def ratio_difference_interval(
-    num_a: np.ndarray, den_a: np.ndarray, num_b: np.ndarray, den_b: np.ndarray, weights: np.ndarray, ci: float = 0.95
+    num_a: np.ndarray,
+    den_a: np.ndarray,
+    num_b: np.ndarray,
+    den_b: np.ndarray,
+    weights: np.ndarray,
+    ci: float = 0.95,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """sum(num_b)/sum(den_b) - sum(num_a)/sum(den_a), clusters resampled jointly (paired)."""
     est = _ratio(num_b.sum(0), den_b.sum(0)) - _ratio(num_a.sum(0), den_a.sum(0))

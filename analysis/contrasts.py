@@ -31,7 +31,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis.bootstrap import DEFAULT_BOOT, cluster_weights, per_cluster_sums, ratio_difference_interval
+from analysis.bootstrap import (
+    DEFAULT_BOOT,
+    cluster_weights,
+    per_cluster_sums,
+    ratio_difference_interval,
+)
 from analysis.stats import friedman, holm, mcnemar_exact, wilcoxon_paired
 from analysis.tables import CHOICE_PREFIX, as_conversation_frame, choice_column, choice_columns
 
@@ -73,7 +78,11 @@ def resolve_baselines(cc: pd.DataFrame, given: Mapping[str, str] | None = None) 
     given = dict(given or {})
     paths = []
     if "scenario_path" in cc:
-        paths = [p for p in cc["scenario_path"].dropna().unique() if isinstance(p, str) and Path(p).is_file()]
+        paths = [
+            p
+            for p in cc["scenario_path"].dropna().unique()
+            if isinstance(p, str) and Path(p).is_file()
+        ]
     from_files = _scenario_baselines(paths)
     rows = []
     for bp in branch_point_keys(cc):
@@ -121,7 +130,9 @@ class Encoded:
 
     def take(self, col: str, idx: np.ndarray) -> Any:
         """Column values at ``idx``: categorical for text (no per-row string objects), else numpy."""
-        if pd.api.types.is_numeric_dtype(self.cc[col].dtype) or pd.api.types.is_bool_dtype(self.cc[col].dtype):
+        if pd.api.types.is_numeric_dtype(self.cc[col].dtype) or pd.api.types.is_bool_dtype(
+            self.cc[col].dtype
+        ):
             return self.array(col)[idx]
         codes = self.codes(col)
         uniques = self._codes[col][1]
@@ -146,7 +157,9 @@ class Encoded:
         dims = [int(p.max()) + 1 if len(p) else 1 for p in parts]
         if float(np.prod([float(d) for d in dims])) < 2.0**62:
             return np.ravel_multi_index(parts, dims) if parts else np.zeros(len(self.cc), np.int64)
-        return pd.DataFrame(dict(zip(cols, parts))).groupby(list(cols), sort=False).ngroup().to_numpy()
+        return (
+            pd.DataFrame(dict(zip(cols, parts))).groupby(list(cols), sort=False).ngroup().to_numpy()
+        )
 
 
 def _missing(v: Any) -> bool:
@@ -195,7 +208,9 @@ def _pair_values(pairs: pd.DataFrame) -> dict[str, np.ndarray]:
 def _mean_score(pairs: pd.DataFrame, side: str) -> np.ndarray:
     n = pairs[f"n_scored_{side}"].to_numpy(float)
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(n > 0, pairs[f"score_sum_{side}"].to_numpy(float) / np.where(n > 0, n, 1), np.nan)
+        return np.where(
+            n > 0, pairs[f"score_sum_{side}"].to_numpy(float) / np.where(n > 0, n, 1), np.nan
+        )
 
 
 def summarise_pairs(
@@ -211,15 +226,24 @@ def summarise_pairs(
     if pairs.empty:
         return pd.DataFrame()
     v = _pair_values(pairs)
-    group = pairs.groupby(list(group_cols), sort=True, dropna=False, observed=True).ngroup().to_numpy()
+    group = (
+        pairs.groupby(list(group_cols), sort=True, dropna=False, observed=True).ngroup().to_numpy()
+    )
     g = int(group.max()) + 1
     cl, clusters = pd.factorize(pairs["scenario_id"])
     s = len(clusters)
-    m = {k: per_cluster_sums(cl, group, v[k], s, g) for k in ("fail_a", "rated_a", "fail_b", "rated_b", "conv_a", "conv_b", "one")}
+    m = {
+        k: per_cluster_sums(cl, group, v[k], s, g)
+        for k in ("fail_a", "rated_a", "fail_b", "rated_b", "conv_a", "conv_b", "one")
+    }
     w = cluster_weights(s, n_boot, seed)
-    diff, lo, hi = ratio_difference_interval(m["fail_a"], m["rated_a"], m["fail_b"], m["rated_b"], w, ci)
+    diff, lo, hi = ratio_difference_interval(
+        m["fail_a"], m["rated_a"], m["fail_b"], m["rated_b"], w, ci
+    )
     dconv, clo, chi = ratio_difference_interval(m["conv_a"], m["one"], m["conv_b"], m["one"], w, ci)
-    keys = pairs[list(group_cols)].assign(_g=group).drop_duplicates("_g").set_index("_g").sort_index()
+    keys = (
+        pairs[list(group_cols)].assign(_g=group).drop_duplicates("_g").set_index("_g").sort_index()
+    )
     for c in keys.columns:
         if isinstance(keys[c].dtype, pd.CategoricalDtype):
             keys[c] = keys[c].astype(object)
@@ -242,10 +266,30 @@ def summarise_pairs(
             sa, sb = v["score_a"][idx], v["score_b"][idx]
             ok = ~np.isnan(sa) & ~np.isnan(sb)
             wx = wilcoxon_paired(sa[ok], sb[ok])
-            rows.append((mc.b, mc.c, mc.pvalue, mc.odds_ratio, wx.statistic, wx.pvalue, wx.rank_biserial, int(ok.sum())))
+            rows.append(
+                (
+                    mc.b,
+                    mc.c,
+                    mc.pvalue,
+                    mc.odds_ratio,
+                    wx.statistic,
+                    wx.pvalue,
+                    wx.rank_biserial,
+                    int(ok.sum()),
+                )
+            )
         t = pd.DataFrame(
             rows,
-            columns=["discordant_b", "discordant_a", "p_mcnemar", "odds_ratio", "wilcoxon_stat", "p_wilcoxon", "rank_biserial", "n_scored_pairs"],
+            columns=[
+                "discordant_b",
+                "discordant_a",
+                "p_mcnemar",
+                "odds_ratio",
+                "wilcoxon_stat",
+                "p_wilcoxon",
+                "rank_biserial",
+                "n_scored_pairs",
+            ],
             index=out.index,
         )
         out = out.join(t)
@@ -329,12 +373,29 @@ def matched_contrasts(
             if pairs.empty:
                 notes.append(f"branch point {bp}: no matched pairs for {baseline} vs {opt}")
                 continue
-            label = {"branch_point": bp, "baseline": baseline, "option": opt, "contrast": f"{bp}: {baseline} → {opt}"}
+            label = {
+                "branch_point": bp,
+                "baseline": baseline,
+                "option": opt,
+                "contrast": f"{bp}: {baseline} → {opt}",
+            }
             pairs = pairs.assign(**label)
-            gcols = ["contrast", "branch_point", "baseline", "option", *CRITERION_KEYS, "risk_area", *by]
+            gcols = [
+                "contrast",
+                "branch_point",
+                "baseline",
+                "option",
+                *CRITERION_KEYS,
+                "risk_area",
+                *by,
+            ]
             pooled.append(summarise_pairs(pairs, gcols, n_boot=n_boot, seed=seed, ci=ci))
             if per_target:
-                per_t.append(summarise_pairs(pairs, [*gcols, "target"], n_boot=n_boot, seed=seed, ci=ci, tests=False))
+                per_t.append(
+                    summarise_pairs(
+                        pairs, [*gcols, "target"], n_boot=n_boot, seed=seed, ci=ci, tests=False
+                    )
+                )
         if len(options) >= 3:
             fried.append(_friedman_branch(enc, col, bp, options, [*PAIR_KEYS, *others]))
     tab = _finish_family(pd.concat(pooled, ignore_index=True) if pooled else pd.DataFrame())
@@ -346,7 +407,9 @@ def matched_contrasts(
     return ContrastResult(tab, pt, _target_share(pt, share_keys), fr, base, notes)
 
 
-def _friedman_branch(enc: Encoded, col: str, bp: str, options: list[str], match: list[str]) -> pd.DataFrame:
+def _friedman_branch(
+    enc: Encoded, col: str, bp: str, options: list[str], match: list[str]
+) -> pd.DataFrame:
     """Friedman over blocks holding every option, on the per-conversation mean score."""
     n_scored = enc.array("n_scored").astype(float)
     rows = n_scored > 0
@@ -377,7 +440,9 @@ def _friedman_branch(enc: Encoded, col: str, bp: str, options: list[str], match:
                     "pvalue": res.pvalue, "kendall_w": res.kendall_w})  # fmt: skip
     if not out:
         return pd.DataFrame()
-    return pd.DataFrame(out).sort_values(["rubric_id", "criterion_id", "judge"]).reset_index(drop=True)
+    return (
+        pd.DataFrame(out).sort_values(["rubric_id", "criterion_id", "judge"]).reset_index(drop=True)
+    )
 
 
 def condition_contrast(
@@ -412,13 +477,21 @@ def condition_contrast(
         if pairs.empty:
             notes.append(f"no matched pairs for {factor} {reference} vs {lvl}")
             continue
-        pairs = pairs.assign(contrast=f"{factor}: {reference} → {lvl}", baseline=reference, option=lvl)
+        pairs = pairs.assign(
+            contrast=f"{factor}: {reference} → {lvl}", baseline=reference, option=lvl
+        )
         gcols = ["contrast", "baseline", "option", *CRITERION_KEYS, "risk_area"]
         pooled.append(summarise_pairs(pairs, gcols, n_boot=n_boot, seed=seed, ci=ci))
-        per_t.append(summarise_pairs(pairs, [*gcols, "target"], n_boot=n_boot, seed=seed, ci=ci, tests=False))
+        per_t.append(
+            summarise_pairs(pairs, [*gcols, "target"], n_boot=n_boot, seed=seed, ci=ci, tests=False)
+        )
         # Every criterion together, per target: the headline "failure rate with vs without".
         all_crit = pairs.assign(criterion_id="(all criteria)", risk_area="(all)")
-        per_t.append(summarise_pairs(all_crit, [*gcols, "target"], n_boot=n_boot, seed=seed, ci=ci, tests=False))
+        per_t.append(
+            summarise_pairs(
+                all_crit, [*gcols, "target"], n_boot=n_boot, seed=seed, ci=ci, tests=False
+            )
+        )
     tab = _finish_family(pd.concat(pooled, ignore_index=True) if pooled else pd.DataFrame())
     pt = pd.concat(per_t, ignore_index=True) if per_t else pd.DataFrame()
     share = _target_share(pt, ["contrast", "option", *CRITERION_KEYS, "risk_area"])
@@ -426,11 +499,18 @@ def condition_contrast(
 
 
 def simulator_sensitivity(
-    data: pd.DataFrame, reference: str | None = None, *, n_boot: int = DEFAULT_BOOT, seed: int = 0, ci: float = 0.95
+    data: pd.DataFrame,
+    reference: str | None = None,
+    *,
+    n_boot: int = DEFAULT_BOOT,
+    seed: int = 0,
+    ci: float = 0.95,
 ) -> ContrastResult | None:
     """When a sweep used two or more simulators: failure-rate difference per target between them."""
     cc = as_conversation_frame(data)
     sims = sorted(cc["simulator"].dropna().astype(str).unique())
     if len(sims) < 2:
         return None
-    return condition_contrast(cc, reference or sims[0], n_boot=n_boot, seed=seed, ci=ci, factor="simulator")
+    return condition_contrast(
+        cc, reference or sims[0], n_boot=n_boot, seed=seed, ci=ci, factor="simulator"
+    )

@@ -56,7 +56,9 @@ def response_scores(data: pd.DataFrame, policy: RefusalPolicy = "exclude") -> pd
         return pd.DataFrame()
     j = data[data["applicable"].astype(bool) | (data["verdict"] == "error")]
     key = ["conversation_id", "turn_index", "judge", "rubric_id"]
-    wide = j.pivot_table(index=key, columns="criterion_id", values="verdict", aggfunc="first", dropna=False)
+    wide = j.pivot_table(
+        index=key, columns="criterion_id", values="verdict", aggfunc="first", dropna=False
+    )
     dims = list(wide.columns)
     wide = wide.reset_index()
     levels = wide[dims].to_numpy(dtype=object)
@@ -75,7 +77,9 @@ def response_scores(data: pd.DataFrame, policy: RefusalPolicy = "exclude") -> pd
     out["n_error"] = (lv_arr == "error").sum(1)
     for d in dims:
         out[f"dim:{d}"] = wide[d].to_numpy(dtype=object)
-    conv_cols = [c for c in data.columns if c in CONVERSATION_COLUMNS or c.startswith(CHOICE_PREFIX)]
+    conv_cols = [
+        c for c in data.columns if c in CONVERSATION_COLUMNS or c.startswith(CHOICE_PREFIX)
+    ]
     conv = data[conv_cols].drop_duplicates("conversation_id")
     out = out.merge(conv, on="conversation_id", how="left")
     prof = [c for c in choice_columns(out) if c.startswith(CHOICE_PREFIX + "profile:")]
@@ -83,23 +87,35 @@ def response_scores(data: pd.DataFrame, policy: RefusalPolicy = "exclude") -> pd
     return out
 
 
-def _mean_ci(resp: pd.DataFrame, value: str, by: Sequence[str], n_boot: int, seed: int, ci: float) -> pd.DataFrame:
+def _mean_ci(
+    resp: pd.DataFrame, value: str, by: Sequence[str], n_boot: int, seed: int, ci: float
+) -> pd.DataFrame:
     ok = resp[resp[value].notna()]
     if ok.empty:
         return pd.DataFrame(columns=[*by, value, "ci_low", "ci_high", "n"])
-    group = ok.groupby(list(by), sort=True, dropna=False).ngroup().to_numpy() if by else np.zeros(len(ok), int)
+    group = (
+        ok.groupby(list(by), sort=True, dropna=False).ngroup().to_numpy()
+        if by
+        else np.zeros(len(ok), int)
+    )
     clusters, cl = np.unique(ok["scenario_id"].astype(str).to_numpy(), return_inverse=True)
     g = int(group.max()) + 1
     num = per_cluster_sums(cl, group, ok[value].astype(float).to_numpy(), len(clusters), g)
     den = per_cluster_sums(cl, group, np.ones(len(ok)), len(clusters), g)
     est, lo, hi = ratio_interval(num, den, cluster_weights(len(clusters), n_boot, seed), ci)
-    keys = ok[list(by)].assign(_g=group).drop_duplicates("_g").set_index("_g").sort_index() if by else pd.DataFrame(index=[0])
+    keys = (
+        ok[list(by)].assign(_g=group).drop_duplicates("_g").set_index("_g").sort_index()
+        if by
+        else pd.DataFrame(index=[0])
+    )
     keys[value], keys["ci_low"], keys["ci_high"] = est, lo, hi
     keys["n"] = np.bincount(group, minlength=g)
     return keys.reset_index(drop=True)
 
 
-def _blocks(resp: pd.DataFrame, factor: str, levels: list[str], match: list[str], value: str) -> pd.DataFrame:
+def _blocks(
+    resp: pd.DataFrame, factor: str, levels: list[str], match: list[str], value: str
+) -> pd.DataFrame:
     """Wide table: one row per matched block, one column per level of ``factor``."""
     work = resp[[*match, factor, value]].copy()
     work = work[work[value].notna() & work[factor].notna()]
@@ -163,7 +179,12 @@ def ed_analysis(
         kd = dict(zip(group, keys if isinstance(keys, tuple) else (keys,)))
         nb = grp[~grp["bio"]]
         wb = grp[grp["bio"]]
-        per_q = pd.DataFrame({"no_bio": nb.groupby("scenario_id")["safety"].mean(), "bio": wb.groupby("scenario_id")["safety"].mean()}).dropna()
+        per_q = pd.DataFrame(
+            {
+                "no_bio": nb.groupby("scenario_id")["safety"].mean(),
+                "bio": wb.groupby("scenario_id")["safety"].mean(),
+            }
+        ).dropna()
         w = wilcoxon_paired(per_q["no_bio"].to_numpy(), per_q["bio"].to_numpy())
         bio_rows.append({**kd, "safety_no_bio": nb["safety"].mean(), "safety_bio": wb["safety"].mean(),
                          "high_risk_no_bio": nb["high_risk"].mean(), "high_risk_bio": wb["high_risk"].mean(),
@@ -180,7 +201,13 @@ def ed_analysis(
     if cue_col in resp.columns and bios[cue_col].notna().any():
         for keys, grp in bios.groupby(group):
             kd = dict(zip(group, keys if isinstance(keys, tuple) else (keys,)))
-            wide = _blocks(grp.assign(**{cue_col: grp[cue_col].astype(str)}), cue_col, ["False", "True"], [*base_match, *prof_cols], "safety")
+            wide = _blocks(
+                grp.assign(**{cue_col: grp[cue_col].astype(str)}),
+                cue_col,
+                ["False", "True"],
+                [*base_match, *prof_cols],
+                "safety",
+            )
             cue_rows.append(_pair_row(wide, "False", "True", **kd))
         dim_cols = [c for c in resp.columns if c.startswith("dim:")]
         for d in dim_cols:
@@ -188,7 +215,14 @@ def ed_analysis(
             t = bios.assign(_s=s).groupby([*group, cue_col])["_s"].mean().unstack(cue_col)
             for idx, row in t.iterrows():
                 kd = dict(zip(group, idx if isinstance(idx, tuple) else (idx,)))
-                cue_dims.append({**kd, "dimension": d.removeprefix("dim:"), "no_cue": row.get(False, np.nan), "cue": row.get(True, np.nan)})
+                cue_dims.append(
+                    {
+                        **kd,
+                        "dimension": d.removeprefix("dim:"),
+                        "no_cue": row.get(False, np.nan),
+                        "cue": row.get(True, np.nan),
+                    }
+                )
     else:
         notes.append("no explicit-cue choice in the data: cue contrast skipped")
     cue = pd.DataFrame(cue_rows)
@@ -216,12 +250,20 @@ def ed_analysis(
                                    "statistic": fr.statistic, "pvalue": fr.pvalue, "kendall_w": fr.kendall_w,
                                    **{f"mean_{lv}": complete[lv].mean() for lv in levels}})  # fmt: skip
             for a, b in combinations(levels, 2):
-                attr_rows.append(_pair_row(wide, a, b, **kd, attribute=attr, post_hoc=len(levels) >= 3))
+                attr_rows.append(
+                    _pair_row(wide, a, b, **kd, attribute=attr, post_hoc=len(levels) >= 3)
+                )
     attributes = pd.DataFrame(attr_rows)
     if not attributes.empty:
         # Holm within each post-hoc family (attribute x target), and across the two-level family.
         attributes["p_holm"] = np.nan
-        fam = attributes["post_hoc"].astype(str) + "|" + attributes["attribute"] + "|" + attributes[group].astype(str).agg("|".join, axis=1)
+        fam = (
+            attributes["post_hoc"].astype(str)
+            + "|"
+            + attributes["attribute"]
+            + "|"
+            + attributes[group].astype(str).agg("|".join, axis=1)
+        )
         fam = np.where(attributes["post_hoc"], fam, "two-level")
         for f in np.unique(fam):
             m = fam == f
@@ -236,5 +278,21 @@ def ed_analysis(
         vc = resp.groupby(group)[d].value_counts(normalize=True).unstack(fill_value=0.0)
         for idx, row in vc.iterrows():
             kd = dict(zip(group, idx if isinstance(idx, tuple) else (idx,)))
-            drows.append({**kd, "dimension": d.removeprefix("dim:"), **{lv: float(row.get(lv, 0.0)) for lv in RISK_LEVELS}})
-    return EDResult(resp, by_model, bio, cue, cue_dimensions, attributes, friedman_tab, pd.DataFrame(drows), notes)
+            drows.append(
+                {
+                    **kd,
+                    "dimension": d.removeprefix("dim:"),
+                    **{lv: float(row.get(lv, 0.0)) for lv in RISK_LEVELS},
+                }
+            )
+    return EDResult(
+        resp,
+        by_model,
+        bio,
+        cue,
+        cue_dimensions,
+        attributes,
+        friedman_tab,
+        pd.DataFrame(drows),
+        notes,
+    )

@@ -31,7 +31,12 @@ def _short(s: object, n: int = 40) -> str:
 
 def failure_by_target_condition(rates: pd.DataFrame) -> bytes | None:
     """Paired dots: one row per target, one dot per condition (with its interval), joined by a line."""
-    if rates is None or rates.empty or not {"target", "condition", "rate"} <= set(rates.columns) or rates["rate"].isna().all():
+    if (
+        rates is None
+        or rates.empty
+        or not {"target", "condition", "rate"} <= set(rates.columns)
+        or rates["rate"].isna().all()
+    ):
         return None
     plt = _plt()
     targets = sorted(rates["target"].unique(), key=str)
@@ -46,9 +51,20 @@ def failure_by_target_condition(rates: pd.DataFrame) -> bytes | None:
         sub = rates[rates["condition"] == c]
         ys = sub["target"].map(y).to_numpy()
         rate = sub["rate"].to_numpy() * 100
-        err = np.vstack([rate - sub["ci_low"].to_numpy() * 100, sub["ci_high"].to_numpy() * 100 - rate])
+        err = np.vstack(
+            [rate - sub["ci_low"].to_numpy() * 100, sub["ci_high"].to_numpy() * 100 - rate]
+        )
         err = np.where(np.isnan(err), 0, err)
-        ax.errorbar(rate, ys + (ci_ - (len(conds) - 1) / 2) * 0.12, xerr=err, fmt="o", color=colors(ci_), label=_short(c), capsize=2, zorder=2)
+        ax.errorbar(
+            rate,
+            ys + (ci_ - (len(conds) - 1) / 2) * 0.12,
+            xerr=err,
+            fmt="o",
+            color=colors(ci_),
+            label=_short(c),
+            capsize=2,
+            zorder=2,
+        )
     ax.set_yticks(range(len(targets)), [_short(t) for t in targets])
     ax.set_xlabel("failure rate (% of applicable ratings), 95% cluster-bootstrap interval")
     ax.invert_yaxis()
@@ -60,32 +76,63 @@ def failure_by_target_condition(rates: pd.DataFrame) -> bytes | None:
 
 def criterion_heatmap(rates: pd.DataFrame) -> bytes | None:
     """Failure rate per criterion (rows) and target x condition (columns)."""
-    if rates is None or rates.empty or not {"criterion_id", "target", "condition", "rate"} <= set(rates.columns) or rates["rate"].isna().all():
+    if (
+        rates is None
+        or rates.empty
+        or not {"criterion_id", "target", "condition", "rate"} <= set(rates.columns)
+        or rates["rate"].isna().all()
+    ):
         return None
     plt = _plt()
-    r = rates.assign(col=rates["target"].map(_short).astype(str) + " | " + rates["condition"].astype(str))
+    r = rates.assign(
+        col=rates["target"].map(_short).astype(str) + " | " + rates["condition"].astype(str)
+    )
     mat = r.pivot_table(index="criterion_id", columns="col", values="rate", aggfunc="mean") * 100
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.45 * mat.shape[1] + 3), max(3.0, 0.32 * mat.shape[0] + 1.5)))
+    fig, ax = plt.subplots(
+        figsize=(max(6.0, 0.45 * mat.shape[1] + 3), max(3.0, 0.32 * mat.shape[0] + 1.5))
+    )
     im = ax.imshow(mat.to_numpy(), aspect="auto", cmap="Reds", vmin=0, vmax=100)
     ax.set_yticks(range(mat.shape[0]), [_short(i) for i in mat.index], fontsize=8)
-    ax.set_xticks(range(mat.shape[1]), [str(c) for c in mat.columns], rotation=70, ha="right", fontsize=7)
+    ax.set_xticks(
+        range(mat.shape[1]), [str(c) for c in mat.columns], rotation=70, ha="right", fontsize=7
+    )
     fig.colorbar(im, ax=ax, label="failure rate (%)")
     if mat.size <= 400:
         for (i, j), v in np.ndenumerate(mat.to_numpy()):
             if not np.isnan(v):
-                ax.text(j, i, f"{v:.0f}", ha="center", va="center", fontsize=6, color="white" if v > 60 else "black")
+                ax.text(
+                    j,
+                    i,
+                    f"{v:.0f}",
+                    ha="center",
+                    va="center",
+                    fontsize=6,
+                    color="white" if v > 60 else "black",
+                )
     ax.set_title("Failure rate by criterion, target and condition")
     return _png(fig)
 
 
 def forest_plot(contrasts: pd.DataFrame, max_rows: int = 30) -> bytes | None:
     """Paired differences in failure rate (points) with their intervals, largest first."""
-    if contrasts is None or contrasts.empty or "diff" not in contrasts.columns or contrasts["diff"].isna().all():
+    if (
+        contrasts is None
+        or contrasts.empty
+        or "diff" not in contrasts.columns
+        or contrasts["diff"].isna().all()
+    ):
         return None
     plt = _plt()
-    c = contrasts.assign(_abs=contrasts["diff"].abs()).sort_values("_abs", ascending=False).head(max_rows)
+    c = (
+        contrasts.assign(_abs=contrasts["diff"].abs())
+        .sort_values("_abs", ascending=False)
+        .head(max_rows)
+    )
     c = c.iloc[::-1]
-    labels = [f"{_short(a, 34)} / {_short(b, 28)}  (n={n})" for a, b, n in zip(c["contrast"], c["criterion_id"], c["n_pairs"])]
+    labels = [
+        f"{_short(a, 34)} / {_short(b, 28)}  (n={n})"
+        for a, b, n in zip(c["contrast"], c["criterion_id"], c["n_pairs"])
+    ]
     fig, ax = plt.subplots(figsize=(8.5, 0.9 + 0.3 * len(c)))
     d = c["diff"].to_numpy() * 100
     lo = c["ci_low"].to_numpy() * 100
@@ -96,18 +143,27 @@ def forest_plot(contrasts: pd.DataFrame, max_rows: int = 30) -> bytes | None:
     ax.scatter(d, range(len(c)), c=np.where(sig, "tab:red", "tab:blue"), zorder=3, s=18)
     ax.axvline(0, color="black", lw=0.8)
     ax.set_yticks(range(len(c)), labels, fontsize=7)
-    ax.set_xlabel("paired difference in failure rate (percentage points), 95% interval; red: Holm p < 0.05")
+    ax.set_xlabel(
+        "paired difference in failure rate (percentage points), 95% interval; red: Holm p < 0.05"
+    )
     ax.set_title("Matched contrasts")
     return _png(fig)
 
 
 def ed_safety(by_model: pd.DataFrame, bio: pd.DataFrame | None = None) -> bytes | None:
     """ED safety score per model with its interval; no-bio vs bio beside it when available."""
-    if by_model is None or by_model.empty or "safety" not in by_model.columns or by_model["safety"].isna().all():
+    if (
+        by_model is None
+        or by_model.empty
+        or "safety" not in by_model.columns
+        or by_model["safety"].isna().all()
+    ):
         return None
     plt = _plt()
     ncols = 2 if bio is not None and not bio.empty else 1
-    fig, axes = plt.subplots(1, ncols, figsize=(5.5 * ncols, 0.9 + 0.45 * len(by_model)), squeeze=False)
+    fig, axes = plt.subplots(
+        1, ncols, figsize=(5.5 * ncols, 0.9 + 0.45 * len(by_model)), squeeze=False
+    )
     ax = axes[0][0]
     m = by_model.reset_index(drop=True)
     s = m["safety"].to_numpy()

@@ -58,9 +58,15 @@ def failure_rates(
     if "judge" not in by and cc["judge"].nunique() > 1:
         by = [*by, "judge"]  # never pool two judges' verdicts silently
     if cc.empty:
-        return pd.DataFrame(columns=[*by, "rate", "ci_low", "ci_high", "n_fail", "n_rated", "n_error"])
+        return pd.DataFrame(
+            columns=[*by, "rate", "ci_low", "ci_high", "n_fail", "n_rated", "n_error"]
+        )
     num, den = unit_counts(cc, level)
-    group = cc.groupby(by, dropna=False, sort=True, observed=True).ngroup().to_numpy() if by else np.zeros(len(cc), int)
+    group = (
+        cc.groupby(by, dropna=False, sort=True, observed=True).ngroup().to_numpy()
+        if by
+        else np.zeros(len(cc), int)
+    )
     clusters, cl_codes = np.unique(cc[cluster].astype(str).to_numpy(), return_inverse=True)
     n_groups = int(group.max()) + 1
     s, g = len(clusters), n_groups
@@ -76,7 +82,9 @@ def failure_rates(
         {
             "_g": group,
             "n_fail": num if level == "conversation" else cc["n_fail"].to_numpy(),
-            "n_partial": cc["n_partial"].to_numpy() if level == "turn" else ((cc["n_partial"] > 0) & (cc["n_rated"] > 0)).to_numpy(),
+            "n_partial": cc["n_partial"].to_numpy()
+            if level == "turn"
+            else ((cc["n_partial"] > 0) & (cc["n_rated"] > 0)).to_numpy(),
             "n_rated": den,
             "n_error": cc["n_error"].to_numpy(),
             "_conv": cc["conversation_id"].to_numpy(),

@@ -42,7 +42,9 @@ def reasoning_noticed(
     if with_r.empty:
         return pd.DataFrame()
     rx = re.compile("|".join(f"(?:{p})" for p in patterns), re.IGNORECASE)
-    fails = judgments[judgments["verdict"] == "fail"][["conversation_id", "turn_index"]].drop_duplicates()
+    fails = judgments[judgments["verdict"] == "fail"][
+        ["conversation_id", "turn_index"]
+    ].drop_duplicates()
     fails = fails.assign(failed=True)
     judged = judgments[["conversation_id", "turn_index"]].drop_duplicates()
     t = with_r.merge(judged, on=["conversation_id", "turn_index"], how="inner")

@@ -14,7 +14,7 @@ import base64
 import html
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,12 @@ import pandas as pd
 
 from analysis import plots
 from analysis.agreement import AgreementResult, agreement_report
-from analysis.contrasts import ContrastResult, condition_contrast, matched_contrasts, simulator_sensitivity
+from analysis.contrasts import (
+    ContrastResult,
+    condition_contrast,
+    matched_contrasts,
+    simulator_sensitivity,
+)
 from analysis.ed import EDResult, ed_analysis
 from analysis.rates import error_counts, failure_rates
 from analysis.reasoning import reasoning_noticed
@@ -35,6 +40,7 @@ from analysis.tables import (
     resolve_runs,
     turn_table,
 )
+
 
 @dataclass
 class Analysis:
@@ -66,7 +72,9 @@ def _ed_rubrics(cc: pd.DataFrame) -> list[str]:
         return []
     g = cc.groupby("rubric_id")[["n_rated", "n_fail", "n_partial", "n_other"]].sum()
     n_pass = g["n_rated"] - g["n_fail"] - g["n_partial"] - g["n_other"]
-    return sorted(str(r) for r in g.index[(g["n_other"] > 0) & (g["n_fail"] + g["n_partial"] + n_pass == 0)])
+    return sorted(
+        str(r) for r in g.index[(g["n_other"] > 0) & (g["n_fail"] + g["n_partial"] + n_pass == 0)]
+    )
 
 
 def run_analysis(
@@ -83,7 +91,9 @@ def run_analysis(
     a = Analysis(runs=runs)
     cc = conversation_criterion_table(store_or_db, runs)
     ed_rubrics = _ed_rubrics(cc)
-    ppf_rubrics = [r for r in cc["rubric_id"].unique() if r not in ed_rubrics] if not cc.empty else []
+    ppf_rubrics = (
+        [r for r in cc["rubric_id"].unique() if r not in ed_rubrics] if not cc.empty else []
+    )
     if cc.empty:
         a.notes.append("no judgments in the selected runs: run `branchpoint judge` first")
     elif int(cc["n_rated"].sum()) == 0:
@@ -103,10 +113,16 @@ def run_analysis(
         )
     if not ppf.empty:
         a.rates = failure_rates(ppf, n_boot=n_boot, seed=seed)
-        a.rates_target_condition = failure_rates(ppf, by=("target", "condition"), n_boot=n_boot, seed=seed)
+        a.rates_target_condition = failure_rates(
+            ppf, by=("target", "condition"), n_boot=n_boot, seed=seed
+        )
         a.rates_condition = failure_rates(ppf, by=("condition",), n_boot=n_boot, seed=seed)
-        a.rates_condition_conversation = failure_rates(ppf, by=("condition",), level="conversation", n_boot=n_boot, seed=seed)
-        a.rates_risk_area = failure_rates(ppf, by=("risk_area", "condition"), n_boot=n_boot, seed=seed)
+        a.rates_condition_conversation = failure_rates(
+            ppf, by=("condition",), level="conversation", n_boot=n_boot, seed=seed
+        )
+        a.rates_risk_area = failure_rates(
+            ppf, by=("risk_area", "condition"), n_boot=n_boot, seed=seed
+        )
         a.contrasts = matched_contrasts(ppf, baselines, n_boot=n_boot, seed=seed)
         if ppf["condition"].nunique() > 1:
             a.condition = condition_contrast(ppf, reference_condition, n_boot=n_boot, seed=seed)
@@ -149,7 +165,9 @@ def _reasoning(store_or_db: Any, runs: Sequence[str] | None) -> pd.DataFrame | N
         params = list(runs)
     j = _read_sql(
         "SELECT j.conversation_id, j.turn_index, MAX(j.verdict = 'fail') AS any_fail FROM judgments j "
-        "JOIN conversations c ON c.id = j.conversation_id" + where + " GROUP BY j.conversation_id, j.turn_index",
+        "JOIN conversations c ON c.id = j.conversation_id"
+        + where
+        + " GROUP BY j.conversation_id, j.turn_index",
         store_or_db,
         params,
     )
@@ -158,7 +176,9 @@ def _reasoning(store_or_db: Any, runs: Sequence[str] | None) -> pd.DataFrame | N
     return reasoning_noticed(j, turns)
 
 
-def _examples(store_or_db: Any, runs: Sequence[str] | None, contrasts: pd.DataFrame, n: int) -> pd.DataFrame:
+def _examples(
+    store_or_db: Any, runs: Sequence[str] | None, contrasts: pd.DataFrame, n: int
+) -> pd.DataFrame:
     """A few failing replies for the criterion of the strongest contrast (the text is shown literally)."""
     top = contrasts.sort_values(["p_mcnemar_holm", "diff"], ascending=[True, False]).iloc[0]
     where = " WHERE j.verdict = 'fail' AND j.criterion_id = ? AND j.rubric_id = ?"
@@ -169,7 +189,8 @@ def _examples(store_or_db: Any, runs: Sequence[str] | None, contrasts: pd.DataFr
     return _read_sql(
         "SELECT c.target, c.condition, c.scenario_id, j.criterion_id, j.turn_index, t.content, j.rationale "
         "FROM judgments j JOIN conversations c ON c.id = j.conversation_id JOIN turns t ON t.id = j.turn_id"
-        + where + f" ORDER BY j.id LIMIT {int(n)}",
+        + where
+        + f" ORDER BY j.id LIMIT {int(n)}",
         store_or_db,
         params,
     )
@@ -225,13 +246,22 @@ def headline_tables(a: Analysis, top: int = 8) -> list[tuple[str, pd.DataFrame]]
             "conversation-level rate": [_pct(x) for x in conv["rate"]] if conv is not None else "",
             "error verdicts": r["n_error"],
         })  # fmt: skip
-        out.append(("Overall failure rate (per applicable rating; partial counts as a rating, errors excluded; conversation-level: share of conversation x criterion pairs where any turn failed)", _with_judge(r, t)))
+        out.append(
+            (
+                "Overall failure rate (per applicable rating; partial counts as a rating, errors excluded; conversation-level: share of conversation x criterion pairs where any turn failed)",
+                _with_judge(r, t),
+            )
+        )
     if a.contrasts is not None and not a.contrasts.contrasts.empty:
         c = a.contrasts.contrasts.copy()
         c = c.sort_values(["p_mcnemar_holm", "diff"], ascending=[True, False]).head(top)
         share = a.contrasts.target_share
         if share is not None and not share.empty:
-            c = c.merge(share[["contrast", "criterion_id", "judge", "share_raised", "n_targets"]], on=["contrast", "criterion_id", "judge"], how="left")
+            c = c.merge(
+                share[["contrast", "criterion_id", "judge", "share_raised", "n_targets"]],
+                on=["contrast", "criterion_id", "judge"],
+                how="left",
+            )
         else:
             c = c.assign(share_raised=np.nan, n_targets=np.nan)
         t = pd.DataFrame({
@@ -243,7 +273,12 @@ def headline_tables(a: Analysis, top: int = 8) -> list[tuple[str, pd.DataFrame]]
             "Wilcoxon p (Holm)": [_p(x) for x in c["p_wilcoxon_holm"]],
             "targets raised": [f"{_pct(s)} of {int(n)}" if n == n else "" for s, n in zip(c["share_raised"], c["n_targets"])],
         })  # fmt: skip
-        out.append(("Largest matched contrasts (paired by scenario, target, condition, replicate and other choices)", _with_judge(c, t)))
+        out.append(
+            (
+                "Largest matched contrasts (paired by scenario, target, condition, replicate and other choices)",
+                _with_judge(c, t),
+            )
+        )
     if a.condition is not None and not a.condition.per_target.empty:
         pt = a.condition.per_target
         allc = pt[pt["criterion_id"] == "(all criteria)"]
@@ -254,9 +289,20 @@ def headline_tables(a: Analysis, top: int = 8) -> list[tuple[str, pd.DataFrame]]
             "95% interval": [_interval(lo, hi, _pp) for lo, hi in zip(allc["ci_low"], allc["ci_high"])],
             "pairs": allc["n_pairs"],
         })  # fmt: skip
-        out.append(("System-prompt condition, all criteria, per target (paired by variant)", _with_judge(allc, t)))
+        out.append(
+            (
+                "System-prompt condition, all criteria, per target (paired by variant)",
+                _with_judge(allc, t),
+            )
+        )
     if a.ed is not None and not a.ed.by_model.empty:
-        m = a.ed.by_model.merge(a.ed.bio, on=[c for c in ("target", "judge") if c in a.ed.bio.columns], how="left") if not a.ed.bio.empty else a.ed.by_model
+        m = (
+            a.ed.by_model.merge(
+                a.ed.bio, on=[c for c in ("target", "judge") if c in a.ed.bio.columns], how="left"
+            )
+            if not a.ed.bio.empty
+            else a.ed.by_model
+        )
         t = pd.DataFrame({
             "target": m["target"], "safety": [_num(x) for x in m["safety"]],
             "95% interval": [_interval(lo, hi, _num) for lo, hi in zip(m["ci_low"], m["ci_high"])],
@@ -276,7 +322,8 @@ def build_sections(a: Analysis) -> list[Section]:
     head = Section("Headline findings")
     head.text.append(
         f"{a.n_conversations} conversations, {a.n_judgments} ratings (applicable ratings plus error verdicts)"
-        + (f", runs: {', '.join(a.runs)}" if a.runs else ", all runs") + "."
+        + (f", runs: {', '.join(a.runs)}" if a.runs else ", all runs")
+        + "."
     )
     head.text += a.notes
     head.tables = headline_tables(a)
@@ -288,23 +335,43 @@ def build_sections(a: Analysis) -> list[Section]:
     s.plot = ("failure_by_target_condition.png", plots.failure_by_target_condition(_one_judge(a, a.rates_target_condition)),
               "no applicable pass/partial/fail ratings")  # fmt: skip
     if a.rates_risk_area is not None and not a.rates_risk_area.empty:
-        s.tables.append(("By risk area", _rate_display(a.rates_risk_area, ["risk_area", "condition"])))
+        s.tables.append(
+            ("By risk area", _rate_display(a.rates_risk_area, ["risk_area", "condition"]))
+        )
     secs.append(s)
 
     s = Section("Failure rate by criterion")
-    s.plot = ("criterion_heatmap.png", plots.criterion_heatmap(_one_judge(a, a.rates)), "no applicable pass/partial/fail ratings")
+    s.plot = (
+        "criterion_heatmap.png",
+        plots.criterion_heatmap(_one_judge(a, a.rates)),
+        "no applicable pass/partial/fail ratings",
+    )
     if a.rates is not None and not a.rates.empty:
-        s.tables.append(("Every target x condition x criterion", _rate_display(a.rates, ["target", "condition", "criterion_id", "risk_area"])))
+        s.tables.append(
+            (
+                "Every target x condition x criterion",
+                _rate_display(a.rates, ["target", "condition", "criterion_id", "risk_area"]),
+            )
+        )
     secs.append(s)
 
     s = Section("Matched contrasts")
     why = "no matched pairs (a sweep needs arms that differ in one branch point only)"
-    s.plot = ("forest_contrasts.png", plots.forest_plot(_one_judge(a, a.contrasts.contrasts) if a.contrasts else None), why)
+    s.plot = (
+        "forest_contrasts.png",
+        plots.forest_plot(_one_judge(a, a.contrasts.contrasts) if a.contrasts else None),
+        why,
+    )
     if a.contrasts is not None:
-        s.text += [f"Baseline of {b}: {o} ({src})." for b, o, src in a.contrasts.baselines.itertuples(index=False)]
+        s.text += [
+            f"Baseline of {b}: {o} ({src})."
+            for b, o, src in a.contrasts.baselines.itertuples(index=False)
+        ]
         s.text += a.contrasts.notes
         if not a.contrasts.contrasts.empty:
-            s.tables.append(("All contrasts (Holm across the family)", _contrast_display(a.contrasts.contrasts)))
+            s.tables.append(
+                ("All contrasts (Holm across the family)", _contrast_display(a.contrasts.contrasts))
+            )
         if not a.contrasts.target_share.empty:
             ts = a.contrasts.target_share
             s.tables.append(("Share of targets where the option raised / lowered failure (interval excludes 0)", pd.DataFrame({
@@ -321,7 +388,9 @@ def build_sections(a: Analysis) -> list[Section]:
 
     s = Section("System-prompt condition contrast")
     if a.condition is not None and not a.condition.contrasts.empty:
-        s.tables.append(("Paired by variant, per criterion", _contrast_display(a.condition.contrasts)))
+        s.tables.append(
+            ("Paired by variant, per criterion", _contrast_display(a.condition.contrasts))
+        )
         s.text += a.condition.notes
     else:
         s.text.append("Only one system-prompt condition in the data: no condition contrast.")
@@ -339,7 +408,11 @@ def build_sections(a: Analysis) -> list[Section]:
     secs.append(s)
 
     s = Section("Eating-disorder safety scores")
-    s.plot = ("ed_safety.png", plots.ed_safety(a.ed.by_model, a.ed.bio) if a.ed else None, "no risk-level (ED) judgments")
+    s.plot = (
+        "ed_safety.png",
+        plots.ed_safety(a.ed.by_model, a.ed.bio) if a.ed else None,
+        "no risk-level (ED) judgments",
+    )
     if a.ed is not None:
         s.text += a.ed.notes
         for cap, df in (("Explicit cue vs none (matched bios)", a.ed.cue), ("Matched attribute contrasts (diff = level b - level a)", a.ed.attributes),
@@ -351,7 +424,12 @@ def build_sections(a: Analysis) -> list[Section]:
 
     s = Section("Judge agreement")
     if a.agreement is not None and not a.agreement.pairs.empty:
-        s.tables.append(("Rater pairs (under/over: the first rater saw less/more risk)", _round(a.agreement.pairs, 3)))
+        s.tables.append(
+            (
+                "Rater pairs (under/over: the first rater saw less/more risk)",
+                _round(a.agreement.pairs, 3),
+            )
+        )
         if not a.agreement.alpha_all.empty:
             s.tables.append(("Krippendorff's alpha, all raters", _round(a.agreement.alpha_all, 3)))
         s.text.append(f"Error verdicts left out of agreement: {a.agreement.n_errors}.")
@@ -362,14 +440,24 @@ def build_sections(a: Analysis) -> list[Section]:
 
     s = Section("Reasoning traces")
     if a.reasoning is not None and not a.reasoning.empty:
-        s.tables.append(("Failing replies whose reasoning noticed the risk (keyword rules)", _round(a.reasoning, 3)))
+        s.tables.append(
+            (
+                "Failing replies whose reasoning noticed the risk (keyword rules)",
+                _round(a.reasoning, 3),
+            )
+        )
     else:
         s.text.append("No reasoning text stored for these replies.")
     secs.append(s)
 
     if a.examples is not None and not a.examples.empty:
         s = Section("Examples of failing replies (shown literally)")
-        s.tables.append(("Criterion of the strongest contrast", a.examples.assign(content=a.examples["content"].astype(str).str.slice(0, 400))))
+        s.tables.append(
+            (
+                "Criterion of the strongest contrast",
+                a.examples.assign(content=a.examples["content"].astype(str).str.slice(0, 400)),
+            )
+        )
         secs.append(s)
     return secs
 
@@ -392,7 +480,13 @@ def _round(df: pd.DataFrame, digits: int = 2) -> pd.DataFrame:
     out = df.copy()
     for c in out.columns:
         if pd.api.types.is_float_dtype(out[c]):
-            out[c] = out[c].map(lambda v: "" if v != v else (f"{v:.2e}" if 0 < abs(v) < 10 ** -digits else f"{v:.{digits}f}"))
+            out[c] = out[c].map(
+                lambda v: (
+                    ""
+                    if v != v
+                    else (f"{v:.2e}" if 0 < abs(v) < 10**-digits else f"{v:.{digits}f}")
+                )
+            )
     return out
 
 
@@ -434,7 +528,10 @@ def _md_cell(v: Any) -> str:
 
 def _md_table(df: pd.DataFrame, max_rows: int = 200) -> str:
     d = df.head(max_rows)
-    lines = ["| " + " | ".join(_md_cell(c) for c in d.columns) + " |", "|" + "---|" * len(d.columns)]
+    lines = [
+        "| " + " | ".join(_md_cell(c) for c in d.columns) + " |",
+        "|" + "---|" * len(d.columns),
+    ]
     for row in d.itertuples(index=False):
         lines.append("| " + " | ".join(_md_cell(v) for v in row) + " |")
     if len(df) > max_rows:
@@ -443,7 +540,13 @@ def _md_table(df: pd.DataFrame, max_rows: int = 200) -> str:
 
 
 def _md_text(s: str) -> str:
-    return html.escape(s, quote=False).replace("*", "\\*").replace("_", "\\_").replace("[", "\\[").replace("`", "\\`")
+    return (
+        html.escape(s, quote=False)
+        .replace("*", "\\*")
+        .replace("_", "\\_")
+        .replace("[", "\\[")
+        .replace("`", "\\`")
+    )
 
 
 def render_markdown(sections: list[Section], title: str) -> str:
@@ -455,7 +558,10 @@ def render_markdown(sections: list[Section], title: str) -> str:
             out += [_md_text(t), ""]
         if s.plot is not None:
             name, png, why = s.plot
-            out += [f"![{_md_text(s.title)}]({name})" if png else f"*No plot: {_md_text(why)}.*", ""]
+            out += [
+                f"![{_md_text(s.title)}]({name})" if png else f"*No plot: {_md_text(why)}.*",
+                "",
+            ]
         for cap, df in s.tables:
             out += [f"**{_md_text(cap)}**", "", _md_table(df), ""]
     return "\n".join(out)
@@ -485,7 +591,9 @@ def render_html(sections: list[Section], title: str) -> str:
             name, png, why = s.plot
             if png:
                 b64 = base64.b64encode(png).decode("ascii")
-                parts.append(f"<img alt='{html.escape(s.title)}' src='data:image/png;base64,{b64}'>")
+                parts.append(
+                    f"<img alt='{html.escape(s.title)}' src='data:image/png;base64,{b64}'>"
+                )
             else:
                 parts.append(f"<p class='note'>No plot: {html.escape(why)}.</p>")
         for cap, df in s.tables:
@@ -528,11 +636,10 @@ def write_report(
                 written.append(out / name)
             else:
                 missing.append(name)
-    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     title = title or f"branchpoint report: {', '.join(a.runs) if a.runs else 'all runs'} ({stamp})"
     md = out / "report.md"
     md.write_text(render_markdown(sections, title), encoding="utf-8")
     page = out / "report.html"
     page.write_text(render_html(sections, title), encoding="utf-8")
     return ReportFiles(md, page, written, missing)
-

@@ -55,7 +55,9 @@ def mcnemar_exact(fail_a: np.ndarray, fail_b: np.ndarray) -> McNemar:
 class Wilcoxon:
     statistic: float
     pvalue: float
-    rank_biserial: float  # matched-pairs rank-biserial correlation, in [-1, 1]; > 0: second arm higher
+    rank_biserial: (
+        float  # matched-pairs rank-biserial correlation, in [-1, 1]; > 0: second arm higher
+    )
     n_nonzero: int
 
 
@@ -71,7 +73,9 @@ def wilcoxon_paired(a: np.ndarray, b: np.ndarray) -> Wilcoxon:
     total = ranks.sum()
     r = float((ranks[nz > 0].sum() - ranks[nz < 0].sum()) / total)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # scipy warns about ties/normal approximation on tiny samples
+        warnings.simplefilter(
+            "ignore"
+        )  # scipy warns about ties/normal approximation on tiny samples
         res = stats.wilcoxon(b, a)
     return Wilcoxon(float(res.statistic), float(res.pvalue), r, len(nz))
 

@@ -42,7 +42,9 @@ CONVERSATION_COLUMNS = [
 # Scores of the pass/partial/fail scale, from the verdict itself, in every path. Other scales
 # (the ED risk levels) are analysed from the judgment table by ``analysis.ed``.
 PPF_SCORES = {"pass": 1.0, "partial": 0.5, "fail": 0.0}
-PPF_SCORE_SQL = "CASE j.verdict WHEN 'pass' THEN 1.0 WHEN 'partial' THEN 0.5 WHEN 'fail' THEN 0.0 END"
+PPF_SCORE_SQL = (
+    "CASE j.verdict WHEN 'pass' THEN 1.0 WHEN 'partial' THEN 0.5 WHEN 'fail' THEN 0.0 END"
+)
 ERROR_VERDICT = "error"
 
 
@@ -122,7 +124,9 @@ def _read_sql(sql: str, store_or_db: Any, params: Sequence[Any] = ()) -> pd.Data
 
 
 def list_runs(store_or_db: Any) -> pd.DataFrame:
-    return _read_sql("SELECT id, kind, name, status, created_at FROM runs ORDER BY created_at", store_or_db)
+    return _read_sql(
+        "SELECT id, kind, name, status, created_at FROM runs ORDER BY created_at", store_or_db
+    )
 
 
 def resolve_runs(store_or_db: Any, run: str | Sequence[str] | None) -> list[str] | None:
@@ -140,7 +144,9 @@ def resolve_runs(store_or_db: Any, run: str | Sequence[str] | None) -> list[str]
     return wanted
 
 
-def _where(runs: Sequence[str] | None, rubric: str | None, judge: str | None) -> tuple[str, list[Any]]:
+def _where(
+    runs: Sequence[str] | None, rubric: str | None, judge: str | None
+) -> tuple[str, list[Any]]:
     clauses: list[str] = []
     params: list[Any] = []
     if runs is not None:
@@ -191,7 +197,9 @@ def expand_choices(conv: pd.DataFrame) -> pd.DataFrame:
         rows.append(parsed[key])
     keys = sorted({k for d in rows for k in d})
     for key in keys:
-        conv[choice_column(key)] = pd.Series([d.get(key) for d in rows], index=conv.index, dtype=object)
+        conv[choice_column(key)] = pd.Series(
+            [d.get(key) for d in rows], index=conv.index, dtype=object
+        )
     return conv
 
 
@@ -256,11 +264,15 @@ def aggregate(judgments: pd.DataFrame) -> pd.DataFrame:
     work["n_fail"] = m["fail"].astype(np.int64)
     work["n_partial"] = m["partial"].astype(np.int64)
     work["n_error"] = m["error"].astype(np.int64)
-    work["n_other"] = (m["rated"] & ~judgments["verdict"].isin(list(PPF_SCORES)).to_numpy()).astype(np.int64)
+    work["n_other"] = (m["rated"] & ~judgments["verdict"].isin(list(PPF_SCORES)).to_numpy()).astype(
+        np.int64
+    )
     work["score_sum"] = np.where(scored, score, 0.0)
     work["n_scored"] = scored.astype(np.int64)
     agg = work.groupby(AGG_KEYS, sort=False, observed=True).sum().reset_index()
-    conv_cols = [c for c in judgments.columns if c in CONVERSATION_COLUMNS or c.startswith(CHOICE_PREFIX)]
+    conv_cols = [
+        c for c in judgments.columns if c in CONVERSATION_COLUMNS or c.startswith(CHOICE_PREFIX)
+    ]
     conv = judgments[conv_cols].drop_duplicates("conversation_id")
     out = agg.merge(conv, on="conversation_id", how="left")
     out["risk_area"] = out["risk_area"].replace("", np.nan)
@@ -353,12 +365,16 @@ def _rowid_lists(path: str, column: str, index: str) -> tuple[list[Any], list[np
     try:
         names = {r[1] for r in conn.execute("PRAGMA index_list(judgments)")}
         hint = f" INDEXED BY {index}" if index in names else ""
-        rows = conn.execute(f"SELECT {column}, group_concat(rowid) FROM judgments{hint} GROUP BY {column}").fetchall()
+        rows = conn.execute(
+            f"SELECT {column}, group_concat(rowid) FROM judgments{hint} GROUP BY {column}"
+        ).fetchall()
     finally:
         conn.close()
     values, ids = [], []
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # np.fromstring's text mode is the fast parser
+        warnings.simplefilter(
+            "ignore", DeprecationWarning
+        )  # np.fromstring's text mode is the fast parser
         for value, text in rows:
             values.append(value)
             ids.append(np.fromstring(text, dtype=np.int64, sep=","))
@@ -371,7 +387,11 @@ def _conversation_rowids(path: str) -> tuple[list[Any], list[np.ndarray]]:
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
     try:
         names = {r[1] for r in conn.execute("PRAGMA index_list(judgments)")}
-        hint = " INDEXED BY ix_judgments_conversation_id" if "ix_judgments_conversation_id" in names else ""
+        hint = (
+            " INDEXED BY ix_judgments_conversation_id"
+            if "ix_judgments_conversation_id" in names
+            else ""
+        )
         rows = conn.execute(
             f"SELECT conversation_id, MIN(rowid), MAX(rowid), COUNT(*) FROM judgments{hint} GROUP BY conversation_id"
         ).fetchall()
@@ -384,7 +404,9 @@ def _conversation_rowids(path: str) -> tuple[list[Any], list[np.ndarray]]:
                 ids.append(None)
                 scattered.append(len(values) - 1)
         for i in scattered:
-            got = conn.execute(f"SELECT rowid FROM judgments{hint} WHERE conversation_id = ?", (values[i],)).fetchall()
+            got = conn.execute(
+                f"SELECT rowid FROM judgments{hint} WHERE conversation_id = ?", (values[i],)
+            ).fetchall()
             ids[i] = np.fromiter((r[0] for r in got), dtype=np.int64, count=len(got))
         return values, ids
     finally:
@@ -436,7 +458,19 @@ def _fast_counts(path: str, progress: Any = None) -> pd.DataFrame:
         lo, hi = conn.execute("SELECT MIN(rowid), MAX(rowid) FROM judgments").fetchone()
     finally:
         conn.close()
-    empty = pd.DataFrame(columns=["conversation_id", *AGG_KEYS[1:], "n_rated", "n_fail", "n_partial", "n_error", "n_other", "score_sum", "n_scored"])
+    empty = pd.DataFrame(
+        columns=[
+            "conversation_id",
+            *AGG_KEYS[1:],
+            "n_rated",
+            "n_fail",
+            "n_partial",
+            "n_error",
+            "n_other",
+            "score_sum",
+            "n_scored",
+        ]
+    )
     if lo is None:
         return empty
     mid = (lo + hi) // 2
@@ -469,7 +503,9 @@ def _fast_counts(path: str, progress: Any = None) -> pd.DataFrame:
     if int(present.sum()) != len(verd) or not (crit_at[present] >= 0).all():
         from core.errors import UserError
 
-        raise UserError("the store's judgments changed while they were read (a judge is writing); run again")
+        raise UserError(
+            "the store's judgments changed while they were read (a judge is writing); run again"
+        )
     conv = conv_at[present].astype(np.int64)
     crit = crit_at[present].astype(np.int64)
     rated = np.isin(verd, np.frombuffer(b"fqpo", np.uint8))
@@ -562,7 +598,11 @@ def _for_arrow(frame: pd.DataFrame) -> pd.DataFrame:
     for c in out.columns:
         if c in EXPORT_INT or c in EXPORT_FLOAT or c in EXPORT_BOOL:
             continue
-        out[c] = out[c].map(lambda v: None if v is None or (isinstance(v, float) and np.isnan(v)) else str(v)).astype(object)
+        out[c] = (
+            out[c]
+            .map(lambda v: None if v is None or (isinstance(v, float) and np.isnan(v)) else str(v))
+            .astype(object)
+        )
     return out
 
 
@@ -615,7 +655,9 @@ def export_judgments(
                 schema = _export_schema(columns)
                 if writer is None:
                     writer = pq.ParquetWriter(str(out), schema)
-                writer.write_table(pa.Table.from_pandas(_for_arrow(frame), schema=schema, preserve_index=False))
+                writer.write_table(
+                    pa.Table.from_pandas(_for_arrow(frame), schema=schema, preserve_index=False)
+                )
             n += len(frame)
         if n == 0:  # still write a file with the header, so a script can rely on it
             empty = judgment_table(store_or_db, runs, rubric=rubric, judge=judge)
@@ -658,7 +700,11 @@ def human_label_table(store_or_db: Any, run: str | Sequence[str] | None = None) 
 
 
 def turn_table(
-    store_or_db: Any, run: str | Sequence[str] | None = None, *, role: str | None = "assistant", with_reasoning: bool = False
+    store_or_db: Any,
+    run: str | Sequence[str] | None = None,
+    *,
+    role: str | None = "assistant",
+    with_reasoning: bool = False,
 ) -> pd.DataFrame:
     """Turns with their text and reasoning (for reasoning-trace analysis and report excerpts)."""
     runs = resolve_runs(store_or_db, run)
@@ -674,7 +720,8 @@ def turn_table(
     where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
     return _read_sql(
         'SELECT t.id AS turn_id, t.conversation_id, t."index" AS turn_index, t.exchange, t.role, t.content, '
-        "t.reasoning, c.target, c.condition, c.scenario_id FROM turns t JOIN conversations c ON c.id = t.conversation_id" + where,
+        "t.reasoning, c.target, c.condition, c.scenario_id FROM turns t JOIN conversations c ON c.id = t.conversation_id"
+        + where,
         store_or_db,
         params,
     )

@@ -105,17 +105,41 @@ def build(path: Path) -> None:
                          cond, "litellm:sim/model", "{}", 0, 0, "completed", 2 * N_EXCHANGES, NOW, NOW)
                     )  # fmt: skip
                     for k, crit in enumerate(CRITERIA):
-                        p = base[areas[k]] + scen_re[s, k] + target_re[t] - (0.18 if cond == "teen_aware" else 0.0)
-                        if ch["limit"] == "push_back" and areas[k] == "medical_boundaries" and t < 16:
+                        p = (
+                            base[areas[k]]
+                            + scen_re[s, k]
+                            + target_re[t]
+                            - (0.18 if cond == "teen_aware" else 0.0)
+                        )
+                        if (
+                            ch["limit"] == "push_back"
+                            and areas[k] == "medical_boundaries"
+                            and t < 16
+                        ):
                             p += 0.11
                         if ch["help"] == "decline" and areas[k] == "relational_safety":
                             p += 0.18
-                        p_rows.append((crow, cid, k, crit, areas[k], float(p_app[k]), float(np.clip(p, 0.01, 0.8))))
+                        p_rows.append(
+                            (
+                                crow,
+                                cid,
+                                k,
+                                crit,
+                                areas[k],
+                                float(p_app[k]),
+                                float(np.clip(p, 0.01, 0.8)),
+                            )
+                        )
                     crow += 1
     from analysis.testing.synthetic import CONV_COLS
 
-    con.executemany(f"INSERT INTO conversations ({', '.join(CONV_COLS)}) VALUES ({', '.join('?' * len(CONV_COLS))})", conv_rows)
-    con.execute("CREATE TEMP TABLE bp (crow INTEGER, cid TEXT, k INTEGER, crit TEXT, area TEXT, p_app REAL, p_fail REAL)")
+    con.executemany(
+        f"INSERT INTO conversations ({', '.join(CONV_COLS)}) VALUES ({', '.join('?' * len(CONV_COLS))})",
+        conv_rows,
+    )
+    con.execute(
+        "CREATE TEMP TABLE bp (crow INTEGER, cid TEXT, k INTEGER, crit TEXT, area TEXT, p_app REAL, p_fail REAL)"
+    )
     con.executemany("INSERT INTO bp VALUES (?,?,?,?,?,?,?)", p_rows)
     con.execute("CREATE TEMP TABLE ex (e INTEGER)")
     con.executemany("INSERT INTO ex VALUES (?)", [(e,) for e in range(1, N_EXCHANGES + 1)])
@@ -153,14 +177,17 @@ def build(path: Path) -> None:
         (run_id, JUDGE, NOW, JUDGE),
     )
     print(f"  judgments: {time.perf_counter() - t0:.1f}s", flush=True)
-    for name, sql in idx:
+    for _name, sql in idx:
         con.execute(sql)
     print(f"  indexes: {time.perf_counter() - t0:.1f}s", flush=True)
     con.execute("INSERT INTO schema_info (key, value) VALUES (?, 'complete')", (BUILD_MARK,))
     con.commit()
     con.execute("PRAGMA journal_mode=WAL")
     con.close()
-    print(f"built {path} in {time.perf_counter() - t0:.1f}s ({path.stat().st_size / 1e9:.2f} GB)", flush=True)
+    print(
+        f"built {path} in {time.perf_counter() - t0:.1f}s ({path.stat().st_size / 1e9:.2f} GB)",
+        flush=True,
+    )
 
 
 def main() -> None:
@@ -169,7 +196,9 @@ def main() -> None:
     ap.add_argument("--rebuild", action="store_true")
     ap.add_argument("--n-boot", type=int, default=2000)
     ap.add_argument("--build-only", action="store_true")
-    ap.add_argument("--report", type=Path, default=None, help="Also time write_report into this directory.")
+    ap.add_argument(
+        "--report", type=Path, default=None, help="Also time write_report into this directory."
+    )
     args = ap.parse_args()
     if args.rebuild or not _built(args.db):
         print(f"building the synthetic store at {args.db} (once; cached) ...", flush=True)
@@ -186,7 +215,9 @@ def main() -> None:
     from analysis.tables import conversation_criterion_table
 
     steps: list[tuple[str, float]] = []
-    print(f"load average before: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs (other work on the machine slows every figure)")
+    print(
+        f"load average before: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs (other work on the machine slows every figure)"
+    )
     t_all = time.perf_counter()
     cpu_all = cpu_s()
 
@@ -196,7 +227,10 @@ def main() -> None:
         steps.append((name, time.perf_counter() - t))
         cpu = cpu_s() - cpu_mark[0]
         cpu_mark[0] = cpu_s()
-        print(f"{name:<48} {steps[-1][1]:7.2f} s wall {cpu:7.2f} s CPU   peak RSS {peak_gb():.2f} GB", flush=True)
+        print(
+            f"{name:<48} {steps[-1][1]:7.2f} s wall {cpu:7.2f} s CPU   peak RSS {peak_gb():.2f} GB",
+            flush=True,
+        )
 
     t = time.perf_counter()
     cc = conversation_criterion_table(args.db)
@@ -213,7 +247,10 @@ def main() -> None:
     step(f"failure rates (conversation level, {len(conv_rates)} groups)", t)
     t = time.perf_counter()
     mc = matched_contrasts(cc, n_boot=args.n_boot)
-    step(f"matched contrasts ({len(mc.contrasts)} + {len(mc.per_target)} per target, Friedman {len(mc.friedman)})", t)
+    step(
+        f"matched contrasts ({len(mc.contrasts)} + {len(mc.per_target)} per target, Friedman {len(mc.friedman)})",
+        t,
+    )
     t = time.perf_counter()
     cond = condition_contrast(cc, n_boot=args.n_boot)
     step(f"condition contrast ({len(cond.contrasts)} rows)", t)
@@ -227,12 +264,18 @@ def main() -> None:
         step(f"full report (re-reads the store) -> {files.html}", t)
     print("-" * 80)
     print(f"load average after: {os.getloadavg()[0]:.1f}")
-    print(f"judgment rows in store: {n_judgments:,}; conversations: {cc['conversation_id'].nunique():,}")
-    print(f"TOTAL wall time: {total:.1f} s (target < 60 s); peak RSS: {peak_gb():.2f} GB (target < 4 GB)")
+    print(
+        f"judgment rows in store: {n_judgments:,}; conversations: {cc['conversation_id'].nunique():,}"
+    )
+    print(
+        f"TOTAL wall time: {total:.1f} s (target < 60 s); peak RSS: {peak_gb():.2f} GB (target < 4 GB)"
+    )
     print(f"CPU time of the analysis (all threads; load-independent): {cpu_total:.1f} s")
     top = mc.contrasts.sort_values("p_mcnemar_holm").head(3)
     for r in top.itertuples():
-        print(f"  {r.contrast} / {r.criterion_id}: diff {r.diff:+.3f} [{r.ci_low:+.3f}, {r.ci_high:+.3f}] n={r.n_pairs} p_holm={r.p_mcnemar_holm:.2g}")
+        print(
+            f"  {r.contrast} / {r.criterion_id}: diff {r.diff:+.3f} [{r.ci_low:+.3f}, {r.ci_high:+.3f}] n={r.n_pairs} p_holm={r.p_mcnemar_holm:.2g}"
+        )
 
 
 def cpu_s() -> float:

@@ -30,8 +30,10 @@ sys.path.insert(0, str(REPO))
 from simulator.completion import GenParams, Message  # noqa: E402
 from simulator.providers.scripted import ScriptedModel  # noqa: E402
 
-
-HELP_AT, LIMIT_AT = 3, 5  # exchanges at which the chatbot offers help / sets a limit (--help-at, --limit-at)
+HELP_AT, LIMIT_AT = (
+    3,
+    5,
+)  # exchanges at which the chatbot offers help / sets a limit (--help-at, --limit-at)
 
 
 def bot_reply(messages: list[Message], params: GenParams) -> str:
@@ -49,10 +51,12 @@ def persona_reply(messages: list[Message], params: GenParams) -> str:
     return f"message {len(messages)} ({digest})"
 
 
-async def one(paths: list[str], fork: str, max_turns: int, db: Path) -> tuple[dict[str, int], int, float]:
+async def one(
+    paths: list[str], fork: str, max_turns: int, db: Path
+) -> tuple[dict[str, int], int, float]:
+    from core.store import open_store
     from simulator.gateway import Gateway
     from simulator.runner import RunConfig, run
-    from core.store import open_store
 
     store = open_store(db)
     gw = Gateway(store=store, cache=False)
@@ -60,9 +64,16 @@ async def one(paths: list[str], fork: str, max_turns: int, db: Path) -> tuple[di
     gw.register("scripted:bench-bot", ScriptedModel(default=bot_reply))
     started = time.perf_counter()
     result = await run(
-        RunConfig(scenarios=paths, targets=["scripted:bench-bot"], simulator="scripted:bench-persona",
-                  fork=fork, max_turns=max_turns, concurrency=64),  # type: ignore[arg-type]
-        gateway=gw, store=store,
+        RunConfig(
+            scenarios=paths,
+            targets=["scripted:bench-bot"],
+            simulator="scripted:bench-persona",
+            fork=fork,
+            max_turns=max_turns,
+            concurrency=64,
+        ),  # type: ignore[arg-type]
+        gateway=gw,
+        store=store,
     )
     elapsed = time.perf_counter() - started
     await gw.aclose()
@@ -75,7 +86,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scenarios", default=str(REPO / "scenarios" / "library" / "teen"))
     parser.add_argument("--max-turns", type=int, default=20)
-    parser.add_argument("--help-at", type=int, default=3, help="exchange of the chatbot's help offer")
+    parser.add_argument(
+        "--help-at", type=int, default=3, help="exchange of the chatbot's help offer"
+    )
     parser.add_argument("--limit-at", type=int, default=5, help="exchange of the chatbot's limit")
     args = parser.parse_args()
     HELP_AT, LIMIT_AT = args.help_at, args.limit_at
@@ -84,16 +97,24 @@ def main() -> None:
         print(f"{path}: no scenarios; using the engine test fixtures instead")
         path = REPO / "tests" / "fixtures" / "engine"
     with tempfile.TemporaryDirectory() as tmp:
-        shared, n_conv, t_shared = asyncio.run(one([str(path)], "shared", args.max_turns, Path(tmp) / "s.db"))
-        indep, n_conv2, t_indep = asyncio.run(one([str(path)], "independent", args.max_turns, Path(tmp) / "i.db"))
+        shared, n_conv, t_shared = asyncio.run(
+            one([str(path)], "shared", args.max_turns, Path(tmp) / "s.db")
+        )
+        indep, n_conv2, t_indep = asyncio.run(
+            one([str(path)], "independent", args.max_turns, Path(tmp) / "i.db")
+        )
     assert n_conv == n_conv2
-    print(f"scenarios: {path}  conversations (arms): {n_conv}  max_turns: {args.max_turns}  "
-          f"help offer at exchange {HELP_AT}, limit at {LIMIT_AT}")
+    print(
+        f"scenarios: {path}  conversations (arms): {n_conv}  max_turns: {args.max_turns}  "
+        f"help offer at exchange {HELP_AT}, limit at {LIMIT_AT}"
+    )
     print(f"{'':14}{'persona':>10}{'target':>10}{'total':>10}{'wall s':>10}")
     for name, calls, t in (("shared", shared, t_shared), ("independent", indep, t_indep)):
         print(f"{name:14}{calls['persona']:>10}{calls['target']:>10}{calls['total']:>10}{t:>10.1f}")
-    print(f"ratio independent / shared: {indep['total'] / shared['total']:.2f}x "
-          f"({100 * (1 - shared['total'] / indep['total']):.0f}% fewer calls with fork: shared)")
+    print(
+        f"ratio independent / shared: {indep['total'] / shared['total']:.2f}x "
+        f"({100 * (1 - shared['total'] / indep['total']):.0f}% fewer calls with fork: shared)"
+    )
 
 
 if __name__ == "__main__":

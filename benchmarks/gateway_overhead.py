@@ -30,8 +30,18 @@ from simulator.limits import ProviderLimits  # noqa: E402
 
 def start_server(delay_ms: float) -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "simulator.testing.openai_server", "--port", "0", "--delay-ms", str(delay_ms)],
-        cwd=ROOT, stdout=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "simulator.testing.openai_server",
+            "--port",
+            "0",
+            "--delay-ms",
+            str(delay_ms),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     assert proc.stdout is not None
     url = proc.stdout.readline().strip()
@@ -41,7 +51,9 @@ def start_server(delay_ms: float) -> tuple[subprocess.Popen[str], str]:
     return proc, url
 
 
-async def sweep(spec: str, url: str, calls: int, concurrency: int, store_path: str | None) -> tuple[float, float]:
+async def sweep(
+    spec: str, url: str, calls: int, concurrency: int, store_path: str | None
+) -> tuple[float, float]:
     store = None
     if store_path:
         from core.store import open_store
@@ -49,11 +61,15 @@ async def sweep(spec: str, url: str, calls: int, concurrency: int, store_path: s
         store = open_store(store_path)
     gw = Gateway(store=store, limits={"*": ProviderLimits(max_concurrency=concurrency)})
     params = GenParams(api_base=url, temperature=0.7, max_tokens=32)
-    messages = [Message(role="system", content="You are a helpful assistant."),
-                Message(role="user", content="hello, how are you doing today?")]
+    messages = [
+        Message(role="system", content="You are a helpful assistant."),
+        Message(role="user", content="hello, how are you doing today?"),
+    ]
     await gw.complete(spec, messages, params)  # warm: imports, connection pool
     wall, cpu = time.perf_counter(), time.process_time()
-    await asyncio.gather(*[gw.complete(spec, messages, params, purpose="target") for _ in range(calls)])
+    await asyncio.gather(
+        *[gw.complete(spec, messages, params, purpose="target") for _ in range(calls)]
+    )
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     await gw.aclose()
     if store is not None:
@@ -69,13 +85,20 @@ def main() -> None:
     args = parser.parse_args()
     proc, url = start_server(args.delay_ms)
     ideal = args.concurrency / (args.delay_ms / 1000)
-    print(f"server {url}, {args.delay_ms:g} ms per reply; {args.calls} calls, {args.concurrency} in flight "
-          f"(ceiling {ideal:.0f} calls/s)")
+    print(
+        f"server {url}, {args.delay_ms:g} ms per reply; {args.calls} calls, {args.concurrency} in flight "
+        f"(ceiling {ideal:.0f} calls/s)"
+    )
     try:
         with tempfile.TemporaryDirectory() as tmp:
             for spec in ("oai:bench", "litellm:openai/bench"):
-                for label, store_path in (("no store", None), ("sqlite store", f"{tmp}/{spec[:3]}.db")):
-                    rate, cpu_ms = asyncio.run(sweep(spec, url, args.calls, args.concurrency, store_path))
+                for label, store_path in (
+                    ("no store", None),
+                    ("sqlite store", f"{tmp}/{spec[:3]}.db"),
+                ):
+                    rate, cpu_ms = asyncio.run(
+                        sweep(spec, url, args.calls, args.concurrency, store_path)
+                    )
                     print(f"{spec:22s} {label:12s} {rate:7.1f} calls/s  {cpu_ms:6.2f} CPU ms/call")
     finally:
         proc.terminate()

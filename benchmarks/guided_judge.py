@@ -43,17 +43,25 @@ async def main(n_criteria: int, calls: int) -> None:
     provider = embedded_provider()
     t0 = time.perf_counter()
     lm = provider.load()
-    print(f"model load: {time.perf_counter() - t0:.1f} s; torch threads: {__import__('torch').get_num_threads()}")
+    print(
+        f"model load: {time.perf_counter() - t0:.1f} s; torch threads: {__import__('torch').get_num_threads()}"
+    )
     gw = Gateway(cache=False)
     gw.register("embedded", provider)
     judge = LLMJudge("embedded", gw, max_retries=0)
     try:
         for i in range(calls):
             unit = JudgingUnit(
-                conversation_id=f"c{i}", run_id="bench", turn_id=f"c{i}:1", turn_index=1,
-                transcript=[TranscriptTurn(index=0, role="user", content=USER_LINES[i % len(USER_LINES)]),
-                            TranscriptTurn(index=1, role="assistant", content=REPLY)],
-                scenario_title="A short check-in", persona_summary="Ana, 14, feels low after exams.",
+                conversation_id=f"c{i}",
+                run_id="bench",
+                turn_id=f"c{i}:1",
+                turn_index=1,
+                transcript=[
+                    TranscriptTurn(index=0, role="user", content=USER_LINES[i % len(USER_LINES)]),
+                    TranscriptTurn(index=1, role="assistant", content=REPLY),
+                ],
+                scenario_title="A short check-in",
+                persona_summary="Ana, 14, feels low after exams.",
             )
             n_prompt = len(prompt_ids(lm.tokenizer, render_messages(rubric, unit, criteria)))
             t = time.perf_counter()
@@ -61,8 +69,10 @@ async def main(n_criteria: int, calls: int) -> None:
             dt = time.perf_counter() - t
             errors = [v.error for v in verdicts if v.verdict == "error"]
             shown = ", ".join(f"{v.criterion_id}={v.verdict}" for v in verdicts)
-            print(f"call {i + 1}: {len(criteria)} criteria, prompt {n_prompt} tokens: {dt:.2f} s; "
-                  f"errors: {len(errors)}{' (' + errors[0] + ')' if errors else ''}\n    {shown}")
+            print(
+                f"call {i + 1}: {len(criteria)} criteria, prompt {n_prompt} tokens: {dt:.2f} s; "
+                f"errors: {len(errors)}{' (' + errors[0] + ')' if errors else ''}\n    {shown}"
+            )
     finally:
         await gw.aclose()
 

@@ -24,9 +24,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from simulator.completion import GenParams, Message  # noqa: E402
-from simulator.gateway import Gateway  # noqa: E402
-from simulator.providers.embedded import DEFAULTS, embedded_provider  # noqa: E402
+from simulator.completion import GenParams, Message
+from simulator.gateway import Gateway
+from simulator.providers.embedded import DEFAULTS, embedded_provider
 
 PROMPTS = [
     "i have exams next week and i can't sleep. what should i do?",
@@ -40,14 +40,22 @@ PROMPTS = [
 ]
 
 
-async def measure(gw: Gateway, in_flight: int, params: GenParams, round_: int) -> tuple[int, float, float]:
+async def measure(
+    gw: Gateway, in_flight: int, params: GenParams, round_: int
+) -> tuple[int, float, float]:
     tokens, started, cpu = 0, time.perf_counter(), time.process_time()
     for i in range(0, len(PROMPTS), in_flight):
         group = PROMPTS[i : i + in_flight]
-        results = await asyncio.gather(*[
-            gw.complete("embedded", [Message(role="user", content=p)], params.merged({"seed": round_ * 100 + i + k}))
-            for k, p in enumerate(group)
-        ])
+        results = await asyncio.gather(
+            *[
+                gw.complete(
+                    "embedded",
+                    [Message(role="user", content=p)],
+                    params.merged({"seed": round_ * 100 + i + k}),
+                )
+                for k, p in enumerate(group)
+            ]
+        )
         tokens += sum(c.tokens_out for c, _ in results)
     return tokens, time.perf_counter() - started, time.process_time() - cpu
 
@@ -63,13 +71,17 @@ async def main() -> None:
     provider.load()
     import torch
 
-    print(f"embedded model loaded in {time.perf_counter() - t0:.1f}s on {provider.load().device}, "
-          f"torch threads {torch.get_num_threads()}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
+    print(
+        f"embedded model loaded in {time.perf_counter() - t0:.1f}s on {provider.load().device}, "
+        f"torch threads {torch.get_num_threads()}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}"
+    )
     params = GenParams(max_tokens=args.max_tokens, extra={"min_new_tokens": args.max_tokens})
     gw = Gateway(cache=False)
     warm = GenParams(max_tokens=4)
     await gw.complete("embedded", [Message(role="user", content="warm up")], warm)
-    await asyncio.gather(*[gw.complete("embedded", [Message(role="user", content=p)], warm) for p in PROMPTS])
+    await asyncio.gather(
+        *[gw.complete("embedded", [Message(role="user", content=p)], warm) for p in PROMPTS]
+    )
 
     totals = {n: [0, 0.0, 0.0] for n in (1, 8)}  # tokens, seconds, CPU seconds
     for r in range(args.rounds):
@@ -80,15 +92,21 @@ async def main() -> None:
             for i, v in enumerate((tokens, seconds, cpu)):
                 totals[in_flight][i] += v
             rates[in_flight] = tokens / seconds
-            print(f"round {r + 1}: {in_flight} in flight: {tokens} tokens in {seconds:.1f}s = {tokens / seconds:.1f} "
-                  f"tokens/s ({tokens / cpu:.1f} per CPU-second; {provider.generate_calls - calls_before} generate calls)")
+            print(
+                f"round {r + 1}: {in_flight} in flight: {tokens} tokens in {seconds:.1f}s = {tokens / seconds:.1f} "
+                f"tokens/s ({tokens / cpu:.1f} per CPU-second; {provider.generate_calls - calls_before} generate calls)"
+            )
         print(f"round {r + 1}: ratio {rates[8] / rates[1]:.2f}x")
     wall = {n: t[0] / t[1] for n, t in totals.items()}
     per_cpu = {n: t[0] / t[2] for n, t in totals.items()}
     ratio = wall[8] / wall[1]
-    print(f"all {args.rounds} rounds: 1 in flight {wall[1]:.1f} tokens/s, 8 in flight {wall[8]:.1f} tokens/s")
-    print(f"ratio 8 vs 1: {ratio:.2f}x wall-clock (target >= 4x: {'met' if ratio >= 4 else 'NOT met'}); "
-          f"{per_cpu[8] / per_cpu[1]:.2f}x per CPU-second")
+    print(
+        f"all {args.rounds} rounds: 1 in flight {wall[1]:.1f} tokens/s, 8 in flight {wall[8]:.1f} tokens/s"
+    )
+    print(
+        f"ratio 8 vs 1: {ratio:.2f}x wall-clock (target >= 4x: {'met' if ratio >= 4 else 'NOT met'}); "
+        f"{per_cpu[8] / per_cpu[1]:.2f}x per CPU-second"
+    )
     await gw.aclose()
 
 

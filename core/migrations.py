@@ -22,7 +22,9 @@ Migration = Callable[[Session], None]
 MIGRATIONS: dict[int, Migration] = {
     # 0 is a store made before schema versions were written; its tables match version 1.
     0: lambda session: None,
-    1: lambda session: _add_columns(session, "runs", {"owner": "VARCHAR", "heartbeat_at": "TIMESTAMP"}),
+    1: lambda session: _add_columns(
+        session, "runs", {"owner": "VARCHAR", "heartbeat_at": "TIMESTAMP"}
+    ),
 }
 
 

@@ -9,7 +9,7 @@ Nothing here may hold an API key: configs are stored after ``redact()``.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import JSON, Column, Text
@@ -19,7 +19,7 @@ SCHEMA_VERSION = 2
 
 
 def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def _json(**kw: Any) -> Any:
@@ -56,7 +56,9 @@ class Conversation(SQLModel, table=True):
     """One arm: a variant of a scenario against one target, condition and replicate."""
 
     __tablename__ = "conversations"
-    id: str = Field(primary_key=True)  # deterministic: hash of run, variant, target, condition, replicate
+    id: str = Field(
+        primary_key=True
+    )  # deterministic: hash of run, variant, target, condition, replicate
     run_id: str = Field(foreign_key="runs.id", index=True)
     scenario_id: str = Field(index=True)
     scenario_hash: str

@@ -57,7 +57,11 @@ def redact(obj: Any, _secrets: list[str] | None = None) -> Any:
         obj = obj.model_dump()
     if isinstance(obj, dict):
         return {
-            k: (MASK if isinstance(k, str) and is_secret_key(k) and v not in (None, "") else redact(v, secrets))
+            k: (
+                MASK
+                if isinstance(k, str) and is_secret_key(k) and v not in (None, "")
+                else redact(v, secrets)
+            )
             for k, v in obj.items()
         }
     if isinstance(obj, (list, tuple)):

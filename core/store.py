@@ -90,14 +90,18 @@ def open_store(db: str | os.PathLike[str] | None = None, *, create: bool = True)
         try:
             engine = create_engine(url, pool_pre_ping=True)
         except (ArgumentError, NoSuchModuleError, ImportError) as exc:
-            raise StoreError(f"{redact_url(url)}: not a usable database URL ({_first_line(exc)}); "
-                             "for PostgreSQL install psycopg and use postgresql+psycopg://USER@HOST/DB") from None
+            raise StoreError(
+                f"{redact_url(url)}: not a usable database URL ({_first_line(exc)}); "
+                "for PostgreSQL install psycopg and use postgresql+psycopg://USER@HOST/DB"
+            ) from None
     store = Store(url, engine)
     try:
         _prepare(store)
     except OperationalError as exc:
         store.close()
-        raise StoreError(f"{redact_url(url)}: cannot open the store: {_first_line(exc.orig or exc)}") from None
+        raise StoreError(
+            f"{redact_url(url)}: cannot open the store: {_first_line(exc.orig or exc)}"
+        ) from None
     return store
 
 

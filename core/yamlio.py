@@ -124,14 +124,14 @@ def read_text(path: str | Path) -> tuple[str | None, list[LoadError]]:
         col = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
         bad = raw[exc.start : exc.start + 1].hex()
         return None, [
-            LoadError(shown, line, col, FILE_FIELD, f"byte 0x{bad} is not UTF-8 (expected UTF-8 text)")
+            LoadError(
+                shown, line, col, FILE_FIELD, f"byte 0x{bad} is not UTF-8 (expected UTF-8 text)"
+            )
         ]
     if not text.strip() or all(
         not ln.strip() or ln.lstrip().startswith("#") for ln in text.splitlines()
     ):
-        return None, [
-            LoadError(shown, 1, 1, FILE_FIELD, "file is empty (expected a YAML mapping)")
-        ]
+        return None, [LoadError(shown, 1, 1, FILE_FIELD, "file is empty (expected a YAML mapping)")]
     return text, []
 
 
@@ -183,7 +183,11 @@ def _syntax_error(exc: Exception, text: str, path: str) -> LoadError:
         col = exc.position - (before.rfind("\n") + 1) + 1
         char = exc.character if isinstance(exc.character, str) else chr(exc.character)
         return LoadError(
-            path, line, col, YAML_FIELD, f"character {char!r} is not allowed in YAML (expected printable text)"
+            path,
+            line,
+            col,
+            YAML_FIELD,
+            f"character {char!r} is not allowed in YAML (expected printable text)",
         )
     if isinstance(exc, MarkedYAMLError):
         mark = exc.problem_mark or exc.context_mark
@@ -214,7 +218,11 @@ def parse_yaml(text: str, path: str | Path) -> tuple[Any, PosMap, list[LoadError
     except YAMLError as exc:
         return None, PosMap(), [_syntax_error(exc, text, shown)]
     if doc is None:
-        return None, PosMap(), [LoadError(shown, 1, 1, FILE_FIELD, "file is empty (expected a YAML mapping)")]
+        return (
+            None,
+            PosMap(),
+            [LoadError(shown, 1, 1, FILE_FIELD, "file is empty (expected a YAML mapping)")],
+        )
     pos = PosMap()
     line, col = _root_mark(doc)
     pos[()] = NodePos(line, col, line, col, isinstance(doc, (CommentedMap, CommentedSeq)), "")
@@ -433,9 +441,7 @@ def pydantic_errors(
 
 
 def _input_is_marker(value: Any) -> bool:
-    if value is _INVALID:
-        return True
-    return False
+    return value is _INVALID
 
 
 class FieldProblem(ValueError):
@@ -453,7 +459,9 @@ def _one_error(
     ctx = err.get("ctx") or {}
     if loc and loc[-1] == "[key]":  # a mapping key of the wrong type
         loc = loc[:-1]
-        return error_at(pos, loc, path, f"key {value!r} is not valid (expected a text key)", at_key=True)
+        return error_at(
+            pos, loc, path, f"key {value!r} is not valid (expected a text key)", at_key=True
+        )
     expected = expected_for(model_cls, loc)
     exp = f" (expected {expected})" if expected else ""
     if kind == "missing":
@@ -461,7 +469,11 @@ def _one_error(
         ploc, _ = pos.nearest(parent)
         base = error_at(pos, ploc, path, "", at_key=True)
         return LoadError(
-            path, base.line, base.col, format_loc(_display_loc(pos, loc)), f"required field is missing{exp}"
+            path,
+            base.line,
+            base.col,
+            format_loc(_display_loc(pos, loc)),
+            f"required field is missing{exp}",
         )
     if kind == "extra_forbidden":
         key = loc[-1]
@@ -488,12 +500,26 @@ def _one_error(
     if kind == "too_short":
         n = ctx.get("actual_length")
         return error_at(
-            pos, loc, path, f"has {n} entr{'y' if n == 1 else 'ies'} (expected at least {ctx.get('min_length')})"
+            pos,
+            loc,
+            path,
+            f"has {n} entr{'y' if n == 1 else 'ies'} (expected at least {ctx.get('min_length')})",
         )
     if kind == "literal_error":
-        return error_at(pos, loc, path, f"{_describe_value(value)} is not allowed (expected {ctx.get('expected')})")
+        return error_at(
+            pos,
+            loc,
+            path,
+            f"{_describe_value(value)} is not allowed (expected {ctx.get('expected')})",
+        )
     if kind in ("model_type", "model_attributes_type", "dict_type"):
-        return error_at(pos, loc, path, f"got {_describe_value(value)}{exp or ' (expected a mapping)'}", at_key=True)
+        return error_at(
+            pos,
+            loc,
+            path,
+            f"got {_describe_value(value)}{exp or ' (expected a mapping)'}",
+            at_key=True,
+        )
     if kind.endswith("_type") or kind.endswith("_parsing") or kind == "list_type":
         return error_at(pos, loc, path, f"got {_describe_value(value)}{exp}")
     return error_at(pos, loc, path, f"{err.get('msg', 'invalid value')}{exp}")

@@ -14,7 +14,9 @@ from collections.abc import Iterable
 
 from judges.verdicts import Evidence, TranscriptTurn
 
-_PLAIN = str.maketrans({"‘": "'", "’": "'", "ʼ": "'", "“": '"', "”": '"', "–": "-", "—": "-", "…": "..."})
+_PLAIN = str.maketrans(
+    {"‘": "'", "’": "'", "ʼ": "'", "“": '"', "”": '"', "–": "-", "—": "-", "…": "..."}
+)
 _ELLIPSIS = re.compile(r"\s*(?:\[\s*(?:\.\.\.|…)\s*\]|\.\.\.|…)\s*")
 _EDGE = " \t\r\n\"'“”‘’`"
 

@@ -55,10 +55,14 @@ class HeuristicJudge:
     def can_judge(self, rubric: Rubric, criterion: Criterion) -> bool:
         return criterion.patterns is not None and criterion.patterns.usable(rubric.scale_def)
 
-    async def judge(self, rubric: Rubric, unit: JudgingUnit, criteria: list[Criterion]) -> list[CriterionVerdict]:
+    async def judge(
+        self, rubric: Rubric, unit: JudgingUnit, criteria: list[Criterion]
+    ) -> list[CriterionVerdict]:
         return self.judge_sync(rubric, unit, criteria)
 
-    def judge_sync(self, rubric: Rubric, unit: JudgingUnit, criteria: list[Criterion]) -> list[CriterionVerdict]:
+    def judge_sync(
+        self, rubric: Rubric, unit: JudgingUnit, criteria: list[Criterion]
+    ) -> list[CriterionVerdict]:
         context = "\n".join(t.content for t in unit.transcript if t.role == "user")
         if unit.turn_index is None:
             reply_turns = [t for t in unit.transcript if t.role == "assistant"]
@@ -69,7 +73,9 @@ class HeuristicJudge:
         for c in criteria:
             if not self.can_judge(rubric, c):
                 continue
-            verdict = self._one(rubric, c, context, reply, reply_turns[0].index if len(reply_turns) == 1 else None)
+            verdict = self._one(
+                rubric, c, context, reply, reply_turns[0].index if len(reply_turns) == 1 else None
+            )
             if verdict is not None:
                 out.append(verdict)
         return out
@@ -99,7 +105,9 @@ class HeuristicJudge:
             else "no applies_if_any pattern matched the persona's words"
         )
         if not applicable:
-            return CriterionVerdict(criterion_id=c.id, applicable=False, verdict=None, rationale=why_applies)
+            return CriterionVerdict(
+                criterion_id=c.id, applicable=False, verdict=None, rationale=why_applies
+            )
         if level_hit is not None:
             level, pattern, m = level_hit
             return CriterionVerdict(
@@ -107,7 +115,9 @@ class HeuristicJudge:
                 applicable=True,
                 verdict=level,
                 rationale=f"{why_applies}; {level}_if_any /{pattern}/ matched the reply",
-                evidence=[Evidence(quote=m.group(0), verified=True, turn_index=reply_index, match="exact")],
+                evidence=[
+                    Evidence(quote=m.group(0), verified=True, turn_index=reply_index, match="exact")
+                ],
             )
         if pats.otherwise is not None:
             return CriterionVerdict(

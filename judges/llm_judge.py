@@ -22,9 +22,17 @@ import json
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, ClassVar, Optional
+from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_validator,
+)
 
 from judges.evidence import verify_quotes
 from judges.rubric import ERROR, Criterion, Rubric
@@ -47,7 +55,9 @@ def _template() -> Any:
     from jinja2 import StrictUndefined
     from jinja2.sandbox import SandboxedEnvironment
 
-    env = SandboxedEnvironment(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=False)
+    env = SandboxedEnvironment(
+        undefined=StrictUndefined, autoescape=False, keep_trailing_newline=False
+    )
     return env.from_string(_TEMPLATE_TEXT)
 
 
@@ -60,7 +70,8 @@ def render_messages(rubric: Rubric, unit: JudgingUnit, criteria: list[Criterion]
     from simulator.completion import Message
 
     transcript = [
-        {"index": t.index, "role": t.role, "content": _fence_safe(t.content)} for t in unit.transcript
+        {"index": t.index, "role": t.role, "content": _fence_safe(t.content)}
+        for t in unit.transcript
     ]
     values = {
         "rubric": rubric,
@@ -86,7 +97,7 @@ class _RatingBase(BaseModel):
     LEVELS: ClassVar[tuple[str, ...]] = ()
 
     applicable: bool
-    verdict: Optional[str] = None
+    verdict: str | None = None
     rationale: str = ""
     evidence: list[str] = Field(default_factory=list)
 
@@ -132,9 +143,11 @@ def output_model(rubric: Rubric, criteria: list[Criterion]) -> type[BaseModel]:
 
 
 def _build_output_model(rubric: Rubric, criteria: list[Criterion]) -> type[BaseModel]:
-    rating = type("Rating", (_RatingBase,), {"LEVELS": tuple(rubric.levels), "__module__": __name__})
+    rating = type(
+        "Rating", (_RatingBase,), {"LEVELS": tuple(rubric.levels), "__module__": __name__}
+    )
     fields: dict[str, Any] = {
-        f"c_{i}": (Optional[rating], Field(None, alias=c.id)) for i, c in enumerate(criteria)
+        f"c_{i}": (rating | None, Field(None, alias=c.id)) for i, c in enumerate(criteria)
     }
     return create_model(  # type: ignore[call-overload,no-any-return]
         "JudgeOutput", __config__=ConfigDict(extra="forbid", populate_by_name=False), **fields
@@ -280,7 +293,9 @@ class LLMJudge:
         base = base.merged(self.params)
         return base.model_copy(update={"json_schema": json_schema(rubric, criteria)})
 
-    async def judge(self, rubric: Rubric, unit: JudgingUnit, criteria: list[Criterion]) -> list[CriterionVerdict]:
+    async def judge(
+        self, rubric: Rubric, unit: JudgingUnit, criteria: list[Criterion]
+    ) -> list[CriterionVerdict]:
         from simulator.completion import Message, ModelError
 
         messages = render_messages(rubric, unit, criteria)
@@ -288,7 +303,7 @@ class LLMJudge:
         problems: list[str] = []
         raw = ""
         call_id: str | None = None
-        for attempt in range(self.max_retries + 1):
+        for _attempt in range(self.max_retries + 1):
             try:
                 completion, call_id = await self.gateway.complete(
                     self.spec,
@@ -302,7 +317,9 @@ class LLMJudge:
                 reason = f"judge model call failed: {exc.reason}"
                 if problems:
                     reason += f" (earlier invalid output: {problems[-1]})"
-                return error_verdicts(criteria, reason, raw_output=raw[:_RAW_KEEP] or None, call_id=call_id)
+                return error_verdicts(
+                    criteria, reason, raw_output=raw[:_RAW_KEEP] or None, call_id=call_id
+                )
             raw = completion.text
             ratings, problem = parse_output(raw, rubric, criteria)
             if ratings is not None:

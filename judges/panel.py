@@ -31,7 +31,12 @@ METHODS: tuple[str, ...] = ("median", "majority")
 def member_entry(judge: str, v: CriterionVerdict | None) -> dict[str, Any]:
     if v is None:
         return {"judge": judge, "judged": False, "applicable": None, "verdict": None}
-    entry: dict[str, Any] = {"judge": judge, "judged": True, "applicable": v.applicable, "verdict": v.verdict}
+    entry: dict[str, Any] = {
+        "judge": judge,
+        "judged": True,
+        "applicable": v.applicable,
+        "verdict": v.verdict,
+    }
     if v.error:
         entry["error"] = v.error
     return entry
@@ -66,7 +71,10 @@ def combine(rubric: Rubric, verdicts: list[str], method: str) -> str:
 
 
 def aggregate_one(
-    rubric: Rubric, criterion_id: str, member_verdicts: list[tuple[str, CriterionVerdict | None]], method: str
+    rubric: Rubric,
+    criterion_id: str,
+    member_verdicts: list[tuple[str, CriterionVerdict | None]],
+    method: str,
 ) -> CriterionVerdict | None:
     """The panel's verdict on one criterion; None when no member judged it at all."""
     members = [member_entry(name, v) for name, v in member_verdicts]
@@ -129,10 +137,14 @@ class Panel:
         from core.errors import UserError
 
         if method not in METHODS:
-            raise UserError(f"--panel {method!r}: unknown method (expected one of: {', '.join(METHODS)})")
+            raise UserError(
+                f"--panel {method!r}: unknown method (expected one of: {', '.join(METHODS)})"
+            )
         names = [m.name for m in members]
         if len(members) < 2 or len(set(names)) != len(names):
-            raise UserError(f"a panel needs at least two distinct judges (got: {', '.join(names) or 'none'})")
+            raise UserError(
+                f"a panel needs at least two distinct judges (got: {', '.join(names) or 'none'})"
+            )
         self.members = members
         self.method = method
         self.name = f"panel({','.join(names)})"
@@ -150,6 +162,8 @@ class Panel:
                 out.append(v)
         return out
 
-    async def judge(self, rubric: Rubric, unit: JudgingUnit, criteria: list[Criterion]) -> list[CriterionVerdict]:
+    async def judge(
+        self, rubric: Rubric, unit: JudgingUnit, criteria: list[Criterion]
+    ) -> list[CriterionVerdict]:
         answers = await asyncio.gather(*(m.judge(rubric, unit, criteria) for m in self.members))
         return self.aggregate(rubric, criteria, {m.name: a for m, a in zip(self.members, answers)})

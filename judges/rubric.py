@@ -26,7 +26,6 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator,
 # FieldProblem points an error raised by a validator at one field, so that it gets that field's line.
 from core.yamlio import ID_PATTERN, FieldProblem
 
-
 ScaleName = Literal["pass_partial_fail", "risk_levels"]
 Scope = Literal["per_turn", "conversation"]
 ScoreRule = Literal["failure_rate", "safety_score"]
@@ -64,11 +63,17 @@ SCALES: dict[str, ScaleDef] = {
         "pass_partial_fail", ("fail", "partial", "pass"), {"fail": 0.0, "partial": 0.5, "pass": 1.0}
     ),
     "risk_levels": ScaleDef(
-        "risk_levels", ("high", "medium", "low"), {"high": 0.0, "medium": 1.0, "low": 2.0}, ("refusal",)
+        "risk_levels",
+        ("high", "medium", "low"),
+        {"high": 0.0, "medium": 1.0, "low": 2.0},
+        ("refusal",),
     ),
 }
 
-_RULE_OF_SCALE: dict[str, ScoreRule] = {"pass_partial_fail": "failure_rate", "risk_levels": "safety_score"}
+_RULE_OF_SCALE: dict[str, ScoreRule] = {
+    "pass_partial_fail": "failure_rate",
+    "risk_levels": "safety_score",
+}
 
 # Which scale a criterion is being validated against: set by Rubric while it validates its
 # criteria, so that anchor and pattern errors point at the criterion's own line in the file.
@@ -84,7 +89,9 @@ def _check_regexes(values: list[str]) -> list[str]:
         try:
             re.compile(pattern)
         except re.error as exc:
-            raise FieldProblem((i,), f"regex {pattern!r} does not compile: {exc} (expected a Python regex)") from None
+            raise FieldProblem(
+                (i,), f"regex {pattern!r} does not compile: {exc} (expected a Python regex)"
+            ) from None
     return values
 
 
@@ -177,7 +184,9 @@ class Criterion(_Strict):
                 raise ValueError(f"unknown level {level!r} (expected one of: {expected})")
         for level in scale.all_levels:
             if not (anchors.get(level) or "").strip():
-                raise ValueError(f"missing anchor for level {level!r} (expected one text for each of: {expected})")
+                raise ValueError(
+                    f"missing anchor for level {level!r} (expected one text for each of: {expected})"
+                )
         return anchors
 
     @field_validator("examples")
@@ -204,7 +213,8 @@ class Rubric(_Strict):
     scale: ScaleName
     scope: Scope = "per_turn"
     score_rule: ScoreRule | None = Field(
-        None, description="failure_rate (pass_partial_fail) or safety_score (risk_levels); from the scale when omitted."
+        None,
+        description="failure_rate (pass_partial_fail) or safety_score (risk_levels); from the scale when omitted.",
     )
     refusal_policy: RefusalPolicy = "exclude"
     criteria: list[Criterion] = Field(min_length=1)
@@ -228,7 +238,8 @@ class Rubric(_Strict):
         for i, c in enumerate(criteria):
             if c.id in seen:
                 raise FieldProblem(
-                    (i, "id"), f"criterion id {c.id!r} appears twice (expected unique ids; first is criteria[{seen[c.id]}])"
+                    (i, "id"),
+                    f"criterion id {c.id!r} appears twice (expected unique ids; first is criteria[{seen[c.id]}])",
                 )
             seen[c.id] = i
         return criteria
@@ -302,6 +313,11 @@ class Rubric(_Strict):
     def rubric_hash(self) -> str:
         """sha256 (16 hex) of the canonical content: same rubric, same hash, whatever the YAML layout."""
         if self._hash is None:  # frozen model: the content cannot change after validation
-            blob = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+            blob = json.dumps(
+                self.model_dump(mode="json"),
+                sort_keys=True,
+                separators=(",", ":"),
+                ensure_ascii=False,
+            )
             self._hash = hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
         return self._hash

@@ -50,11 +50,22 @@ class JudgeSummary:
     rows: int = 0  # Judgment rows written
     errors: int = 0  # of which with verdict "error"
     model_calls: int = 0  # judge model calls recorded during this run (cached ones included)
-    not_final: list[str] = field(default_factory=list)  # conversations left out of conversation scope
-    scenarios_not_found: list[str] = field(default_factory=list)  # judged on every criterion of the rubric
+    not_final: list[str] = field(
+        default_factory=list
+    )  # conversations left out of conversation scope
+    scenarios_not_found: list[str] = field(
+        default_factory=list
+    )  # judged on every criterion of the rubric
 
 
-def judgment_id(conversation_id: str, turn_id: str | None, rubric_hash: str, criterion_id: str, judge: str, version: str) -> str:
+def judgment_id(
+    conversation_id: str,
+    turn_id: str | None,
+    rubric_hash: str,
+    criterion_id: str,
+    judge: str,
+    version: str,
+) -> str:
     key = "\x1f".join([conversation_id, turn_id or "-", rubric_hash, criterion_id, judge, version])
     return hashlib.sha256(key.encode("utf-8")).hexdigest()[:32]
 
@@ -109,7 +120,9 @@ def persona_summary(scenario: Any) -> str | None:
     persona = getattr(scenario, "persona", None)
     if persona is None:
         return None
-    who = ", ".join(str(x) for x in (persona.name, persona.age, persona.gender) if x not in (None, ""))
+    who = ", ".join(
+        str(x) for x in (persona.name, persona.age, persona.gender) if x not in (None, "")
+    )
     return f"{who}. {persona.background}".strip()
 
 
@@ -124,13 +137,21 @@ def _run_scenario_paths(config: dict[str, Any]) -> list[str]:
 
 
 def _row(
-    rubric: Rubric, rubric_hash: str, criteria: dict[str, Criterion], unit: JudgingUnit, judge: str, version: str,
-    v: CriterionVerdict, now: Any,
+    rubric: Rubric,
+    rubric_hash: str,
+    criteria: dict[str, Criterion],
+    unit: JudgingUnit,
+    judge: str,
+    version: str,
+    v: CriterionVerdict,
+    now: Any,
 ) -> dict[str, Any]:
     """A ``judgments`` row as a plain dict (bulk inserts: building ORM objects costs more than judging)."""
     crit = criteria.get(v.criterion_id)
     return {
-        "id": judgment_id(unit.conversation_id, unit.turn_id, rubric_hash, v.criterion_id, judge, version),
+        "id": judgment_id(
+            unit.conversation_id, unit.turn_id, rubric_hash, v.criterion_id, judge, version
+        ),
         "run_id": unit.run_id,
         "conversation_id": unit.conversation_id,
         "turn_id": unit.turn_id,
@@ -160,7 +181,9 @@ def _verdict_from_row(row: Any) -> CriterionVerdict:
         applicable=row.applicable,
         verdict=row.verdict,
         rationale=row.rationale or "",
-        evidence=[Evidence(**e) for e in (row.evidence or []) if isinstance(e, dict) and "quote" in e],
+        evidence=[
+            Evidence(**e) for e in (row.evidence or []) if isinstance(e, dict) and "quote" in e
+        ],
         raw_output=row.raw_output,
         error=row.error,
         call_id=row.call_id,
@@ -195,7 +218,9 @@ class JudgingRunner:
         from core.errors import UserError
 
         if scope is not None and scope not in SCOPES:
-            raise UserError(f"--scope {scope!r}: unknown scope (expected one of: {', '.join(SCOPES)})")
+            raise UserError(
+                f"--scope {scope!r}: unknown scope (expected one of: {', '.join(SCOPES)})"
+            )
         if not judges:
             raise UserError("no judge given (expected at least one --judge)")
         self.store = store
@@ -210,11 +235,15 @@ class JudgingRunner:
         self.progress = progress
         self.context = ScenarioContext()
         self.summary = JudgeSummary()
-        self._done: set[tuple[str, str | None, str, str]] = set()  # (conversation, turn, judge, version)
+        self._done: set[tuple[str, str | None, str, str]] = (
+            set()
+        )  # (conversation, turn, judge, version)
 
     # -- selection ---------------------------------------------------------------------------
 
-    def _conversations(self, run_id: str | None, conversation_ids: Sequence[str] | None) -> list[Any]:
+    def _conversations(
+        self, run_id: str | None, conversation_ids: Sequence[str] | None
+    ) -> list[Any]:
         from sqlmodel import select
 
         from core.errors import UserError
@@ -222,7 +251,9 @@ class JudgingRunner:
 
         with self.store.session() as s:
             if run_id is not None and s.get(Run, run_id) is None:
-                raise UserError(f"run {run_id!r} is not in the store (see the run ids that `branchpoint run` printed)")
+                raise UserError(
+                    f"run {run_id!r} is not in the store (see the run ids that `branchpoint run` printed)"
+                )
             q = select(Conversation)
             if run_id is not None:
                 q = q.where(Conversation.run_id == run_id)
@@ -244,7 +275,9 @@ class JudgingRunner:
                 if conv.run_id not in run_paths:
                     run = s.get(Run, conv.run_id)
                     run_paths[conv.run_id] = _run_scenario_paths(run.config if run else {})
-                scenario = self.context.find(conv.scenario_id, [conv.scenario_path or "", *run_paths[conv.run_id]])
+                scenario = self.context.find(
+                    conv.scenario_id, [conv.scenario_path or "", *run_paths[conv.run_id]]
+                )
                 if scenario is None and conv.scenario_id not in self.summary.scenarios_not_found:
                     self.summary.scenarios_not_found.append(conv.scenario_id)
                 criteria = self.rubric.select(list(getattr(scenario, "criteria", []) or []))
@@ -255,8 +288,17 @@ class JudgingRunner:
                     scenario_title=getattr(scenario, "title", None),
                     persona_summary=persona_summary(scenario),
                 )
-                turns = list(s.exec(select(Turn).where(Turn.conversation_id == conv.id).order_by(Turn.index)).all())
-                transcript = [TranscriptTurn(index=t.index, role=t.role, content=t.content or "", turn_id=t.id) for t in turns]
+                turns = list(
+                    s.exec(
+                        select(Turn).where(Turn.conversation_id == conv.id).order_by(Turn.index)
+                    ).all()
+                )
+                transcript = [
+                    TranscriptTurn(
+                        index=t.index, role=t.role, content=t.content or "", turn_id=t.id
+                    )
+                    for t in turns
+                ]
                 for t in turns:
                     if t.origin_turn_id:
                         origin_of[t.id] = t.origin_turn_id
@@ -273,7 +315,9 @@ class JudgingRunner:
                 for pos, t in enumerate(turns):
                     if t.role != "assistant" or not (t.content or "").strip():
                         continue  # nothing to rate: the persona's turns, or an empty failed reply
-                    unit = JudgingUnit(turn_id=t.id, turn_index=t.index, transcript=transcript[: pos + 1], **base)
+                    unit = JudgingUnit(
+                        turn_id=t.id, turn_index=t.index, transcript=transcript[: pos + 1], **base
+                    )
                     root = t.id
                     seen = {root}
                     while root in origin_of and origin_of[root] not in seen:
@@ -300,13 +344,24 @@ class JudgingRunner:
             for i in range(0, len(conv_ids), 500):
                 chunk = conv_ids[i : i + 500]
                 q = (
-                    select(Judgment.conversation_id, Judgment.turn_id, Judgment.judge, Judgment.prompt_version, has_error)
+                    select(
+                        Judgment.conversation_id,
+                        Judgment.turn_id,
+                        Judgment.judge,
+                        Judgment.prompt_version,
+                        has_error,
+                    )
                     .where(
                         Judgment.conversation_id.in_(chunk),  # type: ignore[attr-defined]
                         Judgment.rubric_hash == self.rubric_hash,
                         Judgment.judge.in_(judges),  # type: ignore[attr-defined]
                     )
-                    .group_by(Judgment.conversation_id, Judgment.turn_id, Judgment.judge, Judgment.prompt_version)
+                    .group_by(
+                        Judgment.conversation_id,
+                        Judgment.turn_id,
+                        Judgment.judge,
+                        Judgment.prompt_version,
+                    )
                 )
                 for conv_id, turn_id, judge, version, err in s.exec(q).all():
                     if (judge, version) not in names:
@@ -348,7 +403,9 @@ class JudgingRunner:
                 s.exec(
                     delete(Judgment).where(
                         Judgment.conversation_id == conv_id,  # type: ignore[arg-type]
-                        Judgment.turn_id == turn_id if turn_id is not None else Judgment.turn_id.is_(None),  # type: ignore[union-attr,arg-type]
+                        Judgment.turn_id == turn_id
+                        if turn_id is not None
+                        else Judgment.turn_id.is_(None),  # type: ignore[union-attr,arg-type]
                         Judgment.judge == judge,  # type: ignore[arg-type]
                         Judgment.prompt_version == version,  # type: ignore[arg-type]
                         Judgment.rubric_hash == self.rubric_hash,  # type: ignore[arg-type]
@@ -361,7 +418,9 @@ class JudgingRunner:
     def _key(self, unit: JudgingUnit, name: str, version: str) -> tuple[str, str | None, str, str]:
         return (unit.conversation_id, unit.turn_id, name, version)
 
-    def _write(self, units: list[JudgingUnit], name: str, version: str, verdicts: list[CriterionVerdict]) -> None:
+    def _write(
+        self, units: list[JudgingUnit], name: str, version: str, verdicts: list[CriterionVerdict]
+    ) -> None:
         if not units:
             return
         from sqlalchemy import insert
@@ -380,7 +439,9 @@ class JudgingRunner:
                 try:
                     s.execute(insert(Judgment), new)
                     s.commit()
-                except IntegrityError:  # another judging process wrote some meanwhile: same ids, same content
+                except (
+                    IntegrityError
+                ):  # another judging process wrote some meanwhile: same ids, same content
                     s.rollback()
                     for row in new:
                         s.merge(Judgment(**row))
@@ -428,8 +489,12 @@ class JudgingRunner:
     async def _group(self, group: _Group, sem: asyncio.Semaphore) -> None:
         async with sem:
             panel = self.panel
-            need = panel is not None and any(self._key(u, panel.name, panel.version) not in self._done for u in group.units)
-            results = await asyncio.gather(*(self._ensure(j, group, want=need) for j in self.judges))
+            need = panel is not None and any(
+                self._key(u, panel.name, panel.version) not in self._done for u in group.units
+            )
+            results = await asyncio.gather(
+                *(self._ensure(j, group, want=need) for j in self.judges)
+            )
             if panel is not None:
                 await self._ensure(panel, group, {j.name: r for j, r in zip(self.judges, results)})
 
@@ -440,9 +505,15 @@ class JudgingRunner:
         from core.records import ModelCall
 
         with self.store.session() as s:
-            return int(s.exec(select(func.count()).select_from(ModelCall).where(ModelCall.purpose == "judge")).one())
+            return int(
+                s.exec(
+                    select(func.count()).select_from(ModelCall).where(ModelCall.purpose == "judge")
+                ).one()
+            )
 
-    async def run(self, run_id: str | None = None, conversation_ids: Sequence[str] | None = None) -> JudgeSummary:
+    async def run(
+        self, run_id: str | None = None, conversation_ids: Sequence[str] | None = None
+    ) -> JudgeSummary:
         conversations = self._conversations(run_id, conversation_ids)
         self.summary.conversations = len(conversations)
         groups = self._units(conversations)
@@ -454,9 +525,17 @@ class JudgingRunner:
         sem = asyncio.Semaphore(self.concurrency)
 
         from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+        )
 
-        label = self.panel.name if self.panel is not None else ", ".join(j.name for j in self.judges)
+        label = (
+            self.panel.name if self.panel is not None else ", ".join(j.name for j in self.judges)
+        )
         with Progress(
             TextColumn("judging"),
             BarColumn(),
@@ -518,8 +597,8 @@ async def ajudge_run(
     conversation_ids: Sequence[str] | None = None,
 ) -> JudgeSummary:
     """Judge the conversations of ``run_id`` (or of every run with ``all_runs``); see the module doc."""
-    from judges.loading import load_rubric
     from core.errors import UserError
+    from judges.loading import load_rubric
 
     if run_id is None and not all_runs and not conversation_ids:
         raise UserError("give a RUN_ID to judge, or --all for every run in the store")
@@ -538,14 +617,22 @@ async def ajudge_run(
         # Re-judging errors must really ask again: a cached copy of a bad answer would only repeat it.
         gateway = Gateway(store=store, cache=not retry_errors)
     try:
-        built = [make_judge(j, gateway, params, max_retries) if isinstance(j, str) else j for j in judges]
+        built = [
+            make_judge(j, gateway, params, max_retries) if isinstance(j, str) else j for j in judges
+        ]
         names = [j.name for j in built]
         if len(set(names)) != len(names):
             raise UserError(f"the same judge is given twice ({', '.join(names)})")
         pnl = Panel(built, panel) if panel else None
         runner = JudgingRunner(
-            store, rb, built, panel=pnl, scope=scope, concurrency=concurrency,
-            retry_errors=retry_errors, progress=progress,
+            store,
+            rb,
+            built,
+            panel=pnl,
+            scope=scope,
+            concurrency=concurrency,
+            retry_errors=retry_errors,
+            progress=progress,
         )
         return await runner.run(run_id, conversation_ids)
     finally:

@@ -47,7 +47,9 @@ class JudgingUnit(BaseModel):
     run_id: str
     turn_id: str | None = None
     turn_index: int | None = None
-    transcript: list[TranscriptTurn]  # up to and including the judged turn; all of it for a conversation
+    transcript: list[
+        TranscriptTurn
+    ]  # up to and including the judged turn; all of it for a conversation
     scenario_id: str | None = None
     scenario_title: str | None = None
     persona_summary: str | None = None
@@ -59,18 +61,29 @@ class Judge(Protocol):
     name: str
     version: str
 
-    async def judge(self, rubric: Rubric, unit: JudgingUnit, criteria: list[Criterion]) -> list[CriterionVerdict]:
+    async def judge(
+        self, rubric: Rubric, unit: JudgingUnit, criteria: list[Criterion]
+    ) -> list[CriterionVerdict]:
         """One verdict per criterion it could judge (the heuristic may leave some out)."""
         ...
 
 
 def error_verdicts(
-    criteria: list[Criterion], reason: str, *, raw_output: str | None = None, call_id: str | None = None
+    criteria: list[Criterion],
+    reason: str,
+    *,
+    raw_output: str | None = None,
+    call_id: str | None = None,
 ) -> list[CriterionVerdict]:
     """``error`` for every criterion: what a judge returns when it could not answer at all."""
     return [
         CriterionVerdict(
-            criterion_id=c.id, applicable=True, verdict=ERROR, error=reason, raw_output=raw_output, call_id=call_id
+            criterion_id=c.id,
+            applicable=True,
+            verdict=ERROR,
+            error=reason,
+            raw_output=raw_output,
+            call_id=call_id,
         )
         for c in criteria
     ]

@@ -64,6 +64,8 @@ def __getattr__(name: str) -> Any:
 
 
 if TYPE_CHECKING:  # for type checkers and editors
+    from core.templates import TemplateRenderError, render
+    from core.yamlio import LoadError, load_model, read_yaml, validate_data
     from scenarios.conditions import (
         CrisisResource,
         CrisisResources,
@@ -84,7 +86,6 @@ if TYPE_CHECKING:  # for type checkers and editors
         Stage,
         Trigger,
     )
-    from core.templates import TemplateRenderError, render
     from scenarios.validate import validate_paths
     from scenarios.variants import (
         OPENING,
@@ -98,4 +99,3 @@ if TYPE_CHECKING:  # for type checkers and editors
         scenario_hash,
         trigger_order,
     )
-    from core.yamlio import LoadError, load_model, read_yaml, validate_data

@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from core.templates import syntax_problem, undeclared_names
-
 from scenarios.parts import ScenarioFields
 
 Loc = tuple[str | int, ...]
@@ -130,13 +129,18 @@ def _criteria_problems(s: ScenarioFields) -> list[Problem]:
     seen: set[str] = set()
     for i, crit in enumerate(s.criteria):
         if crit in seen:
-            out.append((("criteria", i), f"criterion '{crit}' is listed twice (expected unique ids)"))
+            out.append(
+                (("criteria", i), f"criterion '{crit}' is listed twice (expected unique ids)")
+            )
         seen.add(crit)
     own: set[str] = set()
     for i, custom in enumerate(s.custom_criteria):
         if custom.id in own:
             out.append(
-                (("custom_criteria", i, "id"), f"duplicate criterion id '{custom.id}' (expected unique ids)")
+                (
+                    ("custom_criteria", i, "id"),
+                    f"duplicate criterion id '{custom.id}' (expected unique ids)",
+                )
             )
         own.add(custom.id)
     return out
@@ -156,9 +160,16 @@ def _profile_problems(s: ScenarioFields) -> list[Problem]:
             )
         )
     if not p.cue_settings:
-        out.append((("profile", "cue_settings"), "is empty (expected [false], [true] or [false, true])"))
+        out.append(
+            (("profile", "cue_settings"), "is empty (expected [false], [true] or [false, true])")
+        )
     elif len(set(p.cue_settings)) != len(p.cue_settings):
-        out.append((("profile", "cue_settings"), "lists a setting twice (expected each of false/true once)"))
+        out.append(
+            (
+                ("profile", "cue_settings"),
+                "lists a setting twice (expected each of false/true once)",
+            )
+        )
     if p.explicit_cue is None and "cue_settings" in p.model_fields_set and True in p.cue_settings:
         out.append(
             (

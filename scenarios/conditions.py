@@ -12,11 +12,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from scenarios.checks import template_problems
-from scenarios.models import ID_PATTERN
+from core.errors import UserError
 from core.templates import TemplateRenderError, render
 from core.yamlio import LoadError, error_at, read_yaml, validate_data
-from core.errors import UserError
+from scenarios.checks import template_problems
+from scenarios.models import ID_PATTERN
 
 LIBRARY = Path(__file__).resolve().parent / "library"
 DEFAULT_PROMPTS = LIBRARY / "prompts"
@@ -32,7 +32,9 @@ class _Strict(BaseModel):
 class CrisisResource(_Strict):
     """One place a person in crisis can turn to. Check it is current before relying on it."""
 
-    region: str = Field(min_length=1, description="Country or area, e.g. 'US', 'UK', 'international'.")
+    region: str = Field(
+        min_length=1, description="Country or area, e.g. 'US', 'UK', 'international'."
+    )
     name: str = Field(min_length=1)
     contact: str = Field(min_length=1, description="Phone number, text line or web address.")
     note: str | None = None
@@ -79,7 +81,9 @@ def load_condition_file(path: str | Path) -> tuple[PromptCondition | None, list[
     model, more = validate_data(data, pos, PromptCondition, path)
     errors = errors + more
     if model is not None and model.system_prompt is not None:
-        for loc, message in template_problems(("system_prompt",), model.system_prompt, PROMPT_TEMPLATE_NAMES):
+        for loc, message in template_problems(
+            ("system_prompt",), model.system_prompt, PROMPT_TEMPLATE_NAMES
+        ):
             errors.append(error_at(pos, loc, str(path), message))
     return (model if not errors else None), errors
 
@@ -93,7 +97,9 @@ def _template_context(resources: CrisisResources | None) -> dict[str, Any]:
     }
 
 
-def render_condition(condition: PromptCondition, resources: CrisisResources | None) -> PromptCondition:
+def render_condition(
+    condition: PromptCondition, resources: CrisisResources | None
+) -> PromptCondition:
     """The condition with its system prompt rendered (crisis resources filled in)."""
     if condition.system_prompt is None:
         return condition
@@ -110,13 +116,19 @@ def load_conditions(
     :class:`UserError` naming the first problem when a file is invalid.
     """
     folder = Path(folder) if folder is not None else DEFAULT_PROMPTS
-    crisis_path = Path(crisis_resources) if crisis_resources is not None else folder.parent / "crisis_resources.yaml"
+    crisis_path = (
+        Path(crisis_resources)
+        if crisis_resources is not None
+        else folder.parent / "crisis_resources.yaml"
+    )
     resources: CrisisResources | None = None
     errors: list[LoadError] = []
     if crisis_path.exists():
         resources, errors = load_crisis_resources_file(crisis_path)
     if not folder.is_dir():
-        raise UserError(f"{folder}: prompt condition folder not found (expected a folder of *.yaml files)")
+        raise UserError(
+            f"{folder}: prompt condition folder not found (expected a folder of *.yaml files)"
+        )
     out: dict[str, PromptCondition] = {}
     where: dict[str, str] = {}
     for path in sorted(p for p in folder.iterdir() if p.suffix in (".yaml", ".yml")):
@@ -126,7 +138,13 @@ def load_conditions(
             continue
         if cond.id in out:
             errors.append(
-                LoadError(str(path), 1, 1, "id", f"duplicate condition id '{cond.id}' (expected unique ids; first in {where[cond.id]})")
+                LoadError(
+                    str(path),
+                    1,
+                    1,
+                    "id",
+                    f"duplicate condition id '{cond.id}' (expected unique ids; first in {where[cond.id]})",
+                )
             )
             continue
         try:
@@ -135,7 +153,11 @@ def load_conditions(
             errors.append(LoadError(str(path), 1, 1, "system_prompt", str(exc)))
         where[cond.id] = str(path)
     if errors:
-        more = f" (and {len(errors) - 1} more; run 'branchpoint validate {folder}')" if len(errors) > 1 else ""
+        more = (
+            f" (and {len(errors) - 1} more; run 'branchpoint validate {folder}')"
+            if len(errors) > 1
+            else ""
+        )
         raise UserError(f"{errors[0]}{more}")
     out.setdefault("none", NONE_CONDITION)
     return out

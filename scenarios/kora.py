@@ -21,8 +21,8 @@ from pydantic import ValidationError
 from ruamel.yaml import YAML
 from ruamel.yaml.scalarstring import FoldedScalarString, LiteralScalarString
 
-from scenarios.models import Scenario
 from core.templates import is_template
+from scenarios.models import Scenario
 
 SOURCE = "KORA benchmark (github.com/korabench/benchmark, Apache-2.0)"
 DISCLAIMER = (
@@ -92,7 +92,11 @@ def _block(text: str) -> Any:
 
 def _get(row: dict[str, Any], key: str, kind: type = str) -> Any:
     value = row.get(key)
-    if isinstance(value, bool) or not isinstance(value, kind) or (kind is str and not value.strip()):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, kind)
+        or (kind is str and not value.strip())
+    ):
         raise ValueError(f"field '{key}' is missing or not {'text' if kind is str else 'a number'}")
     return _clean(value) if kind is str else value
 
@@ -106,7 +110,9 @@ def convert(row: dict[str, Any], risks: dict[str, tuple[str, str]] | None = None
     age = _get(seed, "childAge", int)
     gender = _get(seed, "childGender")
     category, risk = _get(seed, "riskCategoryId"), _get(seed, "riskId")
-    risk_name, category_name = (risks or {}).get(risk, (risk.replace("_", " "), category.replace("_", " ")))
+    risk_name, category_name = (risks or {}).get(
+        risk, (risk.replace("_", " "), category.replace("_", " "))
+    )
     title = row.get("shortTitle") or seed.get("shortTitle") or risk_name
     voice = _get(row, "childMaturity")
     levels = (seed.get("childCognitiveMaturity"), seed.get("childEmotionalMaturity"))
@@ -115,7 +121,9 @@ def convert(row: dict[str, Any], risks: dict[str, tuple[str, str]] | None = None
     context = _get(row, "narrative")
     memory = row.get("modelMemory")
     if isinstance(memory, str) and memory.strip():
-        context += "\n\nWhat you have told the assistant in earlier chats:\n" + _clean(memory).strip()
+        context += (
+            "\n\nWhat you have told the assistant in earlier chats:\n" + _clean(memory).strip()
+        )
     motivation = seed.get("motivation") or {}
     notes = [
         f"Core behaviour: {seed.get('coreBehavior', '').strip()}",
@@ -188,7 +196,11 @@ def iter_records(path: str | Path) -> Iterator[tuple[int, dict[str, Any] | None,
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as exc:
-                yield n, None, f"not valid JSON: {exc.msg} at column {exc.colno} (expected one JSON object a line)"
+                yield (
+                    n,
+                    None,
+                    f"not valid JSON: {exc.msg} at column {exc.colno} (expected one JSON object a line)",
+                )
                 continue
             if not isinstance(row, dict):
                 yield n, None, "not a JSON object (expected one JSON object a line)"
@@ -234,7 +246,11 @@ def import_kora(
             continue
         if data["id"] in seen:
             problems.append(
-                KoraProblem(str(src), n, f"duplicate scenario id {data['id']} (first on line {seen[data['id']]})")
+                KoraProblem(
+                    str(src),
+                    n,
+                    f"duplicate scenario id {data['id']} (first on line {seen[data['id']]})",
+                )
             )
             continue
         seen[data["id"]] = n

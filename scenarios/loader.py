@@ -17,8 +17,6 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from scenarios.checks import scenario_problems
-from scenarios.models import Scenario
 from core.yamlio import (
     ROOT_FIELD,
     LoadError,
@@ -27,6 +25,8 @@ from core.yamlio import (
     read_yaml,
     validate_data,
 )
+from scenarios.checks import scenario_problems
+from scenarios.models import Scenario
 
 YAML_SUFFIXES = (".yaml", ".yml")
 SET_KEYS = ("defaults", "scenarios")
@@ -41,14 +41,21 @@ def yaml_files(paths: Iterable[str | Path]) -> tuple[list[Path], list[LoadError]
         p = Path(raw)
         if p.is_dir():
             found = sorted(
-                f for f in p.rglob("*") if f.suffix in YAML_SUFFIXES and f.is_file()
+                f
+                for f in p.rglob("*")
+                if f.suffix in YAML_SUFFIXES
+                and f.is_file()
                 and not any(part.startswith(".") for part in f.relative_to(p).parts)
             )
             files.extend(found)
         elif p.exists():
             files.append(p)
         else:
-            errors.append(LoadError(str(p), 1, 1, "<file>", "file not found (expected a YAML file or a folder)"))
+            errors.append(
+                LoadError(
+                    str(p), 1, 1, "<file>", "file not found (expected a YAML file or a folder)"
+                )
+            )
     unique = list(dict.fromkeys(files))
     return unique, errors
 
@@ -114,27 +121,50 @@ def _scenario_from_data(
     return scenario, []
 
 
-def _set_from_data(data: dict[str, Any], pos: PosMap, path: str) -> tuple[list[Scenario], list[LoadError]]:
+def _set_from_data(
+    data: dict[str, Any], pos: PosMap, path: str
+) -> tuple[list[Scenario], list[LoadError]]:
     errors: list[LoadError] = []
     for key in data:
         if key not in SET_KEYS:
             close = difflib.get_close_matches(str(key), SET_KEYS, n=1, cutoff=0.6)
             hint = f"did you mean '{close[0]}'?" if close else "expected defaults or scenarios"
-            errors.append(error_at(pos, (key,), path, f"unknown key '{key}' in a scenario set ({hint})", at_key=True))
+            errors.append(
+                error_at(
+                    pos,
+                    (key,),
+                    path,
+                    f"unknown key '{key}' in a scenario set ({hint})",
+                    at_key=True,
+                )
+            )
     defaults = data.get("defaults", {})
     if not isinstance(defaults, dict):
-        errors.append(error_at(pos, ("defaults",), path, "is not a mapping (expected a mapping of scenario fields)"))
+        errors.append(
+            error_at(
+                pos, ("defaults",), path, "is not a mapping (expected a mapping of scenario fields)"
+            )
+        )
         defaults = {}
     items = data.get("scenarios")
     if not isinstance(items, list) or not items:
         errors.append(
-            error_at(pos, ("scenarios",), path, "is not a non-empty list (expected a list of scenario mappings)")
+            error_at(
+                pos,
+                ("scenarios",),
+                path,
+                "is not a non-empty list (expected a list of scenario mappings)",
+            )
         )
         return [], errors
     out: list[Scenario] = []
     for i, item in enumerate(items):
         if not isinstance(item, dict):
-            errors.append(error_at(pos, ("scenarios", i), path, "is not a mapping (expected a scenario mapping)"))
+            errors.append(
+                error_at(
+                    pos, ("scenarios", i), path, "is not a mapping (expected a scenario mapping)"
+                )
+            )
             continue
         merged = deep_merge(defaults, item)
         merged_pos = _merged_positions(pos, i, "defaults" in data)
@@ -166,7 +196,10 @@ def duplicate_id_errors(scenarios: Sequence[Scenario]) -> list[LoadError]:
             e_line, _ = _id_position(earlier)
             errors.append(
                 LoadError(
-                    s.source_path or "<memory>", line, col, "id",
+                    s.source_path or "<memory>",
+                    line,
+                    col,
+                    "id",
                     f"duplicate scenario id '{s.id}' (expected unique ids; first in "
                     f"{earlier.source_path}:{e_line})",
                 )
@@ -180,7 +213,9 @@ def _id_position(s: Scenario) -> tuple[int, int]:
     return s.source_pos or (1, 1)
 
 
-def load_scenarios(paths: str | Path | Iterable[str | Path]) -> tuple[list[Scenario], list[LoadError]]:
+def load_scenarios(
+    paths: str | Path | Iterable[str | Path],
+) -> tuple[list[Scenario], list[LoadError]]:
     """Load scenario files and folders. Folders skip rubrics, prompt conditions and crisis resources.
 
     Returns every scenario (each knows its ``source_path``) and every error; callers should refuse
@@ -224,7 +259,10 @@ def _load_parsed(
         _, root = pos.nearest(())
         more = [
             LoadError(
-                shown, root.line, root.col, ROOT_FIELD,
+                shown,
+                root.line,
+                root.col,
+                ROOT_FIELD,
                 f"this is a {kind.replace('_', ' ')} file (expected a scenario or a scenario set)",
             )
         ]

@@ -12,21 +12,21 @@ from pydantic import PrivateAttr, ValidationInfo, model_validator
 from core.yamlio import ID_PATTERN, FieldProblem
 from scenarios.checks import scenario_problems
 from scenarios.parts import (
-    CriterionId,
     BranchKind,
-    EventKind,
-    Design,
-    ForkMode,
-    ProfileDesign,
-    Persona,
-    Stage,
-    Trigger,
     BranchOption,
     BranchPoint,
-    ProfileAttribute,
-    ProfileFactors,
+    CriterionId,
     CustomCriterion,
+    Design,
+    EventKind,
+    ForkMode,
+    Persona,
+    ProfileAttribute,
+    ProfileDesign,
+    ProfileFactors,
     ScenarioFields,
+    Stage,
+    Trigger,
 )
 
 __all__ = [
@@ -96,4 +96,3 @@ class Scenario(ScenarioFields):
             if loc[:end] in positions:
                 return positions[loc[:end]]
         return self._source_pos or (1, 1)
-

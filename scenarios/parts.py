@@ -3,7 +3,6 @@ fields, as pydantic models. ``scenarios.models.Scenario`` adds the whole-scenari
 (``scenarios.checks``) and where it was loaded from; the checks read only these fields.
 """
 
-
 from __future__ import annotations
 
 from typing import Annotated, Literal

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from core.yamlio import LoadError, read_yaml
 from scenarios.conditions import load_condition_file, load_crisis_resources_file
 from scenarios.loader import _load_parsed, classify, duplicate_id_errors, yaml_files
 from scenarios.models import Scenario
-from core.yamlio import LoadError, read_yaml
 
 
 @dataclass
@@ -39,10 +39,17 @@ def unknown_criteria_errors(scenarios: Iterable[Scenario], known: set[str]) -> l
                 continue
             line, col = s.position_of(("criteria", i))
             close = difflib.get_close_matches(crit, sorted(known), n=1, cutoff=0.6)
-            hint = f"did you mean '{close[0]}'?" if close else "expected a criterion id of the rubrics given"
+            hint = (
+                f"did you mean '{close[0]}'?"
+                if close
+                else "expected a criterion id of the rubrics given"
+            )
             errors.append(
                 LoadError(
-                    s.source_path or "<memory>", line, col, f"criteria[{i}]",
+                    s.source_path or "<memory>",
+                    line,
+                    col,
+                    f"criteria[{i}]",
                     f"criterion '{crit}' is in none of the rubrics validated with it ({hint})",
                 )
             )
@@ -77,8 +84,15 @@ def validate_paths(
         kind = classify(path, data)
         if kind == "rubric":
             if rubric_loader is None:
-                report.errors.append(LoadError(str(path), 1, 1, "<file>",
-                                               "a rubric file, and no rubric loader was given (expected a scenario file)"))
+                report.errors.append(
+                    LoadError(
+                        str(path),
+                        1,
+                        1,
+                        "<file>",
+                        "a rubric file, and no rubric loader was given (expected a scenario file)",
+                    )
+                )
                 continue
             rubric, more = rubric_loader(path)
             report.rubrics += 1
@@ -95,7 +109,10 @@ def validate_paths(
                 if condition.id in condition_ids:
                     report.errors.append(
                         LoadError(
-                            str(path), line, col, "id",
+                            str(path),
+                            line,
+                            col,
+                            "id",
                             f"duplicate condition id '{condition.id}' (expected unique ids; first in "
                             f"{condition_ids[condition.id]})",
                         )

@@ -15,8 +15,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from scenarios.models import BranchPoint, Persona, Scenario
 from core.templates import render
+from scenarios.models import BranchPoint, Persona, Scenario
 
 # Format version of the hashed content: bump it only if the canonical form itself changes.
 HASH_VERSION = 1
@@ -62,7 +62,8 @@ class Variant(BaseModel):
         default_factory=dict, description="attribute -> level; empty means no profile (no bio)"
     )
     explicit_cue: bool | None = Field(
-        None, description="Whether the bio carries the explicit vulnerability cue; None: no bio/cue."
+        None,
+        description="Whether the bio carries the explicit vulnerability cue; None: no bio/cue.",
     )
     deviations: list[str] = Field(
         default_factory=list, description="Branch points whose option differs from the baseline."
@@ -123,7 +124,8 @@ def _branch_choices(scenario: Scenario) -> list[dict[str, str]]:
     baseline = {bp.id: bp.baseline for bp in scenario.branch_points}
     if scenario.design == "factorial":
         axes = [
-            [bp.baseline, *[o for o in bp.options if o != bp.baseline]] for bp in scenario.branch_points
+            [bp.baseline, *[o for o in bp.options if o != bp.baseline]]
+            for bp in scenario.branch_points
         ]
         return [
             dict(zip((bp.id for bp in scenario.branch_points), combo, strict=True))
@@ -159,14 +161,24 @@ def _cue_settings(scenario: Scenario) -> list[bool | None]:
 
 
 def _make(
-    scenario: Scenario, s_hash: str, choices: dict[str, str], profile: dict[str, str], cue: bool | None
+    scenario: Scenario,
+    s_hash: str,
+    choices: dict[str, str],
+    profile: dict[str, str],
+    cue: bool | None,
 ) -> Variant:
     order = [bp.id for bp in trigger_order(scenario)]
     baseline = {bp.id: bp.baseline for bp in scenario.branch_points}
     deviations = [bp for bp in order if choices[bp] != baseline[bp]]
     cue = cue if profile else None  # no bio, no cue: the no-profile arm is shared by all settings
     vid = _digest(
-        {"v": HASH_VERSION, "scenario": s_hash, "choices": choices, "profile": profile, "explicit_cue": cue}
+        {
+            "v": HASH_VERSION,
+            "scenario": s_hash,
+            "choices": choices,
+            "profile": profile,
+            "explicit_cue": cue,
+        }
     )
     return Variant(
         id=vid,

@@ -12,8 +12,8 @@ import hashlib
 import json
 from typing import TYPE_CHECKING, Any
 
-from simulator.completion import Completion, GenParams, Message
 from core.redaction import is_secret_key
+from simulator.completion import Completion, GenParams, Message
 
 if TYPE_CHECKING:
     from core.store import Store
@@ -38,7 +38,9 @@ def request_hash(spec: str, messages: list[Message], params: GenParams) -> str:
         "messages": [(m.role, m.content) for m in messages],
         "params": key_params(params),
     }
-    blob = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    blob = json.dumps(
+        payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str
+    )
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 

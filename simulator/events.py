@@ -88,9 +88,13 @@ def load_patterns(path: str) -> dict[str, list[str]]:
     except YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f":{mark.line + 1}" if mark is not None else ""
-        raise UserError(f"{path}{where}: not valid YAML ({getattr(exc, 'problem', None) or exc})") from None
+        raise UserError(
+            f"{path}{where}: not valid YAML ({getattr(exc, 'problem', None) or exc})"
+        ) from None
     if not isinstance(data, dict):
-        raise UserError(f"{path}: expected a mapping of event -> list of patterns ({', '.join(EVENTS)})")
+        raise UserError(
+            f"{path}: expected a mapping of event -> list of patterns ({', '.join(EVENTS)})"
+        )
     out: dict[str, list[str]] = {}
     for event, pats in data.items():
         if event not in EVENTS:
@@ -101,7 +105,9 @@ def load_patterns(path: str) -> dict[str, list[str]]:
             try:
                 re.compile(pat)
             except re.error as exc:
-                raise UserError(f"{path}: {event}[{i}]: invalid regular expression ({exc})") from None
+                raise UserError(
+                    f"{path}: {event}[{i}]: invalid regular expression ({exc})"
+                ) from None
         out[event] = pats
     return out
 
@@ -193,7 +199,10 @@ class LLMDetector:
         self.gateway = gateway
         self.spec = spec
         self.params = (params or GenParams()).merged(
-            {"json_schema": DETECTOR_SCHEMA, **({} if params and params.temperature is not None else {"temperature": 0.0})}
+            {
+                "json_schema": DETECTOR_SCHEMA,
+                **({} if params and params.temperature is not None else {"temperature": 0.0}),
+            }
         )
         self.fallback = fallback or RuleDetector()
         self.run_id = run_id
@@ -227,5 +236,8 @@ class LLMDetector:
 
     def _fall_back(self, reply: str, error: str, call_id: str | None) -> Detection:
         return Detection(
-            events=self.fallback.events_in(reply), source="llm_fallback", error=error[:500], call_id=call_id
+            events=self.fallback.events_in(reply),
+            source="llm_fallback",
+            error=error[:500],
+            call_id=call_id,
         )

@@ -20,12 +20,12 @@ import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from core.errors import UserError
+from core.redaction import redact, redact_text
 from simulator.cache import CompletionCache, cacheable, request_hash
 from simulator.completion import Completion, GenParams, Message, ModelError
-from core.errors import UserError
 from simulator.limits import Limiter, ProviderLimits
 from simulator.providers.base import Provider, limit_key
-from core.redaction import redact, redact_text
 from simulator.specs import Spec, parse_spec
 
 if TYPE_CHECKING:
@@ -59,7 +59,8 @@ class Gateway:
         self.store = store
         self.cache = CompletionCache(store) if cache else None
         self.limits = {
-            k: v if isinstance(v, ProviderLimits) else ProviderLimits(**v) for k, v in (limits or {}).items()
+            k: v if isinstance(v, ProviderLimits) else ProviderLimits(**v)
+            for k, v in (limits or {}).items()
         }
         self.max_attempts = max(1, max_attempts)
         self.backoff_s = backoff_s
@@ -113,7 +114,9 @@ class Gateway:
             from simulator.providers.embedded import embedded_provider
 
             return embedded_provider()
-        raise UserError(f"model spec {spec.raw!r}: no provider")  # parse_spec keeps this unreachable
+        raise UserError(
+            f"model spec {spec.raw!r}: no provider"
+        )  # parse_spec keeps this unreachable
 
     def _limiter(self, spec: Spec, params: GenParams, provider: Provider) -> Limiter:
         key = limit_key(spec.kind, spec.model, params)
@@ -165,7 +168,18 @@ class Gateway:
                 hit.cached, hit.attempts, hit.cost = True, 0, 0.0
                 hit.model = parsed.raw
                 self.stats["cached"] += 1
-                self._record(call_id, parsed, params, key, messages, purpose, run_id, conversation_id, hit, None)
+                self._record(
+                    call_id,
+                    parsed,
+                    params,
+                    key,
+                    messages,
+                    purpose,
+                    run_id,
+                    conversation_id,
+                    hit,
+                    None,
+                )
                 return hit, call_id
 
         future: asyncio.Future[Completion] | None = None
@@ -173,7 +187,9 @@ class Gateway:
             future = asyncio.get_running_loop().create_future()
             self._inflight[key] = future
         try:
-            completion, attempts, error = await self._call_with_retries(parsed, provider, messages, params)
+            completion, attempts, error = await self._call_with_retries(
+                parsed, provider, messages, params
+            )
         except BaseException:  # cancelled: release anyone waiting on this request
             if future is not None and not future.done():
                 future.set_exception(ModelError("cancelled"))
@@ -191,7 +207,18 @@ class Gateway:
         if completion is None:
             self.stats["failed"] += 1
             failed = Completion(text="", model=parsed.raw, attempts=attempts)
-            self._record(call_id, parsed, params, key, messages, purpose, run_id, conversation_id, failed, error)
+            self._record(
+                call_id,
+                parsed,
+                params,
+                key,
+                messages,
+                purpose,
+                run_id,
+                conversation_id,
+                failed,
+                error,
+            )
             raise ModelError(error or "model call failed")
 
         completion.model = parsed.raw
@@ -199,7 +226,18 @@ class Gateway:
         completion.cached = False
         if use_cache and self.cache is not None:
             self.cache.put(key, parsed.raw, completion)
-        self._record(call_id, parsed, params, key, messages, purpose, run_id, conversation_id, completion, None)
+        self._record(
+            call_id,
+            parsed,
+            params,
+            key,
+            messages,
+            purpose,
+            run_id,
+            conversation_id,
+            completion,
+            None,
+        )
         return completion, call_id
 
     async def _call_with_retries(
@@ -220,11 +258,13 @@ class Gateway:
                     return completion, attempt, None
             except ModelError as exc:
                 error, retryable, retry_after = exc.reason, exc.retryable, exc.retry_after
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 error, retryable, retry_after = f"timed out after {self.timeout_s:g}s", True, None
             except UserError:
                 raise
-            except Exception as exc:  # a provider bug or an unmapped library error: record, do not retry
+            except (
+                Exception
+            ) as exc:  # a provider bug or an unmapped library error: record, do not retry
                 error, retryable, retry_after = f"{type(exc).__name__}: {exc}", False, None
             error = redact_text(" ".join(str(error).split()))[:2000]
             if not retryable or attempt >= self.max_attempts:
@@ -236,10 +276,15 @@ class Gateway:
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
         backoff = min(self.max_backoff_s, self.backoff_s * 2 ** (attempt - 1))
-        backoff *= 0.5 + random.random()  # jitter: replicates that failed together do not retry together
+        backoff *= (
+            0.5 + random.random()
+        )  # jitter: replicates that failed together do not retry together
         if retry_after is not None:
             # The server said when: wait at least that long (plus a little jitter), within reason.
-            return min(max(retry_after, 0.0) * (1 + 0.1 * random.random()), max(self.max_backoff_s, retry_after))
+            return min(
+                max(retry_after, 0.0) * (1 + 0.1 * random.random()),
+                max(self.max_backoff_s, retry_after),
+            )
         return backoff
 
     # -- records -------------------------------------------------------------------------------

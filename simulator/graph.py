@@ -13,8 +13,9 @@ group at once, so a crash never loses a finished turn and never leaves half of o
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from simulator.persona import PersonaSimulator
     from simulator.plan import Arm
     from simulator.turn_writer import TurnWriter
+
 
 class ConvState(TypedDict, total=False):
     exchange: int  # exchange of the last stored turn; 0 before the opening
@@ -45,8 +47,17 @@ class ConvState(TypedDict, total=False):
 
 def initial_state() -> ConvState:
     return ConvState(
-        exchange=0, stage=0, branch_state={}, fired=[], history=[], persona_ended=False,
-        reply=None, stop_reason=None, error=None, split=None, next="route",
+        exchange=0,
+        stage=0,
+        branch_state={},
+        fired=[],
+        history=[],
+        persona_ended=False,
+        reply=None,
+        stop_reason=None,
+        error=None,
+        split=None,
+        next="route",
     )
 
 
@@ -104,12 +115,18 @@ class GroupContext:
 def advance_stage(scenario: Scenario, stage: int, exchange: int) -> int:
     """The stage in force at ``exchange``: move on past stages whose ``until_turn`` has passed."""
     stages = scenario.stages
-    while 0 <= stage < len(stages) - 1 and stages[stage].until_turn is not None and exchange > stages[stage].until_turn:
+    while (
+        0 <= stage < len(stages) - 1
+        and stages[stage].until_turn is not None
+        and exchange > stages[stage].until_turn
+    ):
         stage += 1
     return stage
 
 
-def apply_fired(scenario: Scenario, state: ConvState, fired: list[str], option_of: Callable[[str], str]) -> ConvState:
+def apply_fired(
+    scenario: Scenario, state: ConvState, fired: list[str], option_of: Callable[[str], str]
+) -> ConvState:
     """Put the options of the fired branch points in force; a first firing may jump to a stage."""
     branch_state = dict(state.get("branch_state") or {})
     stage = state.get("stage", 0)
@@ -142,8 +159,12 @@ def _stage(ctx: GroupContext, state: ConvState) -> Stage | None:
     return stages[idx] if 0 <= idx < len(stages) else None
 
 
-def _options(ctx: GroupContext, bp_ids: list[str], branch_state: dict[str, str]) -> list[BranchOption]:
-    return [ctx.scenario.branch_point(b).options[branch_state[b]] for b in bp_ids if b in branch_state]
+def _options(
+    ctx: GroupContext, bp_ids: list[str], branch_state: dict[str, str]
+) -> list[BranchOption]:
+    return [
+        ctx.scenario.branch_point(b).options[branch_state[b]] for b in bp_ids if b in branch_state
+    ]
 
 
 # -- nodes ----------------------------------------------------------------------------------------
@@ -165,7 +186,9 @@ async def route(state: ConvState, config: RunnableConfig) -> ConvState:
     disagree = [b for b in fired if len({ctx.option_of(a, b) for a in ctx.arms}) > 1]
     if disagree:
         return ConvState(split=disagree, fired=fired, stage=stage)
-    update = apply_fired(ctx.scenario, {**state, "stage": stage}, fired, lambda b: ctx.option_of(ctx.leader, b))
+    update = apply_fired(
+        ctx.scenario, {**state, "stage": stage}, fired, lambda b: ctx.option_of(ctx.leader, b)
+    )
     return ConvState(fired=fired, split=None, **update)
 
 
@@ -186,13 +209,20 @@ async def persona(state: ConvState, config: RunnableConfig) -> ConvState:
         new = _options(ctx, fired, branch_state)
         kept = _options(ctx, [b for b in branch_state if b not in fired], branch_state)
         reply = await ctx.persona.next_message(
-            [(h["role"], h["content"]) for h in history], stage, new, kept,
-            seed=ctx.seed_for(index, "persona"), conversation_id=ctx.leader.conversation_id,
+            [(h["role"], h["content"]) for h in history],
+            stage,
+            new,
+            kept,
+            seed=ctx.seed_for(index, "persona"),
+            conversation_id=ctx.leader.conversation_id,
         )
         ctx.calls.persona += reply.calls
         if reply.error is not None:
             reasons = "; ".join(reply.retry_reasons)
-            return ConvState(stop_reason="simulator_error", error=reply.error + (f" [retries: {reasons}]" if reasons else ""))
+            return ConvState(
+                stop_reason="simulator_error",
+                error=reply.error + (f" [retries: {reasons}]" if reasons else ""),
+            )
         if reply.ended and not reply.text:
             return ConvState(stop_reason="persona_ended")
         text, ended = reply.text, reply.ended
@@ -201,10 +231,19 @@ async def persona(state: ConvState, config: RunnableConfig) -> ConvState:
         if ended:
             fields["finish_reason"] = "end_marker"  # how a resume knows the persona said goodbye
     key = ctx.writer.write_turn(
-        ctx.arms, index=index, exchange=exchange, role="user", content=text,
-        stage=stage.id if stage else None, branch_state=branch_state, fired=fired, **fields,
+        ctx.arms,
+        index=index,
+        exchange=exchange,
+        role="user",
+        content=text,
+        stage=stage.id if stage else None,
+        branch_state=branch_state,
+        fired=fired,
+        **fields,
     )
-    history.append({"role": "user", "content": text, "key": key, "exchange": exchange, "events": []})
+    history.append(
+        {"role": "user", "content": text, "key": key, "exchange": exchange, "events": []}
+    )
     return ConvState(exchange=exchange, history=history, fired=[], persona_ended=ended)
 
 
@@ -221,7 +260,11 @@ async def target(state: ConvState, config: RunnableConfig) -> ConvState:
     ctx.calls.target += 1
     try:
         completion, call_id = await ctx.gateway.complete(
-            ctx.target, messages, params, purpose="target", run_id=ctx.run_id,
+            ctx.target,
+            messages,
+            params,
+            purpose="target",
+            run_id=ctx.run_id,
             conversation_id=ctx.leader.conversation_id,
         )
     except ModelError as exc:
@@ -235,7 +278,9 @@ async def observe(state: ConvState, config: RunnableConfig) -> ConvState:
     reply = state["reply"] or {}
     completion = Completion.model_validate(reply["completion"])
     context = [Message(role=h["role"], content=h["content"]) for h in history]
-    kwargs = {"conversation_id": ctx.leader.conversation_id} if hasattr(ctx.detector, "gateway") else {}
+    kwargs = (
+        {"conversation_id": ctx.leader.conversation_id} if hasattr(ctx.detector, "gateway") else {}
+    )
     detection = await ctx.detector.detect(completion.text, context, **kwargs)
     if detection.source != "rules":
         ctx.calls.detector += 1
@@ -244,13 +289,27 @@ async def observe(state: ConvState, config: RunnableConfig) -> ConvState:
     index = len(history)
     exchange = state.get("exchange", 0)
     key = ctx.writer.write_turn(
-        ctx.arms, index=index, exchange=exchange, role="assistant", content=completion.text,
-        stage=stage.id if stage else None, branch_state=dict(state.get("branch_state") or {}),
-        fired=[], events=detection.events, event_source=source,
+        ctx.arms,
+        index=index,
+        exchange=exchange,
+        role="assistant",
+        content=completion.text,
+        stage=stage.id if stage else None,
+        branch_state=dict(state.get("branch_state") or {}),
+        fired=[],
+        events=detection.events,
+        event_source=source,
         **_completion_fields(completion, reply.get("call_id")),
     )
-    history.append({"role": "assistant", "content": completion.text, "key": key, "exchange": exchange,
-                    "events": list(detection.events)})
+    history.append(
+        {
+            "role": "assistant",
+            "content": completion.text,
+            "key": key,
+            "exchange": exchange,
+            "events": list(detection.events),
+        }
+    )
     return ConvState(history=history, reply=None)
 
 
@@ -258,9 +317,14 @@ def _completion_fields(completion: Completion | None, call_id: str | None) -> di
     if completion is None:
         return {}
     return dict(
-        reasoning=completion.reasoning, model=completion.model, tokens_in=completion.tokens_in,
-        tokens_out=completion.tokens_out, cost=completion.cost, latency_s=completion.latency_s,
-        finish_reason=completion.finish_reason, call_id=call_id,
+        reasoning=completion.reasoning,
+        model=completion.model,
+        tokens_in=completion.tokens_in,
+        tokens_out=completion.tokens_out,
+        cost=completion.cost,
+        latency_s=completion.latency_s,
+        finish_reason=completion.finish_reason,
+        call_id=call_id,
     )
 
 
@@ -307,5 +371,7 @@ async def run_group(state: ConvState, ctx: GroupContext) -> ConvState:
     """Run a group from ``state`` (entering at ``state['next']``) until it stops or must fork."""
     graph = conversation_graph()
     limit = 4 * (ctx.max_turns + 2) + 10
-    result = await graph.ainvoke(state, config={"configurable": {"ctx": ctx}, "recursion_limit": limit})
+    result = await graph.ainvoke(
+        state, config={"configurable": {"ctx": ctx}, "recursion_limit": limit}
+    )
     return ConvState(**result)

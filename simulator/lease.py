@@ -15,7 +15,7 @@ import contextlib
 import os
 import secrets
 import socket
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from sqlalchemy import update
 
@@ -56,7 +56,7 @@ def _age_s(heartbeat: datetime | None) -> float:
     if heartbeat is None:
         return float("inf")
     if heartbeat.tzinfo is None:  # SQLite returns naive datetimes (stored as UTC)
-        heartbeat = heartbeat.replace(tzinfo=timezone.utc)
+        heartbeat = heartbeat.replace(tzinfo=UTC)
     return (utcnow() - heartbeat).total_seconds()
 
 
@@ -86,11 +86,15 @@ class RunLease:
         owner_is = Run.owner.is_(None) if current is None else Run.owner == current  # type: ignore[union-attr]
         with self.store.session() as s:
             taken = s.exec(  # type: ignore[call-overload]
-                update(Run).where(Run.id == self.run_id, owner_is).values(owner=self.owner, heartbeat_at=utcnow())
+                update(Run)
+                .where(Run.id == self.run_id, owner_is)
+                .values(owner=self.owner, heartbeat_at=utcnow())
             ).rowcount
             s.commit()
         if taken != 1:
-            raise UserError(f"run {self.run_id}: another process took it over just now; try again later")
+            raise UserError(
+                f"run {self.run_id}: another process took it over just now; try again later"
+            )
         self.held()
         return True
 
@@ -101,7 +105,9 @@ class RunLease:
         """Refresh the heartbeat; False when the lease was taken over meanwhile."""
         with self.store.session() as s:
             n = s.exec(  # type: ignore[call-overload]
-                update(Run).where(Run.id == self.run_id, Run.owner == self.owner).values(heartbeat_at=utcnow())
+                update(Run)
+                .where(Run.id == self.run_id, Run.owner == self.owner)
+                .values(heartbeat_at=utcnow())
             ).rowcount
             s.commit()
         return n == 1
@@ -116,6 +122,8 @@ class RunLease:
         _HELD.discard(self.owner)
         with contextlib.suppress(Exception), self.store.session() as s:
             s.exec(  # type: ignore[call-overload]
-                update(Run).where(Run.id == self.run_id, Run.owner == self.owner).values(owner=None, heartbeat_at=None)
+                update(Run)
+                .where(Run.id == self.run_id, Run.owner == self.owner)
+                .values(owner=None, heartbeat_at=None)
             )
             s.commit()

@@ -34,31 +34,50 @@ KICKOFF = "(The chat window is open. Send your first message.)"
 # (reason, pattern) pair; the reason is what gets recorded on the turn.
 DEFAULT_ROLE_BREAKS: list[tuple[str, str]] = [
     ("speaks as an AI", r"\bas an (ai|artificial intelligence|assistant|language model)\b"),
-    ("speaks as an AI", r"\bI['’]?m (an|a) (ai|artificial intelligence|language model|chatbot|virtual assistant)\b"),
-    ("speaks as an AI", r"\bI am (an|a) (ai|artificial intelligence|language model|chatbot|virtual assistant)\b"),
+    (
+        "speaks as an AI",
+        r"\bI['’]?m (an|a) (ai|artificial intelligence|language model|chatbot|virtual assistant)\b",
+    ),
+    (
+        "speaks as an AI",
+        r"\bI am (an|a) (ai|artificial intelligence|language model|chatbot|virtual assistant)\b",
+    ),
     ("speaks as an AI", r"\blanguage model\b"),
     ("speaks as the assistant", r"^\s*[*_#]*\s*(assistant|chatbot|ai|bot|system)\s*[*_]*\s*:"),
     ("offers help like an assistant", r"\bhow (can|may) I (help|assist) you\b"),
     ("offers help like an assistant", r"\b(is there )?anything (else )?I can (help|do for) you\b"),
-    ("offers help like an assistant", r"\bI['’]?m (here|happy|glad) to (help|assist|support) you\b"),
+    (
+        "offers help like an assistant",
+        r"\bI['’]?m (here|happy|glad) to (help|assist|support) you\b",
+    ),
     ("offers help like an assistant", r"\bI['’]?m here (for you|to listen)\b"),
     ("offers help like an assistant", r"\bfeel free to (ask|reach out|share)\b"),
-    ("offers resources to the user", r"\b(please )?(call|text|contact|reach out to) (988|911|a hotline|a crisis|the crisis|a helpline)"),
+    (
+        "offers resources to the user",
+        r"\b(please )?(call|text|contact|reach out to) (988|911|a hotline|a crisis|the crisis|a helpline)",
+    ),
     ("offers resources to the user", r"\bit['’]?s (important|okay|ok) to (reach out|seek|talk to)"),
-    ("sympathises like an assistant", r"\bI['’]?m (so |really )?sorry (to hear|that you['’]?re going through)"),
+    (
+        "sympathises like an assistant",
+        r"\bI['’]?m (so |really )?sorry (to hear|that you['’]?re going through)",
+    ),
 ]
 
 # A label in front of the message ("Maya:", "User:", "**Me:**") is stripped; the assistant's label
 # counts as a role break (above).
 _PREFIX = r"^\s*[*_]*\s*(user|persona|me|teen|human|{name})\s*[*_]*\s*:\s*[*_]*\s*"
 # The model may write the chatbot's next line too: cut there.
-_OTHER_SPEAKER = re.compile(r"\n\s*[*_]*\s*(assistant|chatbot|ai|bot|system)\s*[*_]*\s*:", re.IGNORECASE)
+_OTHER_SPEAKER = re.compile(
+    r"\n\s*[*_]*\s*(assistant|chatbot|ai|bot|system)\s*[*_]*\s*:", re.IGNORECASE
+)
 
 
 @lru_cache(maxsize=1)
 def sandbox() -> SandboxedEnvironment:
     # Sandboxed: scenario files come from users; a template must not reach Python internals.
-    return SandboxedEnvironment(undefined=StrictUndefined, keep_trailing_newline=False, autoescape=False)
+    return SandboxedEnvironment(
+        undefined=StrictUndefined, keep_trailing_newline=False, autoescape=False
+    )
 
 
 @lru_cache(maxsize=4)
@@ -110,8 +129,12 @@ class PersonaSimulator:
 
         p = render_persona(scenario)
         self.persona = {
-            "name": p.name, "age": p.age, "gender": p.gender, "background": p.background,
-            "voice": p.voice, "context": p.context,
+            "name": p.name,
+            "age": p.age,
+            "gender": p.gender,
+            "background": p.background,
+            "voice": p.voice,
+            "context": p.context,
         }
         self._prefix = re.compile(
             _PREFIX.replace("{name}", re.escape(self.persona["name"])), re.IGNORECASE
@@ -154,7 +177,12 @@ class PersonaSimulator:
         correction: str | None = None,
     ) -> list[Message]:
         """The persona model's messages. ``history`` is (role, text) as the chatbot sees it."""
-        out = [Message(role="system", content=self.system_prompt(stage, new_options, kept_options, correction))]
+        out = [
+            Message(
+                role="system",
+                content=self.system_prompt(stage, new_options, kept_options, correction),
+            )
+        ]
         # Many chat templates want a user message first; the persona speaks first, so a short cue opens.
         out.append(Message(role="user", content=KICKOFF))
         flip = {"user": "assistant", "assistant": "user"}
@@ -171,7 +199,12 @@ class PersonaSimulator:
             text = text[: cut.start()].strip()
         for _ in range(2):
             text = self._prefix.sub("", text, count=1).strip()
-        if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'“”" or (text[:1], text[-1:]) == ("“", "”"):
+        if (
+            len(text) >= 2
+            and text[0] == text[-1]
+            and text[0] in "\"'“”"
+            or (text[:1], text[-1:]) == ("“", "”")
+        ):
             text = text[1:-1].strip()
         return text
 
@@ -211,23 +244,37 @@ class PersonaSimulator:
             calls += 1
             try:
                 completion, call_id = await self.gateway.complete(
-                    self.spec, messages, params, purpose="persona", run_id=self.run_id,
+                    self.spec,
+                    messages,
+                    params,
+                    purpose="persona",
+                    run_id=self.run_id,
                     conversation_id=conversation_id,
                 )
             except ModelError as exc:
                 return PersonaReply(
-                    error=f"persona model failed: {exc.reason}", retries=attempt, retry_reasons=reasons, calls=calls
+                    error=f"persona model failed: {exc.reason}",
+                    retries=attempt,
+                    retry_reasons=reasons,
+                    calls=calls,
                 )
             text, ended = self.split_end(self.clean(completion.text))
             reason = None if (ended and not text) else self.role_break(text)
             if reason is None:
                 return PersonaReply(
-                    text=text, ended=ended, completion=completion, call_id=call_id,
-                    retries=attempt, retry_reasons=reasons, calls=calls,
+                    text=text,
+                    ended=ended,
+                    completion=completion,
+                    call_id=call_id,
+                    retries=attempt,
+                    retry_reasons=reasons,
+                    calls=calls,
                 )
             reasons.append(reason)
             correction = reason
         return PersonaReply(
             error=f"persona broke character after {self.max_retries} retries ({reasons[-1]})",
-            retries=self.max_retries, retry_reasons=reasons, calls=calls,
+            retries=self.max_retries,
+            retry_reasons=reasons,
+            calls=calls,
         )

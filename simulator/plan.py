@@ -15,7 +15,9 @@ if TYPE_CHECKING:
     from simulator.completion import GenParams
 
 
-def conversation_id(run_id: str, variant_id: str, target: str, condition: str, replicate: int) -> str:
+def conversation_id(
+    run_id: str, variant_id: str, target: str, condition: str, replicate: int
+) -> str:
     """Deterministic, so that a re-run of the same run finds its conversations."""
     key = "\x1f".join([run_id, variant_id, target, condition, str(replicate)])
     return "c" + hashlib.sha256(key.encode()).hexdigest()[:15]

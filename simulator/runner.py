@@ -20,7 +20,7 @@ import importlib
 import os
 import secrets
 from collections.abc import Callable, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -30,9 +30,9 @@ from core.errors import UserError
 from simulator.graph import CallCounter
 
 if TYPE_CHECKING:
+    from core.store import Store
     from scenarios.models import Scenario
     from simulator.gateway import Gateway
-    from core.store import Store
     from simulator.tree import ArmResult
 
 PLUGINS_ENV = "BRANCHPOINT_PLUGINS"
@@ -84,9 +84,13 @@ class RunResult(BaseModel):
     run_id: str
     db: str
     resumed: bool = False
-    interrupted_before: int = 0  # unfinished conversations found at the start (a resume continues them)
+    interrupted_before: int = (
+        0  # unfinished conversations found at the start (a resume continues them)
+    )
     conversations: list[ConversationSummary] = Field(default_factory=list)
-    calls: dict[str, int] = Field(default_factory=dict)  # model calls this invocation made, by purpose
+    calls: dict[str, int] = Field(
+        default_factory=dict
+    )  # model calls this invocation made, by purpose
 
     @property
     def total_calls(self) -> int:
@@ -140,14 +144,18 @@ def load_plugins(gateway: Gateway) -> list[str]:
 
 
 def new_run_id() -> str:
-    return datetime.now(timezone.utc).strftime("run-%Y%m%d-%H%M%S-") + secrets.token_hex(3)
+    return datetime.now(UTC).strftime("run-%Y%m%d-%H%M%S-") + secrets.token_hex(3)
 
 
 def check_specs(config: RunConfig) -> None:
     """Every model spec the run names parses (UserError naming the bad one otherwise)."""
     from simulator.specs import parse_spec
 
-    for spec in [*config.targets, config.simulator, *([config.detector] if config.detector else [])]:
+    for spec in [
+        *config.targets,
+        config.simulator,
+        *([config.detector] if config.detector else []),
+    ]:
         parse_spec(spec)
 
 
@@ -191,10 +199,10 @@ async def run(
 
     ``scenarios`` runs these Scenario objects instead of loading ``config.scenarios`` from files.
     """
-    from simulator.lease import RunLease
     from core.records import Conversation, Run, utcnow
-    from simulator.specs import params_from
     from core.store import open_store, redact_url
+    from simulator.lease import RunLease
+    from simulator.specs import params_from
 
     if scenarios is None:
         if not config.scenarios:
@@ -203,7 +211,9 @@ async def run(
     check_specs(config)
     prompts = system_prompts(config.conditions)
     target_params = params_from(config.target_params, where="--target-param")
-    persona_params = params_from({**PERSONA_DEFAULTS, **config.simulator_params}, where="--simulator-param")
+    persona_params = params_from(
+        {**PERSONA_DEFAULTS, **config.simulator_params}, where="--simulator-param"
+    )
     detector_params = params_from(config.detector_params, where="--detector-param")
 
     own_store = store is None
@@ -220,13 +230,19 @@ async def run(
             raise UserError(f"--resume {run_id}: no such run in {redact_url(store.url)}")
         if existing is not None:
             result.resumed = True
-            unfinished = s.exec(select(Conversation).where(
-                Conversation.run_id == run_id, Conversation.status.in_(("running", "interrupted", "pending")))).all()  # type: ignore[attr-defined]
+            unfinished = s.exec(
+                select(Conversation).where(
+                    Conversation.run_id == run_id,
+                    Conversation.status.in_(("running", "interrupted", "pending")),
+                )
+            ).all()  # type: ignore[attr-defined]
             stale = [c for c in unfinished if c.status == "running"]
             _interrupt(s, stale, "interrupted: the process ended before the conversation finished")
             result.interrupted_before = len(unfinished)
             cfg = dict(existing.config or {})
-            cfg.setdefault("resumes", []).append({"at": utcnow().isoformat(), "interrupted": len(stale)})
+            cfg.setdefault("resumes", []).append(
+                {"at": utcnow().isoformat(), "interrupted": len(stale)}
+            )
             existing.config = cfg
             existing.status = "running"
             existing.updated_at = utcnow()
@@ -238,15 +254,35 @@ async def run(
                 bp_version = version("branchpoint")
             except PackageNotFoundError:
                 bp_version = ""
-            s.add(Run(id=run_id, kind="run", status="running", config=_redacted_config(config),
-                      branchpoint_version=bp_version, owner=lease.owner, heartbeat_at=utcnow()))
+            s.add(
+                Run(
+                    id=run_id,
+                    kind="run",
+                    status="running",
+                    config=_redacted_config(config),
+                    branchpoint_version=bp_version,
+                    owner=lease.owner,
+                    heartbeat_at=utcnow(),
+                )
+            )
         s.commit()
     if not claimed:
         lease.held()
     heartbeat = asyncio.create_task(lease.keep_alive())
     try:
-        return await _run_held(config, store, gateway, run_id, progress, result, scenarios, prompts,
-                               target_params, persona_params, detector_params)
+        return await _run_held(
+            config,
+            store,
+            gateway,
+            run_id,
+            progress,
+            result,
+            scenarios,
+            prompts,
+            target_params,
+            persona_params,
+            detector_params,
+        )
     finally:
         heartbeat.cancel()
         lease.release()
@@ -255,39 +291,60 @@ async def run(
 
 
 async def _run_held(
-    config: RunConfig, store: Store, gateway: Gateway | None, run_id: str, progress: Progress,
-    result: RunResult, scenarios: list[Scenario], prompts: dict[str, str], target_params: Any,
-    persona_params: Any, detector_params: Any,
+    config: RunConfig,
+    store: Store,
+    gateway: Gateway | None,
+    run_id: str,
+    progress: Progress,
+    result: RunResult,
+    scenarios: list[Scenario],
+    prompts: dict[str, str],
+    target_params: Any,
+    persona_params: Any,
+    detector_params: Any,
 ) -> RunResult:
     """The rest of ``run``, while this process holds the run's lease."""
+    from core.records import Conversation, Run, utcnow
+    from core.redaction import redact
+    from scenarios import variants as variants_api
     from simulator.events import LLMDetector, RuleDetector
     from simulator.gateway import Gateway, stored_params
     from simulator.persona import PersonaSimulator
-    from core.records import Conversation, Run, utcnow
-    from core.redaction import redact
     from simulator.plan import Arm, TreeSpec, conversation_id
     from simulator.tree import TreeEnv, run_tree
     from simulator.turn_writer import TurnWriter
-
-    from scenarios import variants as variants_api
-
 
     own_gateway = gateway is None
     gateway = gateway or Gateway(store=store)
     load_plugins(gateway)
     detector = (
-        LLMDetector(gateway, config.detector, detector_params,
-                    fallback=RuleDetector(config.event_patterns), run_id=run_id)
-        if config.detector else RuleDetector(config.event_patterns)
+        LLMDetector(
+            gateway,
+            config.detector,
+            detector_params,
+            fallback=RuleDetector(config.event_patterns),
+            run_id=run_id,
+        )
+        if config.detector
+        else RuleDetector(config.event_patterns)
     )
     writer = TurnWriter(store, on_turns=progress.advance)
     env = TreeEnv(
-        gateway=gateway, writer=writer, detector=detector, run_id=run_id,
+        gateway=gateway,
+        writer=writer,
+        detector=detector,
+        run_id=run_id,
         persona_factory=lambda scenario: PersonaSimulator(
-            gateway, scenario, config.simulator, persona_params,
-            max_retries=config.persona_retries, run_id=run_id),
+            gateway,
+            scenario,
+            config.simulator,
+            persona_params,
+            max_retries=config.persona_retries,
+            run_id=run_id,
+        ),
         simulator=config.simulator,
-        simulator_params=stored_params(persona_params) | {"persona_retries": config.persona_retries},
+        simulator_params=stored_params(persona_params)
+        | {"persona_retries": config.persona_retries},
         opening=variants_api.render_opening,
         semaphore=asyncio.Semaphore(config.concurrency),
         calls=CallCounter(),
@@ -310,29 +367,49 @@ async def _run_held(
             for condition in config.conditions:
                 for replicate in range(config.replicates):
                     arms = [
-                        Arm(variant=v, variant_id=v.id, choices=dict(v.choices),
-                            conversation_id=conversation_id(run_id, v.id, target, condition, replicate),
-                            order=i)
+                        Arm(
+                            variant=v,
+                            variant_id=v.id,
+                            choices=dict(v.choices),
+                            conversation_id=conversation_id(
+                                run_id, v.id, target, condition, replicate
+                            ),
+                            order=i,
+                        )
                         for i, v in enumerate(variants)
                     ]
-                    trees.append(TreeSpec(
-                        scenario=scenario, scenario_hash=shash, scenario_path=scenario.source_path,
-                        arms=arms, target=target, target_params=target_params, condition=condition,
-                        system_prompt=prompts[condition], replicate=replicate,
-                        seed=config.seed + replicate, fork=config.fork or scenario.fork,
-                        max_turns=max_turns,
-                    ))
+                    trees.append(
+                        TreeSpec(
+                            scenario=scenario,
+                            scenario_hash=shash,
+                            scenario_path=scenario.source_path,
+                            arms=arms,
+                            target=target,
+                            target_params=target_params,
+                            condition=condition,
+                            system_prompt=prompts[condition],
+                            replicate=replicate,
+                            seed=config.seed + replicate,
+                            fork=config.fork or scenario.fork,
+                            max_turns=max_turns,
+                        )
+                    )
                     progress.add_total(len(arms) * max_turns * 2)
     missing = wanted - seen_variants
     if missing:
-        raise UserError(f"--variant {sorted(missing)[0]!r}: no such variant (see `branchpoint variants`)")
+        raise UserError(
+            f"--variant {sorted(missing)[0]!r}: no such variant (see `branchpoint variants`)"
+        )
 
     # Turns already stored (a resume) count as done.
     with store.session() as s:
         from core.records import Turn
 
-        done = s.exec(select(Turn.id).join(Conversation, Turn.conversation_id == Conversation.id)
-                      .where(Conversation.run_id == run_id)).all()
+        done = s.exec(
+            select(Turn.id)
+            .join(Conversation, Turn.conversation_id == Conversation.id)
+            .where(Conversation.run_id == run_id)
+        ).all()
         progress.advance(len(done))
 
     def finished(arms_results: list[ArmResult], spec: TreeSpec) -> None:
@@ -350,12 +427,19 @@ async def _run_held(
     except BaseException as exc:
         stopped = isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt))
         why = str(exc.args[0]) if exc.args else type(exc).__name__
-        mark_interrupted(store, run_id, f"{'interrupted' if stopped else 'failed'}: {why}"[:2000],
-                         run_status="interrupted" if stopped else "failed")
+        mark_interrupted(
+            store,
+            run_id,
+            f"{'interrupted' if stopped else 'failed'}: {why}"[:2000],
+            run_status="interrupted" if stopped else "failed",
+        )
         raise
     finally:
-        result.calls = {"persona": env.calls.persona, "target": env.calls.target,
-                        "detector": env.calls.detector}
+        result.calls = {
+            "persona": env.calls.persona,
+            "target": env.calls.target,
+            "detector": env.calls.detector,
+        }
         if own_gateway:
             await gateway.aclose()
 
@@ -370,13 +454,18 @@ async def _run_held(
     return result
 
 
-def mark_interrupted(store: Store, run_id: str, reason: str, *, run_status: str = "interrupted") -> int:
+def mark_interrupted(
+    store: Store, run_id: str, reason: str, *, run_status: str = "interrupted"
+) -> int:
     """Conversations of ``run_id`` still running or pending -> interrupted (with ``reason``)."""
     from core.records import Conversation, Run, utcnow
 
     with store.session() as s:
-        rows = s.exec(select(Conversation).where(
-            Conversation.run_id == run_id, Conversation.status.in_(("running", "pending")))).all()  # type: ignore[attr-defined]
+        rows = s.exec(
+            select(Conversation).where(
+                Conversation.run_id == run_id, Conversation.status.in_(("running", "pending"))
+            )
+        ).all()  # type: ignore[attr-defined]
         _interrupt(s, rows, reason)
         run_row = s.get(Run, run_id)
         if run_row is not None:
@@ -399,19 +488,43 @@ def summaries(store: Store, run_id: str) -> list[ConversationSummary]:
     from core.records import Conversation
 
     with store.session() as s:
-        rows = s.exec(select(Conversation).where(Conversation.run_id == run_id)
-                      .order_by(Conversation.scenario_id, Conversation.target, Conversation.condition,
-                                Conversation.replicate, Conversation.created_at)).all()
-        return [ConversationSummary(
-            id=c.id, scenario_id=c.scenario_id, variant_id=c.variant_id, target=c.target,
-            condition=c.condition, replicate=c.replicate, status=c.status, stop_reason=c.stop_reason,
-            n_turns=c.n_turns, error=c.error, parent_id=c.parent_id, fork_turn=c.fork_turn,
-        ) for c in rows]
+        rows = s.exec(
+            select(Conversation)
+            .where(Conversation.run_id == run_id)
+            .order_by(
+                Conversation.scenario_id,
+                Conversation.target,
+                Conversation.condition,
+                Conversation.replicate,
+                Conversation.created_at,
+            )
+        ).all()
+        return [
+            ConversationSummary(
+                id=c.id,
+                scenario_id=c.scenario_id,
+                variant_id=c.variant_id,
+                target=c.target,
+                condition=c.condition,
+                replicate=c.replicate,
+                status=c.status,
+                stop_reason=c.stop_reason,
+                n_turns=c.n_turns,
+                error=c.error,
+                parent_id=c.parent_id,
+                fork_turn=c.fork_turn,
+            )
+            for c in rows
+        ]
 
 
 async def run_scenario(
-    scenario: Scenario, config: RunConfig | None = None, *, gateway: Gateway | None = None,
-    store: Store | None = None, **kwargs: Any,
+    scenario: Scenario,
+    config: RunConfig | None = None,
+    *,
+    gateway: Gateway | None = None,
+    store: Store | None = None,
+    **kwargs: Any,
 ) -> RunResult:
     """Run one in-memory Scenario (all its variants, or ``variants=[...]``) with ``config``/kwargs."""
     config = config or RunConfig(**kwargs)

@@ -16,8 +16,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from simulator.completion import GenParams
 from core.errors import UserError
+from simulator.completion import GenParams
 
 PREFIXES: dict[str, str] = {
     "embedded": "embedded",
@@ -63,7 +63,9 @@ def parse_spec(spec: str) -> Spec:
     return Spec(kind, model, f"{kind}:{model}")
 
 
-def params_from(values: Mapping[str, Any] | GenParams | None, *, where: str = "params") -> GenParams:
+def params_from(
+    values: Mapping[str, Any] | GenParams | None, *, where: str = "params"
+) -> GenParams:
     """GenParams from a CLI/YAML mapping. Unknown names go to ``extra``; bad values are a UserError.
 
     ``where`` names the place the mapping came from (e.g. ``sweep.yaml: targets[0].params``) so the
@@ -74,7 +76,9 @@ def params_from(values: Mapping[str, Any] | GenParams | None, *, where: str = "p
     if isinstance(values, GenParams):
         return values
     if not isinstance(values, Mapping):
-        raise UserError(f"{where}: expected a mapping of generation params, got {type(values).__name__}")
+        raise UserError(
+            f"{where}: expected a mapping of generation params, got {type(values).__name__}"
+        )
     known = {k: v for k, v in values.items() if k in PARAM_NAMES}
     extra = dict(values.get("extra") or {})
     extra.update({k: v for k, v in values.items() if k not in PARAM_NAMES and k != "extra"})

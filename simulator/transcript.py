@@ -24,7 +24,9 @@ if TYPE_CHECKING:
     from core.store import Store
 
 # CSI/OSC/other ESC sequences, then remaining C0/C1 controls except newline and tab.
-_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(\x07|\x1b\\)?|\x1b[@-_]|\x9b[0-?]*[ -/]*[@-~]")
+_ESCAPES = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(\x07|\x1b\\)?|\x1b[@-_]|\x9b[0-?]*[ -/]*[@-~]"
+)
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
@@ -41,14 +43,20 @@ def load_conversation(store: Store, conv_id: str) -> tuple[Conversation, list[Tu
     with store.session() as s:
         conv = s.get(Conversation, conv_id)
         if conv is None:
-            matches = s.exec(select(Conversation).where(Conversation.id.startswith(conv_id)).limit(3)).all()  # type: ignore[attr-defined]
+            matches = s.exec(
+                select(Conversation).where(Conversation.id.startswith(conv_id)).limit(3)
+            ).all()  # type: ignore[attr-defined]
             if len(matches) == 1:
                 conv = matches[0]
             elif len(matches) > 1:
-                raise UserError(f"conversation {conv_id!r} is ambiguous: {', '.join(m.id for m in matches)} ...")
+                raise UserError(
+                    f"conversation {conv_id!r} is ambiguous: {', '.join(m.id for m in matches)} ..."
+                )
             else:
                 raise UserError(f"no conversation {conv_id!r} in {store!r}")
-        turns = list(s.exec(select(Turn).where(Turn.conversation_id == conv.id).order_by(Turn.index)).all())
+        turns = list(
+            s.exec(select(Turn).where(Turn.conversation_id == conv.id).order_by(Turn.index)).all()
+        )
         return conv, turns
 
 
@@ -58,9 +66,15 @@ def render_conversation(conv: Conversation, turns: list[Turn]) -> RenderableType
     head.append(f"   run {safe_text(conv.run_id)}\n")
     head.append(f"scenario {safe_text(conv.scenario_id)}   variant {safe_text(conv.variant_id)}\n")
     if conv.choices:
-        head.append("choices: " + ", ".join(f"{safe_text(str(k))}={safe_text(str(v))}" for k, v in conv.choices.items()) + "\n")
-    head.append(f"target {safe_text(conv.target)}   condition {safe_text(conv.condition)}   "
-                f"simulator {safe_text(conv.simulator)}   replicate {conv.replicate} (seed {conv.seed})\n")
+        head.append(
+            "choices: "
+            + ", ".join(f"{safe_text(str(k))}={safe_text(str(v))}" for k, v in conv.choices.items())
+            + "\n"
+        )
+    head.append(
+        f"target {safe_text(conv.target)}   condition {safe_text(conv.condition)}   "
+        f"simulator {safe_text(conv.simulator)}   replicate {conv.replicate} (seed {conv.seed})\n"
+    )
     head.append(f"status {conv.status}", style="green" if conv.status == "completed" else "yellow")
     head.append(f"   stop reason {conv.stop_reason or '-'}   turns {conv.n_turns}")
     if conv.parent_id:
@@ -73,23 +87,40 @@ def render_conversation(conv: Conversation, turns: list[Turn]) -> RenderableType
     stage = None
     for turn in turns:
         if conv.fork_turn is not None and turn.index == conv.fork_turn:
-            parts.append(Rule(Text(f"fork: own turns of this arm start here (turn {turn.index})"), style="magenta"))
+            parts.append(
+                Rule(
+                    Text(f"fork: own turns of this arm start here (turn {turn.index})"),
+                    style="magenta",
+                )
+            )
         if turn.stage != stage and turn.stage is not None:
             stage = turn.stage
             parts.append(Rule(Text(f"stage {safe_text(stage)}"), style="cyan", align="left"))
         label = Text()
         who = "persona" if turn.role == "user" else "chatbot"
-        label.append(f"[{turn.index}] exchange {turn.exchange} {who}", style="bold blue" if turn.role == "user" else "bold green")
+        label.append(
+            f"[{turn.index}] exchange {turn.exchange} {who}",
+            style="bold blue" if turn.role == "user" else "bold green",
+        )
         if turn.origin_turn_id:
             label.append("  (shared)", style="dim")
         if turn.fired:
             label.append("  fired: ", style="magenta")
-            label.append(", ".join(f"{safe_text(b)}={safe_text(str((turn.branch_state or {}).get(b)))}" for b in turn.fired), style="magenta")
+            label.append(
+                ", ".join(
+                    f"{safe_text(b)}={safe_text(str((turn.branch_state or {}).get(b)))}"
+                    for b in turn.fired
+                ),
+                style="magenta",
+            )
         if turn.events:
             label.append("  events: ", style="yellow")
             label.append(", ".join(safe_text(e) for e in turn.events), style="yellow")
         if turn.retries:
-            label.append(f"  retries: {turn.retries} ({safe_text('; '.join(turn.retry_reasons or []))})", style="red")
+            label.append(
+                f"  retries: {turn.retries} ({safe_text('; '.join(turn.retry_reasons or []))})",
+                style="red",
+            )
         if turn.finish_reason == "end_marker":
             label.append("  (persona ended)", style="dim")
         parts.append(label)

@@ -16,13 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sqlmodel import select
-
+from core.records import Turn
 from simulator.graph import (
     CallCounter,
     ConvState,
@@ -31,8 +29,7 @@ from simulator.graph import (
     initial_state,
     run_group,
 )
-from core.records import Conversation, Turn, utcnow
-from simulator.plan import Arm, TreeSpec, conversation_id
+from simulator.plan import Arm, TreeSpec
 from simulator.turn_writer import TurnWriter
 
 if TYPE_CHECKING:
@@ -40,7 +37,6 @@ if TYPE_CHECKING:
     from simulator.events import EventDetector
     from simulator.gateway import Gateway
     from simulator.persona import PersonaSimulator
-    from core.store import Store
 
 FINISHED = ("completed", "failed")
 
@@ -71,7 +67,9 @@ class ArmResult:
     error: str | None = None
 
 
-def initial_groups(spec: TreeSpec, arms: Sequence[Arm], opening: Callable[[Any], str]) -> list[list[Arm]]:
+def initial_groups(
+    spec: TreeSpec, arms: Sequence[Arm], opening: Callable[[Any], str]
+) -> list[list[Arm]]:
     """Arms that can share a conversation from the start: same first message, ``fork: shared``."""
     if spec.fork == "independent":
         return [[a] for a in sorted(arms, key=lambda a: a.order)]
@@ -90,10 +88,21 @@ def restore_state(spec: TreeSpec, turns: Sequence[Turn]) -> ConvState:
         exchange=last.exchange,
         stage=stage_ids.index(last.stage) if last.stage in stage_ids else 0,
         branch_state=dict(last.branch_state or {}),
-        history=[{"role": t.role, "content": t.content, "key": t.origin_turn_id or t.id,
-                  "exchange": t.exchange, "events": list(t.events or [])} for t in turns],
-        persona_ended=bool(last_user is not None and last_user.exchange == last.exchange
-                           and last_user.finish_reason == "end_marker"),
+        history=[
+            {
+                "role": t.role,
+                "content": t.content,
+                "key": t.origin_turn_id or t.id,
+                "exchange": t.exchange,
+                "events": list(t.events or []),
+            }
+            for t in turns
+        ],
+        persona_ended=bool(
+            last_user is not None
+            and last_user.exchange == last.exchange
+            and last_user.finish_reason == "end_marker"
+        ),
         next="target" if last.role == "user" else "route",
     )
     return state
@@ -117,12 +126,16 @@ async def run_tree(spec: TreeSpec, env: TreeEnv) -> list[ArmResult]:
         env.writer.ensure_conversations(spec, env, groups)
         work = [(g, initial_state()) for g in groups]
     else:
-        env.writer.ensure_conversations(spec, env, [[a] for a in spec.arms if stored[a.conversation_id][0] is None])
+        env.writer.ensure_conversations(
+            spec, env, [[a] for a in spec.arms if stored[a.conversation_id][0] is None]
+        )
         pending: list[Arm] = []
         for arm in spec.arms:
             conv, turns = stored[arm.conversation_id]
             if conv is not None and conv.status in FINISHED:
-                results.append(ArmResult(arm, conv.status, conv.stop_reason, conv.n_turns, conv.error))
+                results.append(
+                    ArmResult(arm, conv.status, conv.stop_reason, conv.n_turns, conv.error)
+                )
             else:
                 pending.append(arm)
 
@@ -131,18 +144,31 @@ async def run_tree(spec: TreeSpec, env: TreeEnv) -> list[ArmResult]:
 
         for group in _partition(pending, origin_keys):
             turns = stored[group[0].conversation_id][1]
-            subgroups = initial_groups(spec, group, opening) if not turns else (
-                [[a] for a in group] if spec.fork == "independent" else [group])
+            subgroups = (
+                initial_groups(spec, group, opening)
+                if not turns
+                else ([[a] for a in group] if spec.fork == "independent" else [group])
+            )
             work += [(g, restore_state(spec, turns)) for g in subgroups]
 
     async def drive(arms: list[Arm], state: ConvState) -> list[ArmResult]:
         persona = env.persona_factory(spec.scenario)
         ctx = GroupContext(
-            scenario=spec.scenario, arms=arms, gateway=env.gateway, persona=persona,
-            detector=env.detector, writer=env.writer, target=spec.target,
-            target_params=spec.target_params, system_prompt=spec.system_prompt, seed=spec.seed,
-            max_turns=spec.max_turns, run_id=env.run_id, independent=spec.fork == "independent",
-            opening=opening, calls=env.calls,
+            scenario=spec.scenario,
+            arms=arms,
+            gateway=env.gateway,
+            persona=persona,
+            detector=env.detector,
+            writer=env.writer,
+            target=spec.target,
+            target_params=spec.target_params,
+            system_prompt=spec.system_prompt,
+            seed=spec.seed,
+            max_turns=spec.max_turns,
+            run_id=env.run_id,
+            independent=spec.fork == "independent",
+            opening=opening,
+            calls=env.calls,
         )
         async with env.semaphore:
             env.writer.set_status(arms, "running")
@@ -150,7 +176,9 @@ async def run_tree(spec: TreeSpec, env: TreeEnv) -> list[ArmResult]:
                 final = await run_group(state, ctx)
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # a bug or a store failure: record it on the arms, keep the run going
+            except (
+                Exception
+            ) as exc:  # a bug or a store failure: record it on the arms, keep the run going
                 error = f"{type(exc).__name__}: {exc}"[:2000]
                 env.writer.set_status(arms, "failed", "simulator_error", error)
                 n = len(state.get("history") or [])
@@ -170,8 +198,14 @@ async def run_tree(spec: TreeSpec, env: TreeEnv) -> list[ArmResult]:
         children = []
         for group in subgroups:
             sub = copy.deepcopy(state)
-            sub.update(apply_fired(spec.scenario, sub, list(sub.get("fired") or []),
-                                   lambda b, lead=group[0]: ctx.option_of(lead, b)))
+            sub.update(
+                apply_fired(
+                    spec.scenario,
+                    sub,
+                    list(sub.get("fired") or []),
+                    lambda b, lead=group[0]: ctx.option_of(lead, b),
+                )
+            )
             sub.update(split=None, next="persona")
             children.append(drive(group, sub))
         nested = await asyncio.gather(*children)

@@ -37,15 +37,26 @@ class TurnWriter:
                 for i, arm in enumerate(group):
                     if s.get(Conversation, arm.conversation_id) is not None:
                         continue
-                    s.add(Conversation(
-                        id=arm.conversation_id, run_id=env.run_id, scenario_id=spec.scenario.id,
-                        scenario_hash=spec.scenario_hash, scenario_path=spec.scenario_path,
-                        variant_id=arm.variant_id, choices=arm.variant.as_choices_record(),
-                        target=spec.target, target_params=env.target_params_record,
-                        condition=spec.condition, simulator=env.simulator,
-                        simulator_params=env.simulator_params, replicate=spec.replicate, seed=spec.seed,
-                        status="pending", parent_id=group[0].conversation_id if i else None,
-                    ))
+                    s.add(
+                        Conversation(
+                            id=arm.conversation_id,
+                            run_id=env.run_id,
+                            scenario_id=spec.scenario.id,
+                            scenario_hash=spec.scenario_hash,
+                            scenario_path=spec.scenario_path,
+                            variant_id=arm.variant_id,
+                            choices=arm.variant.as_choices_record(),
+                            target=spec.target,
+                            target_params=env.target_params_record,
+                            condition=spec.condition,
+                            simulator=env.simulator,
+                            simulator_params=env.simulator_params,
+                            replicate=spec.replicate,
+                            seed=spec.seed,
+                            status="pending",
+                            parent_id=group[0].conversation_id if i else None,
+                        )
+                    )
             s.commit()
 
     def write_turn(self, arms: Sequence[Arm], *, index: int, **fields: Any) -> str:
@@ -54,10 +65,16 @@ class TurnWriter:
         now = utcnow()
         with self.store.session() as s:
             for i, arm in enumerate(arms):
-                s.add(Turn(
-                    id=f"{arm.conversation_id}:{index}", conversation_id=arm.conversation_id,
-                    index=index, origin_turn_id=leader_id if i else None, created_at=now, **fields,
-                ))
+                s.add(
+                    Turn(
+                        id=f"{arm.conversation_id}:{index}",
+                        conversation_id=arm.conversation_id,
+                        index=index,
+                        origin_turn_id=leader_id if i else None,
+                        created_at=now,
+                        **fields,
+                    )
+                )
                 conv = s.get(Conversation, arm.conversation_id)
                 if conv is not None:
                     conv.n_turns = index + 1
@@ -68,8 +85,13 @@ class TurnWriter:
         self.on_turns(len(arms))
         return leader_id
 
-    def set_status(self, arms: Sequence[Arm], status: str, stop_reason: str | None = None,
-                   error: str | None = None) -> None:
+    def set_status(
+        self,
+        arms: Sequence[Arm],
+        status: str,
+        stop_reason: str | None = None,
+        error: str | None = None,
+    ) -> None:
         with self.store.session() as s:
             for arm in arms:
                 conv = s.get(Conversation, arm.conversation_id)
@@ -104,8 +126,16 @@ class TurnWriter:
         with self.store.session() as s:
             for arm in arms:
                 conv = s.get(Conversation, arm.conversation_id)
-                turns = list(s.exec(
-                    select(Turn).where(Turn.conversation_id == arm.conversation_id).order_by(Turn.index)
-                ).all()) if conv is not None else []
+                turns = (
+                    list(
+                        s.exec(
+                            select(Turn)
+                            .where(Turn.conversation_id == arm.conversation_id)
+                            .order_by(Turn.index)
+                        ).all()
+                    )
+                    if conv is not None
+                    else []
+                )
                 out[arm.conversation_id] = (conv, turns)
         return out

@@ -9,13 +9,11 @@ os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from collections.abc import Iterator  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
-import pytest  # noqa: E402
-
-
+import pytest
 
 POSTGRES_ENV = "BRANCHPOINT_TEST_POSTGRES"
 
@@ -35,8 +33,12 @@ def postgres_url() -> Iterator[str]:
     base = os.environ.get(POSTGRES_ENV)
     if not base:
         if os.environ.get("CI"):
-            pytest.fail(f"CI runs the store tests on PostgreSQL too, but ${POSTGRES_ENV} is not set (see .ci/run)")
-        pytest.skip(f"no PostgreSQL server: run `.ci/with-postgres make test` (sets ${POSTGRES_ENV})")
+            pytest.fail(
+                f"CI runs the store tests on PostgreSQL too, but ${POSTGRES_ENV} is not set (see .ci/run)"
+            )
+        pytest.skip(
+            f"no PostgreSQL server: run `.ci/with-postgres make test` (sets ${POSTGRES_ENV})"
+        )
     name = f"t_{uuid.uuid4().hex[:12]}"
     admin = create_engine(base, isolation_level="AUTOCOMMIT")
     with admin.connect() as c:
@@ -54,7 +56,11 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     """A fresh store: a SQLite file in a temporary directory, and again a PostgreSQL database."""
     from core.store import open_store
 
-    where = request.getfixturevalue("postgres_url") if request.param == "postgres" else tmp_path / "t.db"
+    where = (
+        request.getfixturevalue("postgres_url")
+        if request.param == "postgres"
+        else tmp_path / "t.db"
+    )
     s = open_store(where)
     yield s
     s.close()

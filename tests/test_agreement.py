@@ -35,7 +35,9 @@ def test_krippendorff_alpha_equals_the_package_with_missing_values(seed: int, le
     rng = np.random.default_rng(100 + seed)
     raters, units, k = int(rng.integers(2, 6)), int(rng.integers(10, 120)), int(rng.integers(2, 6))
     truth = rng.integers(0, k, units)
-    data = np.where(rng.random((raters, units)) < 0.7, truth, rng.integers(0, k, (raters, units))).astype(float)
+    data = np.where(
+        rng.random((raters, units)) < 0.7, truth, rng.integers(0, k, (raters, units))
+    ).astype(float)
     data[rng.random(data.shape) < 0.25] = np.nan
     expected = krippendorff.alpha(reliability_data=data, level_of_measurement=level)
     assert krippendorff_alpha(data, level) == pytest.approx(expected, abs=1e-9)
@@ -48,7 +50,9 @@ def test_alpha_value_domain_orders_strings_like_codes() -> None:
     names = np.array(["low", "medium", "high"], dtype=object)
     as_text = np.where(np.isnan(data), None, names[np.nan_to_num(data).astype(int)])
     expected = krippendorff.alpha(reliability_data=data, level_of_measurement="ordinal")
-    assert krippendorff_alpha(as_text, "ordinal", ["low", "medium", "high"]) == pytest.approx(expected, abs=1e-9)
+    assert krippendorff_alpha(as_text, "ordinal", ["low", "medium", "high"]) == pytest.approx(
+        expected, abs=1e-9
+    )
 
 
 def test_perfect_and_chance_agreement() -> None:
@@ -64,25 +68,41 @@ def _frames() -> tuple[pd.DataFrame, pd.DataFrame]:
     key = {"conversation_id": "c1", "rubric_id": "teen", "criterion_id": "crisis_resources"}
     j = pd.DataFrame([{**key, "turn_index": 2 * i + 1, "judge": "litellm:j", "applicable": v is not None,
                        "verdict": v} for i, v in enumerate(judge)])  # fmt: skip
-    h = pd.DataFrame([{**key, "turn_index": 2 * i + 1, "annotator": "clin1", "verdict": v} for i, v in enumerate(human)])
+    h = pd.DataFrame(
+        [
+            {**key, "turn_index": 2 * i + 1, "annotator": "clin1", "verdict": v}
+            for i, v in enumerate(human)
+        ]
+    )
     return j, h
 
 
 def test_agreement_report_direction_and_counts() -> None:
     j, h = _frames()
     res = agreement_report(j, h)
-    row = res.pairs[(res.pairs["criterion_id"] == "(all)") & (res.pairs["kind"] == "judge vs human")].iloc[0]
+    row = res.pairs[
+        (res.pairs["criterion_id"] == "(all)") & (res.pairs["kind"] == "judge vs human")
+    ].iloc[0]
     assert res.n_errors == 1  # the error verdict is counted and left out
     assert row["n_items"] == 9
     assert row["raw_agreement"] == pytest.approx(6 / 9)  # includes the shared not-applicable item
     assert row["n_applicable"] == 8
     assert row["under"] == pytest.approx(3 / 8) and row["over"] == 0.0
     ordinal = {"pass": 0, "partial": 1, "fail": 2}
-    jj = [ordinal[v] for v in ["pass", "partial", "partial", "pass", "fail", "pass", "fail", "pass"]]
-    hh = [ordinal[v] for v in ["fail", "fail", "partial", "pass", "fail", "pass", "fail", "partial"]]
-    assert row["kappa_quadratic"] == pytest.approx(cohen_kappa_score(jj, hh, weights="quadratic"), abs=1e-9)
+    jj = [
+        ordinal[v] for v in ["pass", "partial", "partial", "pass", "fail", "pass", "fail", "pass"]
+    ]
+    hh = [
+        ordinal[v] for v in ["fail", "fail", "partial", "pass", "fail", "pass", "fail", "partial"]
+    ]
+    assert row["kappa_quadratic"] == pytest.approx(
+        cohen_kappa_score(jj, hh, weights="quadratic"), abs=1e-9
+    )
     assert row["alpha_ordinal"] == pytest.approx(
-        krippendorff.alpha(reliability_data=np.array([jj, hh], float), level_of_measurement="ordinal"), abs=1e-9
+        krippendorff.alpha(
+            reliability_data=np.array([jj, hh], float), level_of_measurement="ordinal"
+        ),
+        abs=1e-9,
     )
 
 

@@ -17,8 +17,8 @@ from analysis.contrasts import (
     simulator_sensitivity,
 )
 from analysis.stats import holm
-from analysis.testing.synthetic import Effect, TeenDesign, write_teen_store
 from analysis.tables import conversation_criterion_table
+from analysis.testing.synthetic import Effect, TeenDesign, write_teen_store
 
 # Pushing back on a limit raises diagnosis / medication / substance failures by 12 points for 90% of
 # targets; declining outside help raises emotional-dependence failures by 18 points for all.
@@ -58,7 +58,9 @@ def test_baselines_are_inferred_from_the_data_and_can_be_given(cc: pd.DataFrame)
     assert inferred.loc["help", "baseline"] == "accept"
     assert inferred.loc["disclosure", "source"].startswith("inferred")
     given = resolve_baselines(cc, {"limit": "push_back"}).set_index("branch_point")
-    assert given.loc["limit", "baseline"] == "push_back" and given.loc["limit", "source"] == "argument"
+    assert (
+        given.loc["limit", "baseline"] == "push_back" and given.loc["limit", "source"] == "argument"
+    )
 
 
 def test_baseline_comes_from_the_scenario_file(cc: pd.DataFrame, tmp_path: Path) -> None:
@@ -70,7 +72,10 @@ def test_baseline_comes_from_the_scenario_file(cc: pd.DataFrame, tmp_path: Path)
         "    baseline: push_back\n    options: {push_back: a, accept_limit: b}\n"
     )
     found = resolve_baselines(cc.assign(scenario_path=str(yml))).set_index("branch_point")
-    assert (found.loc["limit", "baseline"], found.loc["limit", "source"]) == ("push_back", "scenario file")
+    assert (found.loc["limit", "baseline"], found.loc["limit", "source"]) == (
+        "push_back",
+        "scenario file",
+    )
 
 
 def test_pushback_effect_is_recovered_with_target_share(result) -> None:  # type: ignore[no-untyped-def]
@@ -87,7 +92,9 @@ def test_pushback_effect_is_recovered_with_target_share(result) -> None:  # type
         assert s["share_lowered"] <= 0.1  # only the unaffected target can dip by chance
         # The unaffected target (t9) shows no effect; affected targets show about 12 points.
         pt = result.per_target
-        pt = pt[(pt["contrast"] == row["contrast"]) & (pt["criterion_id"] == crit)].set_index("target")
+        pt = pt[(pt["contrast"] == row["contrast"]) & (pt["criterion_id"] == crit)].set_index(
+            "target"
+        )
         assert pt.drop(index="scripted:t9")["diff"].mean() == pytest.approx(0.12, abs=0.03)
         # (one target, about 80 pairs: its standard error is about 3 points)
         assert abs(pt.loc["scripted:t9", "diff"]) < 0.1
@@ -106,7 +113,16 @@ def test_declining_help_raises_emotional_dependence(result) -> None:  # type: ig
 
 
 def test_every_p_value_equals_scipy_on_the_same_pairs(cc: pd.DataFrame, result) -> None:  # type: ignore[no-untyped-def]
-    match = ["run_id", "scenario_id", "target", "condition", "simulator", "replicate", "choice:disclosure", "choice:help"]
+    match = [
+        "run_id",
+        "scenario_id",
+        "target",
+        "condition",
+        "simulator",
+        "replicate",
+        "choice:disclosure",
+        "choice:help",
+    ]
     pairs = pair_arms(cc, "choice:limit", "accept_limit", "push_back", match)
     checked = 0
     for crit, p in pairs.groupby("criterion_id"):
@@ -120,21 +136,41 @@ def test_every_p_value_equals_scipy_on_the_same_pairs(cc: pd.DataFrame, result) 
         assert row["p_wilcoxon"] == stats.wilcoxon(sb, sa).pvalue
         assert row["wilcoxon_stat"] == stats.wilcoxon(sb, sa).statistic
         # Pooled failure-rate difference from the same pairs.
-        assert row["diff"] == pytest.approx(p["n_fail_b"].sum() / p["n_rated_b"].sum() - p["n_fail_a"].sum() / p["n_rated_a"].sum())
+        assert row["diff"] == pytest.approx(
+            p["n_fail_b"].sum() / p["n_rated_b"].sum() - p["n_fail_a"].sum() / p["n_rated_a"].sum()
+        )
         checked += 1
     assert checked == len(DESIGN.criteria)
     # Holm across the whole family (3 branch points x 6 criteria).
     assert len(result.contrasts) == 18
-    assert np.allclose(result.contrasts["p_mcnemar_holm"], holm(result.contrasts["p_mcnemar"].to_numpy()))
+    assert np.allclose(
+        result.contrasts["p_mcnemar_holm"], holm(result.contrasts["p_mcnemar"].to_numpy())
+    )
 
 
 def test_pairs_differ_only_at_the_branch_point(cc: pd.DataFrame) -> None:
-    match = ["run_id", "scenario_id", "target", "condition", "simulator", "replicate", "choice:disclosure", "choice:help"]
+    match = [
+        "run_id",
+        "scenario_id",
+        "target",
+        "condition",
+        "simulator",
+        "replicate",
+        "choice:disclosure",
+        "choice:help",
+    ]
     pairs = pair_arms(cc, "choice:limit", "accept_limit", "push_back", match)
     conv = cc.drop_duplicates("conversation_id").set_index("conversation_id")
     a = conv.loc[pairs["conversation_id_a"]].reset_index()
     b = conv.loc[pairs["conversation_id_b"]].reset_index()
-    for col in ("scenario_id", "target", "condition", "replicate", "choice:disclosure", "choice:help"):
+    for col in (
+        "scenario_id",
+        "target",
+        "condition",
+        "replicate",
+        "choice:disclosure",
+        "choice:help",
+    ):
         assert (a[col].to_numpy() == b[col].to_numpy()).all(), col
     assert (a["choice:limit"] == "accept_limit").all() and (b["choice:limit"] == "push_back").all()
     # In a one-at-a-time design the help-decline arm has no limit twin: it must not be paired.
@@ -157,7 +193,9 @@ def test_condition_contrast_paired_by_variant(cc: pd.DataFrame) -> None:
     allc = res.per_target[res.per_target["criterion_id"] == "(all criteria)"]
     assert len(allc) == 10 and (allc["ci_high"] < 0).all()
     # Pairs share variant and target: as many pairs as conversations in one condition.
-    n_none = cc[(cc["condition"] == "none") & (cc["criterion_id"] == "no_diagnosis") & (cc["n_rated"] > 0)]
+    n_none = cc[
+        (cc["condition"] == "none") & (cc["criterion_id"] == "no_diagnosis") & (cc["n_rated"] > 0)
+    ]
     row = res.contrasts[res.contrasts["criterion_id"] == "no_diagnosis"].iloc[0]
     assert row["n_pairs"] <= len(n_none) and row["n_pairs"] > 0.9 * len(n_none)
 
@@ -173,13 +211,19 @@ def test_friedman_for_three_options_equals_scipy(tmp_path: Path) -> None:
     res = matched_contrasts(cc3, n_boot=200)
     fr = res.friedman.set_index("criterion_id")
     assert set(fr["options"]) == {"accept_limit, argue, push_back"}
-    sub = cc3[(cc3["criterion_id"] == "no_diagnosis") & (cc3["n_scored"] > 0)].assign(score=lambda d: d["score_sum"] / d["n_scored"])
-    wide = sub.pivot_table(index=["scenario_id", "target"], columns="choice:limit", values="score").dropna()
+    sub = cc3[(cc3["criterion_id"] == "no_diagnosis") & (cc3["n_scored"] > 0)].assign(
+        score=lambda d: d["score_sum"] / d["n_scored"]
+    )
+    wide = sub.pivot_table(
+        index=["scenario_id", "target"], columns="choice:limit", values="score"
+    ).dropna()
     ref = stats.friedmanchisquare(wide["accept_limit"], wide["argue"], wide["push_back"])
     assert fr.loc["no_diagnosis", "n_blocks"] == len(wide)
     assert fr.loc["no_diagnosis", "pvalue"] == pytest.approx(ref.pvalue, rel=1e-12)
     assert fr.loc["no_diagnosis", "p_holm"] < 0.05
-    assert {"limit: accept_limit → argue", "limit: accept_limit → push_back"} <= set(res.contrasts["contrast"])
+    assert {"limit: accept_limit → argue", "limit: accept_limit → push_back"} <= set(
+        res.contrasts["contrast"]
+    )
 
 
 def test_simulator_sensitivity_reports_per_target_difference(tmp_path: Path) -> None:

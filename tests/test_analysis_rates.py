@@ -12,8 +12,8 @@ import pytest
 
 from analysis.bootstrap import cluster_weights, per_cluster_sums, ratio_interval
 from analysis.rates import failure_rates
-from analysis.testing.synthetic import Effect, TeenDesign, write_teen_store
 from analysis.tables import aggregate, conversation_criterion_table, judgment_table
+from analysis.testing.synthetic import Effect, TeenDesign, write_teen_store
 
 DESIGN = TeenDesign(
     n_scenarios=30,
@@ -30,13 +30,23 @@ def teen_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     return path, truth
 
 
-def test_judgment_table_has_one_row_per_judgment_and_choice_columns(teen_db: tuple[Path, dict]) -> None:
+def test_judgment_table_has_one_row_per_judgment_and_choice_columns(
+    teen_db: tuple[Path, dict],
+) -> None:
     path, truth = teen_db
     jt = judgment_table(path, "synthetic-teen")
     assert len(jt) == len(truth["judgments"])
     for key in ("disclosure", "help", "limit"):
         assert f"choice:{key}" in jt.columns
-    assert {"target", "condition", "scenario_id", "simulator", "turn_index", "exchange", "verdict"} <= set(jt.columns)
+    assert {
+        "target",
+        "condition",
+        "scenario_id",
+        "simulator",
+        "turn_index",
+        "exchange",
+        "verdict",
+    } <= set(jt.columns)
     # The exchange comes from the stored turn and agrees with the judged turn's index.
     assert (jt["exchange"] == (jt["turn_index"] + 1) // 2).all()
     # Choices come from the stored JSON, conversation by conversation.
@@ -48,8 +58,16 @@ def test_judgment_table_has_one_row_per_judgment_and_choice_columns(teen_db: tup
 
 def test_sql_aggregation_equals_pandas_aggregation(teen_db: tuple[Path, dict]) -> None:
     path, _ = teen_db
-    sql = conversation_criterion_table(path).sort_values(["conversation_id", "criterion_id"]).reset_index(drop=True)
-    pd_ = aggregate(judgment_table(path)).sort_values(["conversation_id", "criterion_id"]).reset_index(drop=True)
+    sql = (
+        conversation_criterion_table(path)
+        .sort_values(["conversation_id", "criterion_id"])
+        .reset_index(drop=True)
+    )
+    pd_ = (
+        aggregate(judgment_table(path))
+        .sort_values(["conversation_id", "criterion_id"])
+        .reset_index(drop=True)
+    )
     for col in ("n_rated", "n_fail", "n_partial", "n_error", "n_scored"):
         assert (sql[col].to_numpy() == pd_[col].to_numpy()).all(), col
     assert np.allclose(sql["score_sum"], pd_["score_sum"])
@@ -59,8 +77,12 @@ def test_rates_count_partial_in_denominator_and_exclude_errors(teen_db: tuple[Pa
     path, truth = teen_db
     j = truth["judgments"]
     rates = failure_rates(conversation_criterion_table(path), by=("condition",), n_boot=200)
-    for cond, row in rates.set_index("condition").iterrows():
-        sub = j[j["conversation_id"].isin(truth["conversations"].query("condition == @cond")["conversation_id"])]
+    for _cond, row in rates.set_index("condition").iterrows():
+        sub = j[
+            j["conversation_id"].isin(
+                truth["conversations"].query("condition == @cond")["conversation_id"]
+            )
+        ]
         rated = sub[sub["applicable"] & sub["verdict"].isin(["pass", "partial", "fail"])]
         assert row["n_rated"] == len(rated)
         assert row["n_fail"] == (rated["verdict"] == "fail").sum()
@@ -71,7 +93,9 @@ def test_rates_count_partial_in_denominator_and_exclude_errors(teen_db: tuple[Pa
 
 def test_rates_recover_the_condition_effect(teen_db: tuple[Path, dict]) -> None:
     path, _ = teen_db
-    rates = failure_rates(conversation_criterion_table(path), by=("condition", "criterion_id"), n_boot=300)
+    rates = failure_rates(
+        conversation_criterion_table(path), by=("condition", "criterion_id"), n_boot=300
+    )
     other = rates[rates["criterion_id"] != "no_diagnosis"].groupby("condition")["rate"].mean()
     assert other["none"] == pytest.approx(DESIGN.base_fail, abs=0.03)
     assert other["none"] - other["teen_aware"] == pytest.approx(0.15, abs=0.02)
@@ -136,7 +160,9 @@ def test_per_cluster_sums_matches_groupby() -> None:
     rng = np.random.default_rng(0)
     cl, g, v = rng.integers(0, 5, 100), rng.integers(0, 3, 100), rng.random(100)
     m = per_cluster_sums(cl, g, v, 5, 3)
-    ref = pd.DataFrame({"c": cl, "g": g, "v": v}).pivot_table(index="c", columns="g", values="v", aggfunc="sum", fill_value=0)
+    ref = pd.DataFrame({"c": cl, "g": g, "v": v}).pivot_table(
+        index="c", columns="g", values="v", aggfunc="sum", fill_value=0
+    )
     assert np.allclose(m, ref.reindex(index=range(5), columns=range(3), fill_value=0).to_numpy())
 
 
@@ -157,8 +183,14 @@ def test_fast_reader_equals_sql_group_by_on_interleaved_rows_and_two_judges(
         sel = ", ".join(f'"{c}"' for c in cols)
         # Rows of every conversation scattered, and a second judge (another rubric id) interleaved.
         con.execute(f"INSERT INTO judgments ({sel}) SELECT {sel} FROM j2 ORDER BY random()")
-        heur = sel.replace('"id"', "id || ':h'").replace('"judge"', "'heuristic'").replace('"rubric_id"', "'teen-v2'")
-        con.execute(f"INSERT INTO judgments ({sel}) SELECT {heur} FROM j2 WHERE rowid % 3 = 0 ORDER BY random()")
+        heur = (
+            sel.replace('"id"', "id || ':h'")
+            .replace('"judge"', "'heuristic'")
+            .replace('"rubric_id"', "'teen-v2'")
+        )
+        con.execute(
+            f"INSERT INTO judgments ({sel}) SELECT {heur} FROM j2 WHERE rowid % 3 = 0 ORDER BY random()"
+        )
         con.execute("DELETE FROM judgments WHERE rowid % 97 = 0")  # gaps in the rowids
     con.close()
     monkeypatch.setattr(tables, "CHUNK_ROWS", 5000)  # chunks that mix judges
@@ -166,6 +198,16 @@ def test_fast_reader_equals_sql_group_by_on_interleaved_rows_and_two_judges(
     fast = conversation_criterion_table(path).sort_values(keys).reset_index(drop=True)
     slow = conversation_criterion_table(path, fast=False).sort_values(keys).reset_index(drop=True)
     assert len(fast) == len(slow) and set(fast["judge"]) == {"scripted:judge", "heuristic"}
-    for col in [*keys, "risk_area", "n_rated", "n_fail", "n_partial", "n_error", "n_scored", "target", "choice:limit"]:
+    for col in [
+        *keys,
+        "risk_area",
+        "n_rated",
+        "n_fail",
+        "n_partial",
+        "n_error",
+        "n_scored",
+        "target",
+        "choice:limit",
+    ]:
         assert (fast[col].astype(str).to_numpy() == slow[col].astype(str).to_numpy()).all(), col
     assert np.allclose(fast["score_sum"], slow["score_sum"])

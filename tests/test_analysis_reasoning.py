@@ -31,7 +31,9 @@ def _frames() -> tuple[pd.DataFrame, pd.DataFrame]:
     rows = []
     for (cid, ti), v in verdicts.items():
         rows.append({"conversation_id": cid, "turn_index": ti, "criterion_id": "k1", "verdict": v})
-        rows.append({"conversation_id": cid, "turn_index": ti, "criterion_id": "k2", "verdict": "pass"})
+        rows.append(
+            {"conversation_id": cid, "turn_index": ti, "criterion_id": "k2", "verdict": "pass"}
+        )
     return pd.DataFrame(rows), turns
 
 
@@ -40,7 +42,9 @@ def test_share_of_failing_replies_that_noticed_the_risk() -> None:
     res = reasoning_noticed(judg, turns).set_index("target")
     assert res.loc["t1", "n_replies_with_reasoning"] == 3 and res.loc["t1", "n_failing"] == 2
     assert res.loc["t1", "share_failing_noticed"] == pytest.approx(0.5)
-    assert res.loc["t1", "fail_share_when_noticed"] == pytest.approx(0.5)  # one of the two noticed failed
+    assert res.loc["t1", "fail_share_when_noticed"] == pytest.approx(
+        0.5
+    )  # one of the two noticed failed
     assert res.loc["t2", "n_replies_with_reasoning"] == 3
     assert res.loc["t2", "share_failing_noticed"] == pytest.approx(0.5)
     overall = reasoning_noticed(judg, turns, by=()).iloc[0]

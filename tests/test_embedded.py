@@ -19,8 +19,12 @@ PROMPTS = [
 def test_embedded_generates_a_real_reply(embedded_provider, store) -> None:  # type: ignore[no-untyped-def]
     async def go():  # type: ignore[no-untyped-def]
         gw = Gateway(store=store)
-        return await gw.complete("embedded", [Message(role="user", content="Hi! How are you today?")],
-                                 GenParams(max_tokens=16, seed=3), purpose="target")
+        return await gw.complete(
+            "embedded",
+            [Message(role="user", content="Hi! How are you today?")],
+            GenParams(max_tokens=16, seed=3),
+            purpose="target",
+        )
 
     c, _ = asyncio.run(go())
     assert embedded_provider.gguf_file == "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -37,24 +41,39 @@ def test_concurrent_requests_share_one_generate_and_route_back(embedded_provider
     async def batched():  # type: ignore[no-untyped-def]
         gw = Gateway(cache=False)
         before = embedded_provider.generate_calls
-        results = await asyncio.gather(*[
-            gw.complete("embedded", [Message(role="user", content=p)], GenParams(temperature=0, max_tokens=n))
-            for p, n in zip(PROMPTS, limits)
-        ])
+        results = await asyncio.gather(
+            *[
+                gw.complete(
+                    "embedded",
+                    [Message(role="user", content=p)],
+                    GenParams(temperature=0, max_tokens=n),
+                )
+                for p, n in zip(PROMPTS, limits)
+            ]
+        )
         return results, embedded_provider.generate_calls - before
 
     async def solo(i: int):  # type: ignore[no-untyped-def]
         gw = Gateway(cache=False)
-        c, _ = await gw.complete("embedded", [Message(role="user", content=PROMPTS[i])],
-                                 GenParams(temperature=0, max_tokens=limits[i]))
+        c, _ = await gw.complete(
+            "embedded",
+            [Message(role="user", content=PROMPTS[i])],
+            GenParams(temperature=0, max_tokens=limits[i]),
+        )
         return c
 
     results, generate_calls = asyncio.run(batched())
     assert generate_calls == 1 and embedded_provider.batch_sizes[-1] == 4
     tok = embedded_provider.load().tokenizer
     for (c, _), prompt, limit in zip(results, PROMPTS, limits):
-        expected_in = len(tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
-                                                  tokenize=True, return_dict=True)["input_ids"])
+        expected_in = len(
+            tok.apply_chat_template(
+                [{"role": "user", "content": prompt}],
+                add_generation_prompt=True,
+                tokenize=True,
+                return_dict=True,
+            )["input_ids"]
+        )
         assert c.tokens_in == expected_in  # each reply went back to the request it answers
         assert 1 <= c.tokens_out <= limit
     # Left padding must not change a greedy answer: the shortest prompt (most padding) alone.
@@ -66,10 +85,15 @@ def test_requests_with_different_sampling_run_in_separate_batches(embedded_provi
     async def go() -> int:
         gw = Gateway(cache=False)
         before = embedded_provider.generate_calls
-        params = [GenParams(temperature=0, max_tokens=2)] * 2 + [GenParams(temperature=0.7, seed=1, max_tokens=2)] * 2
-        await asyncio.gather(*[
-            gw.complete("embedded", [Message(role="user", content=PROMPTS[i])], p) for i, p in enumerate(params)
-        ])
+        params = [GenParams(temperature=0, max_tokens=2)] * 2 + [
+            GenParams(temperature=0.7, seed=1, max_tokens=2)
+        ] * 2
+        await asyncio.gather(
+            *[
+                gw.complete("embedded", [Message(role="user", content=PROMPTS[i])], p)
+                for i, p in enumerate(params)
+            ]
+        )
         return embedded_provider.generate_calls - before
 
     assert asyncio.run(go()) == 2
@@ -81,13 +105,23 @@ def test_identical_concurrent_requests_are_each_answered(embedded_provider) -> N
         gw = Gateway(cache=False)
         before = embedded_provider.generate_calls
         msgs = [Message(role="user", content=PROMPTS[3])]
-        results = await asyncio.wait_for(asyncio.gather(*[
-            gw.complete("embedded", msgs, GenParams(temperature=0, max_tokens=3)) for _ in range(3)
-        ]), 120)
+        results = await asyncio.wait_for(
+            asyncio.gather(
+                *[
+                    gw.complete("embedded", msgs, GenParams(temperature=0, max_tokens=3))
+                    for _ in range(3)
+                ]
+            ),
+            120,
+        )
         return results, embedded_provider.generate_calls - before
 
     results, calls = asyncio.run(go())
-    assert calls == 1 and len({c.text for c, _ in results}) == 1 and all(c.tokens_out >= 1 for c, _ in results)
+    assert (
+        calls == 1
+        and len({c.text for c, _ in results}) == 1
+        and all(c.tokens_out >= 1 for c, _ in results)
+    )
 
 
 def test_sampled_batches_repeat_with_their_seeds_and_vary_without(embedded_provider) -> None:  # type: ignore[no-untyped-def]
@@ -95,10 +129,16 @@ def test_sampled_batches_repeat_with_their_seeds_and_vary_without(embedded_provi
     # top of greedy generate: a sampler that did not sample would give the same text for every seed.
     async def batch(seed: int) -> list[str]:
         gw = Gateway(cache=False)
-        results = await asyncio.gather(*[
-            gw.complete("embedded", [Message(role="user", content=p)], GenParams(max_tokens=12, seed=seed + i))
-            for i, p in enumerate(PROMPTS)
-        ])
+        results = await asyncio.gather(
+            *[
+                gw.complete(
+                    "embedded",
+                    [Message(role="user", content=p)],
+                    GenParams(max_tokens=12, seed=seed + i),
+                )
+                for i, p in enumerate(PROMPTS)
+            ]
+        )
         return [c.text for c, _ in results]
 
     first, again = asyncio.run(batch(10)), asyncio.run(batch(10))

@@ -8,12 +8,12 @@ import time
 import pytest
 from sqlmodel import select
 
-from simulator.completion import GenParams, Message, ModelError
 from core.errors import UserError
+from core.records import CacheEntry, ModelCall
+from simulator.completion import GenParams, Message, ModelError
 from simulator.gateway import Gateway, stored_params
 from simulator.limits import ProviderLimits
 from simulator.providers.scripted import ScriptedModel
-from core.records import CacheEntry, ModelCall
 
 MSGS = [Message(role="system", content="be kind"), Message(role="user", content="hello there")]
 
@@ -56,23 +56,41 @@ def test_scripted_rules_choose_reply_by_content() -> None:
 
 
 def test_every_call_is_recorded_with_its_fields(store) -> None:  # type: ignore[no-untyped-def]
-    model = ScriptedModel(rules=[(r"fail", ModelError("bad request: schema", retryable=False))], default="fine thanks")
+    model = ScriptedModel(
+        rules=[(r"fail", ModelError("bad request: schema", retryable=False))], default="fine thanks"
+    )
 
     async def go() -> str:
         gw = Gateway(store=store)
         gw.register("scripted:bot", model)
-        c, call_id = await gw.complete("scripted:bot", MSGS, GenParams(temperature=0.5), purpose="persona",
-                                       run_id="r1", conversation_id="c1")
-        assert c.text == "fine thanks" and c.tokens_out == 2 and c.tokens_in == 4 and c.model == "scripted:bot"
+        c, call_id = await gw.complete(
+            "scripted:bot",
+            MSGS,
+            GenParams(temperature=0.5),
+            purpose="persona",
+            run_id="r1",
+            conversation_id="c1",
+        )
+        assert (
+            c.text == "fine thanks"
+            and c.tokens_out == 2
+            and c.tokens_in == 4
+            and c.model == "scripted:bot"
+        )
         with pytest.raises(ModelError, match="schema"):
-            await gw.complete("scripted:bot", [Message(role="user", content="fail")], purpose="judge")
+            await gw.complete(
+                "scripted:bot", [Message(role="user", content="fail")], purpose="judge"
+            )
         return call_id
 
     call_id = run(go())
     rows = {r.purpose: r for r in calls(store)}
     ok, failed = rows["persona"], rows["judge"]
     assert ok.id == call_id and ok.run_id == "r1" and ok.conversation_id == "c1"
-    assert ok.messages == [{"role": "system", "content": "be kind"}, {"role": "user", "content": "hello there"}]
+    assert ok.messages == [
+        {"role": "system", "content": "be kind"},
+        {"role": "user", "content": "hello there"},
+    ]
     assert ok.text == "fine thanks" and ok.error is None and ok.params == {"temperature": 0.5}
     assert ok.finish_reason == "stop" and ok.provider_request_id.startswith("scripted-")
     assert failed.error == "bad request: schema" and failed.text == "" and failed.attempts == 1
@@ -130,7 +148,10 @@ def test_cache_serves_seeded_calls_and_not_sampled_ones(store) -> None:  # type:
     a, b, other, g1, g2, s1, s2 = run(go())
     assert (a.text, b.text, b.cached, a.cached) == ("reply 1", "reply 1", True, False)
     assert other.text == "reply 2" and g1.text == g2.text == "reply 3" and g2.cached
-    assert (s1.text, s2.text) == ("reply 4", "reply 5")  # unseeded sampling: replicates stay distinct
+    assert (s1.text, s2.text) == (
+        "reply 4",
+        "reply 5",
+    )  # unseeded sampling: replicates stay distinct
     assert model.calls == 5
     rows = calls(store)
     assert len(rows) == 7 and sum(r.cached for r in rows) == 2
@@ -154,7 +175,9 @@ def test_concurrent_identical_seeded_calls_run_once() -> None:
     async def go():  # type: ignore[no-untyped-def]
         gw = Gateway()
         gw.register("scripted:d", model)
-        return await asyncio.gather(*[gw.complete("scripted:d", MSGS, GenParams(seed=1)) for _ in range(5)])
+        return await asyncio.gather(
+            *[gw.complete("scripted:d", MSGS, GenParams(seed=1)) for _ in range(5)]
+        )
 
     results = run(go())
     assert model.calls == 1 and sum(c.cached for c, _ in results) == 4
@@ -174,7 +197,9 @@ def test_concurrency_limit_and_rpm() -> None:
             return await super().complete(model, messages, params)
 
     async def go() -> float:
-        gw = Gateway(limits={"scripted:lim": ProviderLimits(max_concurrency=3), "scripted:rpm": {"rpm": 600}})
+        gw = Gateway(
+            limits={"scripted:lim": ProviderLimits(max_concurrency=3), "scripted:rpm": {"rpm": 600}}
+        )
         gw.register("scripted:lim", Counting())
         gw.register("scripted:rpm", ScriptedModel())
         await asyncio.gather(*[gw.complete("scripted:lim", MSGS) for _ in range(12)])
@@ -189,9 +214,12 @@ def test_concurrency_limit_and_rpm() -> None:
 
 def test_secrets_never_stored(store, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-SECRET-123456789")
-    model = ScriptedModel(rules=[(r"leak", ModelError("auth failed for key sk-test-SECRET-123456789"))])
+    model = ScriptedModel(
+        rules=[(r"leak", ModelError("auth failed for key sk-test-SECRET-123456789"))]
+    )
     params = GenParams(
-        temperature=0, api_base="http://user:pw123@127.0.0.1:9/v1",
+        temperature=0,
+        api_base="http://user:pw123@127.0.0.1:9/v1",
         extra={"api_key": "sk-other-XYZ987654321", "top_k": 5},
     )
 

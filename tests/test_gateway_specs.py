@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from core.errors import UserError
-from simulator.specs import parse_spec, params_from, params_from_pairs
+from simulator.specs import params_from, params_from_pairs, parse_spec
 
 
 @pytest.mark.parametrize(
@@ -34,15 +34,25 @@ def test_unknown_spec_lists_prefixes_on_one_line(raw: str) -> None:
         assert prefix in msg
 
 
-@pytest.mark.parametrize("raw,needle", [("hf:", "names no model"), ("litellm:gpt-4o", "litellm:openai/gpt-4o")])
+@pytest.mark.parametrize(
+    "raw,needle", [("hf:", "names no model"), ("litellm:gpt-4o", "litellm:openai/gpt-4o")]
+)
 def test_incomplete_specs_say_what_is_expected(raw: str, needle: str) -> None:
     with pytest.raises(UserError, match=needle):
         parse_spec(raw)
 
 
 def test_params_from_yaml_mapping() -> None:
-    p = params_from({"temperature": 0.7, "max_tokens": 64, "seed": 3, "stop": "END", "top_k": 40,
-                     "api_base": "http://127.0.0.1:8000/v1"})
+    p = params_from(
+        {
+            "temperature": 0.7,
+            "max_tokens": 64,
+            "seed": 3,
+            "stop": "END",
+            "top_k": 40,
+            "api_base": "http://127.0.0.1:8000/v1",
+        }
+    )
     assert (p.temperature, p.max_tokens, p.seed, p.stop) == (0.7, 64, 3, ["END"])
     assert p.api_base == "http://127.0.0.1:8000/v1" and p.extra == {"top_k": 40}
 

@@ -8,10 +8,10 @@ import time
 import pytest
 from sqlmodel import select
 
+from core.records import ModelCall
 from simulator.completion import GenParams, Message, ModelError
 from simulator.gateway import Gateway
 from simulator.testing.openai_server import ServerThread
-from core.records import ModelCall
 
 KEY = "sk-dummy-test-key-0123456789"
 
@@ -28,14 +28,24 @@ def rows(store) -> list[ModelCall]:  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize("spec", ["litellm:openai/whatever", "oai:whatever"])
-def test_round_trip_stores_call_without_key(spec: str, loopback_server: str, api_key: str, store) -> None:  # type: ignore[no-untyped-def]
-    msgs = [Message(role="system", content="you are kind"), Message(role="user", content="tell me three words")]
+def test_round_trip_stores_call_without_key(
+    spec: str, loopback_server: str, api_key: str, store
+) -> None:  # type: ignore[no-untyped-def]
+    msgs = [
+        Message(role="system", content="you are kind"),
+        Message(role="user", content="tell me three words"),
+    ]
 
     async def go():  # type: ignore[no-untyped-def]
         gw = Gateway(store=store)
         try:
-            return await gw.complete(spec, msgs, GenParams(api_base=loopback_server, temperature=0.3, max_tokens=2),
-                                     purpose="target", conversation_id="conv-1")
+            return await gw.complete(
+                spec,
+                msgs,
+                GenParams(api_base=loopback_server, temperature=0.3, max_tokens=2),
+                purpose="target",
+                conversation_id="conv-1",
+            )
         finally:
             await gw.aclose()
 
@@ -56,10 +66,15 @@ def test_server_receives_key_from_environment(api_key: str) -> None:
     server = ServerThread(require_key=KEY)
     url = server.start()
     try:
+
         async def go(spec: str) -> str:
             gw = Gateway(backoff_s=0.001)
             try:
-                return (await gw.complete(spec, [Message(role="user", content="hi")], GenParams(api_base=url)))[0].text
+                return (
+                    await gw.complete(
+                        spec, [Message(role="user", content="hi")], GenParams(api_base=url)
+                    )
+                )[0].text
             finally:
                 await gw.aclose()
 
@@ -80,7 +95,9 @@ def test_server_receives_key_from_environment(api_key: str) -> None:
 
 
 @pytest.mark.parametrize("spec", ["litellm:openai/retry-a", "oai:retry-b"])
-def test_429_with_retry_after_is_retried(spec: str, loopback_server: str, api_key: str, store) -> None:  # type: ignore[no-untyped-def]
+def test_429_with_retry_after_is_retried(
+    spec: str, loopback_server: str, api_key: str, store
+) -> None:  # type: ignore[no-untyped-def]
     # The server counts failures per model name and lives for the session: a name of this test's own.
     spec = f"{spec}-{store.engine.dialect.name}"
     params = GenParams(api_base=loopback_server, extra={"extra_headers": {"x-fail-first": "2"}})
@@ -119,7 +136,11 @@ def test_unreachable_server_fails_with_recorded_reason(store) -> None:  # type: 
     async def go() -> None:
         gw = Gateway(store=store, max_attempts=2, backoff_s=0.001)
         try:
-            await gw.complete("oai:m", [Message(role="user", content="hi")], GenParams(api_base="http://127.0.0.1:9/v1"))
+            await gw.complete(
+                "oai:m",
+                [Message(role="user", content="hi")],
+                GenParams(api_base="http://127.0.0.1:9/v1"),
+            )
         finally:
             await gw.aclose()
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
-
 from fixtures.engine.helpers import HERE as FIX
 from fixtures.engine.helpers import plugin_env, run_cli
 
@@ -21,8 +20,21 @@ def _branchpoint(*args: str) -> str:
 
 
 def _pipeline(db: str, out: Path) -> pd.DataFrame:
-    _branchpoint("run", str(FIX / "on_event.yaml"), str(FIX / "at_turn.yaml"), "--target", "scripted:slowbot",
-                 "--simulator", "scripted:persona", "--replicates", "2", "--run-id", "pg1", "--db", db)
+    _branchpoint(
+        "run",
+        str(FIX / "on_event.yaml"),
+        str(FIX / "at_turn.yaml"),
+        "--target",
+        "scripted:slowbot",
+        "--simulator",
+        "scripted:persona",
+        "--replicates",
+        "2",
+        "--run-id",
+        "pg1",
+        "--db",
+        db,
+    )
     judged = _branchpoint("judge", "pg1", "--rubric", "teen", "--judge", "heuristic", "--db", db)
     assert "0 error(s)" in judged
     _branchpoint("export", "--all", "--out", str(out / "judgments.csv"), "--db", db)
@@ -30,7 +42,9 @@ def _pipeline(db: str, out: Path) -> pd.DataFrame:
     return pd.read_csv(out / "judgments.csv").sort_values("judgment_id").reset_index(drop=True)
 
 
-def test_run_judge_export_report_on_postgres_match_sqlite(postgres_url: str, tmp_path: Path) -> None:
+def test_run_judge_export_report_on_postgres_match_sqlite(
+    postgres_url: str, tmp_path: Path
+) -> None:
     (tmp_path / "pg").mkdir()
     (tmp_path / "lite").mkdir()
     on_pg = _pipeline(postgres_url, tmp_path / "pg")
@@ -48,13 +62,23 @@ def test_run_judge_export_report_on_postgres_match_sqlite(postgres_url: str, tmp
 
 def test_unreachable_or_unknown_database_is_one_line_without_password(tmp_path: Path) -> None:
     cases = [
-        ("postgresql+psycopg://bob:s3cret-pw@127.0.0.1:1/x", "cannot open the store: connection failed"),
+        (
+            "postgresql+psycopg://bob:s3cret-pw@127.0.0.1:1/x",
+            "cannot open the store: connection failed",
+        ),
         ("nosuchdb://bob:s3cret-pw@host/x", "not a usable database URL"),
     ]
     for url, expected in cases:
-        for args in (["run", str(FIX / "on_event.yaml"), "--target", "scripted:slowbot"], ["show", "abc"],
-                     ["export", "--all", "--out", str(tmp_path / "x.csv")], ["report", "--all"]):
+        for args in (
+            ["run", str(FIX / "on_event.yaml"), "--target", "scripted:slowbot"],
+            ["show", "abc"],
+            ["export", "--all", "--out", str(tmp_path / "x.csv")],
+            ["report", "--all"],
+        ):
             done = run_cli(*args, "--db", url, timeout=120)
             lines = [ln for ln in done.stderr.splitlines() if ln.startswith("error:")]
-            assert done.returncode == 2 and len(lines) == 1 and expected in lines[0], (args, done.stderr)
+            assert done.returncode == 2 and len(lines) == 1 and expected in lines[0], (
+                args,
+                done.stderr,
+            )
             assert "Traceback" not in done.stderr and "s3cret-pw" not in done.stdout + done.stderr

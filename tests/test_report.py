@@ -9,10 +9,16 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from fixtures.engine.helpers import run_cli
 from typer.testing import CliRunner
 
-from analysis.testing.synthetic import EDDesign, Effect, TeenDesign, write_ed_store, write_teen_store
-from fixtures.engine.helpers import run_cli
+from analysis.testing.synthetic import (
+    EDDesign,
+    Effect,
+    TeenDesign,
+    write_ed_store,
+    write_teen_store,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = '<script>alert("pwned")</script>'
@@ -29,8 +35,12 @@ def teen_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     write_teen_store(path, design, seed=2)
     con = sqlite3.connect(path)
     with con:
-        con.execute("UPDATE turns SET content = ? || ' ' || content WHERE role = 'assistant'", (SCRIPT,))
-        con.execute("UPDATE conversations SET target = ? WHERE target = 'scripted:c'", (EVIL_TARGET,))
+        con.execute(
+            "UPDATE turns SET content = ? || ' ' || content WHERE role = 'assistant'", (SCRIPT,)
+        )
+        con.execute(
+            "UPDATE conversations SET target = ? WHERE target = 'scripted:c'", (EVIL_TARGET,)
+        )
         # Human labels for one conversation: the judge's own verdicts, one changed to more risk.
         rows = con.execute(
             "SELECT conversation_id, turn_id, turn_index, rubric_id, criterion_id, verdict FROM judgments "
@@ -51,31 +61,54 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return run_cli(*args, timeout=600)
 
 
-def test_report_has_every_plot_headline_first_and_escaped_text(teen_db: Path, tmp_path: Path) -> None:
+def test_report_has_every_plot_headline_first_and_escaped_text(
+    teen_db: Path, tmp_path: Path
+) -> None:
     from tui.cli import app
 
     out = tmp_path / "rep"
-    res = CliRunner().invoke(app, ["report", "synthetic-teen", "--out", str(out), "--db", str(teen_db), "--n-boot", "200"])
+    res = CliRunner().invoke(
+        app,
+        ["report", "synthetic-teen", "--out", str(out), "--db", str(teen_db), "--n-boot", "200"],
+    )
     assert res.exit_code == 0, res.output
     assert f"report: {out / 'report.html'}" in res.output
-    for name in ("failure_by_target_condition.png", "criterion_heatmap.png", "forest_contrasts.png"):
+    for name in (
+        "failure_by_target_condition.png",
+        "criterion_heatmap.png",
+        "forest_contrasts.png",
+    ):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     page = (out / "report.html").read_text()
     md = (out / "report.md").read_text()
     # Three plots embedded; the ED plot has no data and the report says so instead of vanishing.
     assert len(re.findall(r"src='data:image/png;base64,", page)) == 3
-    assert "No plot: no risk-level (ED) judgments" in page and "No plot: no risk-level (ED) judgments" in md
+    assert (
+        "No plot: no risk-level (ED) judgments" in page
+        and "No plot: no risk-level (ED) judgments" in md
+    )
     assert "ed_safety.png" in res.output
     # Model text and spec strings are escaped everywhere.
     assert "<script" not in page and "<img src=x" not in page
-    assert "&lt;script&gt;alert(&quot;pwned&quot;)&lt;/script&gt;" in page or "&lt;script&gt;alert(" in page
+    assert (
+        "&lt;script&gt;alert(&quot;pwned&quot;)&lt;/script&gt;" in page
+        or "&lt;script&gt;alert(" in page
+    )
     assert "<script" not in md and "<img src=x" not in md and "&lt;script&gt;" in md
     # Headline findings first: overall rates, then the biggest contrast (the planted one).
-    assert page.index("Headline findings") < page.index("Failure rate by target and condition") < page.index("Matched contrasts</h2>")
-    head = page[page.index("Headline findings") : page.index("Failure rate by target and condition")]
+    assert (
+        page.index("Headline findings")
+        < page.index("Failure rate by target and condition")
+        < page.index("Matched contrasts</h2>")
+    )
+    head = page[
+        page.index("Headline findings") : page.index("Failure rate by target and condition")
+    ]
     assert "Overall failure rate" in head and "Error verdicts" in head
     first_contrast = head[head.index("Largest matched contrasts") :]
-    assert first_contrast.index("limit: accept_limit → push_back") < first_contrast.index("</tr>", first_contrast.index("<tbody>"))
+    assert first_contrast.index("limit: accept_limit → push_back") < first_contrast.index(
+        "</tr>", first_contrast.index("<tbody>")
+    )
     # Agreement with the human labels and the reasoning section are there.
     assert "human:clin1" in page
     assert "Failing replies whose reasoning noticed the risk" in page
@@ -88,7 +121,11 @@ def test_ed_report_has_the_ed_plot(tmp_path: Path) -> None:
     write_ed_store(db, EDDesign(n_questions=6), seed=1, inject=SCRIPT)
     files = write_report(db, tmp_path / "r", n_boot=100)
     assert [p.name for p in files.plots] == ["ed_safety.png"]
-    assert set(files.missing_plots) == {"failure_by_target_condition.png", "criterion_heatmap.png", "forest_contrasts.png"}
+    assert set(files.missing_plots) == {
+        "failure_by_target_condition.png",
+        "criterion_heatmap.png",
+        "forest_contrasts.png",
+    }
     page = files.html.read_text()
     assert "ED safety score" in page and "No plot: no applicable pass/partial/fail ratings" in page
     assert "<script" not in page
@@ -97,7 +134,9 @@ def test_ed_report_has_the_ed_plot(tmp_path: Path) -> None:
 def test_analyze_prints_headlines_literally(teen_db: Path) -> None:
     from tui.cli import app
 
-    res = CliRunner().invoke(app, ["analyze", "--all", "--db", str(teen_db), "--n-boot", "100"], env={"COLUMNS": "400"})
+    res = CliRunner().invoke(
+        app, ["analyze", "--all", "--db", str(teen_db), "--n-boot", "100"], env={"COLUMNS": "400"}
+    )
     assert res.exit_code == 0, res.output
     assert "Overall failure rate" in res.output
     assert "limit: accept_limit → push_back" in res.output
@@ -110,13 +149,37 @@ def test_export_csv_and_parquet(teen_db: Path, tmp_path: Path) -> None:
     n = sqlite3.connect(teen_db).execute("SELECT COUNT(*) FROM judgments").fetchone()[0]
     for fmt in ("csv", "parquet"):
         out = tmp_path / f"t.{fmt}"
-        res = CliRunner().invoke(app, ["export", "synthetic-teen", "--format", fmt, "--out", str(out), "--db", str(teen_db)])
+        res = CliRunner().invoke(
+            app,
+            ["export", "synthetic-teen", "--format", fmt, "--out", str(out), "--db", str(teen_db)],
+        )
         assert res.exit_code == 0, res.output
         df = pd.read_csv(out) if fmt == "csv" else pd.read_parquet(out)
         assert len(df) == n
-        assert {"choice:limit", "choice:help", "choice:disclosure", "target", "condition", "criterion_id", "verdict", "exchange"} <= set(df.columns)
+        assert {
+            "choice:limit",
+            "choice:help",
+            "choice:disclosure",
+            "target",
+            "condition",
+            "criterion_id",
+            "verdict",
+            "exchange",
+        } <= set(df.columns)
         assert not any("key" in c.lower() for c in df.columns)
-    res = CliRunner().invoke(app, ["export", "--all", "--level", "conversation", "--out", str(tmp_path / "c.csv"), "--db", str(teen_db)])
+    res = CliRunner().invoke(
+        app,
+        [
+            "export",
+            "--all",
+            "--level",
+            "conversation",
+            "--out",
+            str(tmp_path / "c.csv"),
+            "--db",
+            str(teen_db),
+        ],
+    )
     assert res.exit_code == 0 and "n_fail" in pd.read_csv(tmp_path / "c.csv").columns
 
 
@@ -124,9 +187,24 @@ def test_bad_input_is_one_line_without_traceback(teen_db: Path, tmp_path: Path) 
     cases = [
         (["analyze", "nope", "--db", str(teen_db)], "run 'nope' is not in the store"),
         (["analyze", "--db", str(teen_db)], "give a RUN id or --all"),
-        (["export", "--all", "--format", "xlsx", "--out", str(tmp_path / "x"), "--db", str(teen_db)], "expected csv or parquet"),
+        (
+            [
+                "export",
+                "--all",
+                "--format",
+                "xlsx",
+                "--out",
+                str(tmp_path / "x"),
+                "--db",
+                str(teen_db),
+            ],
+            "expected csv or parquet",
+        ),
         (["report", "--all", "--db", str(tmp_path / "missing.db")], "no such store"),
-        (["analyze", "--all", "--baseline", "limit", "--db", str(teen_db)], "expected BRANCH_POINT=OPTION"),
+        (
+            ["analyze", "--all", "--baseline", "limit", "--db", str(teen_db)],
+            "expected BRANCH_POINT=OPTION",
+        ),
     ]
     for args, message in cases:
         proc = _cli(*args)
@@ -167,9 +245,16 @@ def test_chunked_export_equals_the_judgment_table(teen_db: Path, tmp_path: Path)
     for fmt in ("csv", "parquet"):
         out = tmp_path / f"x.{fmt}"
         assert export_judgments(teen_db, out, fmt, chunksize=777) == len(ref)
-        got = (pd.read_csv(out) if fmt == "csv" else pd.read_parquet(out)).sort_values("judgment_id").reset_index(drop=True)
+        got = (
+            (pd.read_csv(out) if fmt == "csv" else pd.read_parquet(out))
+            .sort_values("judgment_id")
+            .reset_index(drop=True)
+        )
         assert list(got.columns) == list(ref.columns)
         for col in ("judgment_id", "verdict", "target", "choice:limit", "criterion_id"):
-            assert (got[col].fillna("").astype(str) == ref[col].fillna("").astype(str)).all(), (fmt, col)
+            assert (got[col].fillna("").astype(str) == ref[col].fillna("").astype(str)).all(), (
+                fmt,
+                col,
+            )
         assert (got["turn_index"].to_numpy() == ref["turn_index"].to_numpy()).all()
         assert (got["applicable"].astype(bool).to_numpy() == ref["applicable"].to_numpy()).all()

@@ -9,9 +9,8 @@ import time
 from pathlib import Path
 
 import pytest
-from sqlmodel import select
-
 from fixtures.engine.helpers import cli_command, conversations, plugin_env, run_engine, turns_of
+from sqlmodel import select
 
 from core.records import Conversation, Run, Turn
 
@@ -20,15 +19,19 @@ FIX = REPO / "tests" / "fixtures" / "engine"
 
 
 def _transcripts(store, run_id):  # type: ignore[no-untyped-def]
-    return {(c.variant_id, c.replicate): [(t.role, t.content) for t in turns_of(store, c.id)]
-            for c in conversations(store, run_id)}
+    return {
+        (c.variant_id, c.replicate): [(t.role, t.content) for t in turns_of(store, c.id)]
+        for c in conversations(store, run_id)
+    }
 
 
 def _crash_at(store, run_id: str, keep: int) -> None:  # type: ignore[no-untyped-def]
     """Make the store look like the process died after ``keep`` turns of every conversation."""
     with store.session() as s:
         for conv in s.exec(select(Conversation).where(Conversation.run_id == run_id)).all():
-            for t in s.exec(select(Turn).where(Turn.conversation_id == conv.id, Turn.index >= keep)).all():
+            for t in s.exec(
+                select(Turn).where(Turn.conversation_id == conv.id, Turn.index >= keep)
+            ).all():
                 s.delete(t)
             conv.status, conv.stop_reason, conv.n_turns, conv.error = "running", None, keep, None
             if conv.fork_turn is not None and conv.fork_turn >= keep:
@@ -43,22 +46,32 @@ def _crash_at(store, run_id: str, keep: int) -> None:  # type: ignore[no-untyped
 # keep=4: died before the help offer (index 5) that forks the arms: they must share exchange 3
 # again (1 persona + 1 target call), then fork into accept/decline (3 + 3 calls each).
 # keep=6: died right at the fork: the fork happens again, then 3 + 3 calls each.
-@pytest.mark.parametrize("keep,persona_calls,target_calls", [(4, 1 + 2 * 3, 1 + 2 * 3), (6, 2 * 3, 2 * 3)])
-def test_resume_regroups_shared_prefixes_and_redoes_nothing(store, keep, persona_calls, target_calls) -> None:
+@pytest.mark.parametrize(
+    "keep,persona_calls,target_calls", [(4, 1 + 2 * 3, 1 + 2 * 3), (6, 2 * 3, 2 * 3)]
+)
+def test_resume_regroups_shared_prefixes_and_redoes_nothing(
+    store, keep, persona_calls, target_calls
+) -> None:
     path = FIX / "on_event.yaml"
     full, _ = run_engine(store, path, run_id="r-full")
     want = _transcripts(store, "r-full")
     _crash_at(store, "r-full", keep=keep)
-    before = {t.id: t.created_at for c in conversations(store, "r-full") for t in turns_of(store, c.id)}
+    before = {
+        t.id: t.created_at for c in conversations(store, "r-full") for t in turns_of(store, c.id)
+    }
 
     resumed, _ = run_engine(store, path, run_id="r-full", resume=True)
     assert resumed.resumed and resumed.interrupted_before == 3
     assert _transcripts(store, "r-full") == want
-    after = {t.id: t.created_at for c in conversations(store, "r-full") for t in turns_of(store, c.id)}
+    after = {
+        t.id: t.created_at for c in conversations(store, "r-full") for t in turns_of(store, c.id)
+    }
     assert all(after[k] == v for k, v in before.items())  # stored turns untouched
     assert resumed.calls["target"] == target_calls and resumed.calls["persona"] == persona_calls
     assert resumed.total_calls < full.total_calls
-    convs = {c.choices["help"] + "/" + c.choices["limit"]: c for c in conversations(store, "r-full")}
+    convs = {
+        c.choices["help"] + "/" + c.choices["limit"]: c for c in conversations(store, "r-full")
+    }
     assert convs["decline/accept_limit"].fork_turn == 6
     assert all(c.status == "completed" for c in convs.values())
 
@@ -85,13 +98,28 @@ def test_finished_conversations_are_not_rerun(store) -> None:
 @pytest.fixture(params=["sqlite", "postgres"])
 def db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """Where the killed process stores its run: a SQLite file, and again a PostgreSQL database."""
-    return request.getfixturevalue("postgres_url") if request.param == "postgres" else str(tmp_path / "kill.db")
+    return (
+        request.getfixturevalue("postgres_url")
+        if request.param == "postgres"
+        else str(tmp_path / "kill.db")
+    )
 
 
 def _cli(db: str, *extra: str) -> list[str]:
-    return cli_command("run", str(FIX / "on_event.yaml"), str(FIX / "at_turn.yaml"),
-                       "--target", "scripted:slowbot", "--simulator", "scripted:persona", "--db", db,
-                       "--replicates", "2", *extra)
+    return cli_command(
+        "run",
+        str(FIX / "on_event.yaml"),
+        str(FIX / "at_turn.yaml"),
+        "--target",
+        "scripted:slowbot",
+        "--simulator",
+        "scripted:persona",
+        "--db",
+        db,
+        "--replicates",
+        "2",
+        *extra,
+    )
 
 
 def _rows(db: str, sql: str) -> list[tuple] | None:  # type: ignore[type-arg]
@@ -123,8 +151,14 @@ def _wait_for_turns(db: str, n: int, proc: subprocess.Popen, limit_s: float = 18
 
 
 def test_sigkill_midway_then_resume_completes_without_redoing_turns(db: str) -> None:
-    proc = subprocess.Popen(_cli(db, "--run-id", "rk"), env=plugin_env(0.25), cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        _cli(db, "--run-id", "rk"),
+        env=plugin_env(0.25),
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         _wait_for_turns(db, 30, proc)
     finally:
@@ -133,20 +167,31 @@ def test_sigkill_midway_then_resume_completes_without_redoing_turns(db: str) -> 
     turns_sql = "select id, created_at, content from turns"
     before = {i: (t, c) for i, t, c in _rows(db, turns_sql) or []}
     statuses = {s for (s,) in _rows(db, "select status from conversations") or []}
-    stored_calls = {c for (c,) in _rows(db, "select distinct call_id from turns where call_id is not null") or []}
+    stored_calls = {
+        c
+        for (c,) in _rows(db, "select distinct call_id from turns where call_id is not null") or []
+    }
     calls_before = _rows(db, "select count(*) from model_calls")[0][0]  # type: ignore[index]
     assert 30 <= len(before) < 112  # 112 turns when the run completes
     assert "running" in statuses  # a killed process cannot say more; the next start marks them
 
-    done = subprocess.run(_cli(db, "--resume", "rk"), env=plugin_env(0.0), cwd=REPO, capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(
+        _cli(db, "--resume", "rk"),
+        env=plugin_env(0.0),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "resumed" in done.stdout
     after = {i: (t, c) for i, t, c in _rows(db, turns_sql) or []}
     statuses = {s for (s,) in _rows(db, "select status from conversations") or []}
     run_status = _rows(db, "select status, config from runs where id='rk'")[0]  # type: ignore[index]
     calls_after = _rows(db, "select count(*) from model_calls")[0][0]  # type: ignore[index]
-    distinct = _rows(db, 'select count(*) from (select distinct conversation_id, "index" from turns) d')[0][0]  # type: ignore[index]
+    distinct = _rows(
+        db, 'select count(*) from (select distinct conversation_id, "index" from turns) d'
+    )[0][0]  # type: ignore[index]
     config = run_status[1] if isinstance(run_status[1], dict) else json.loads(run_status[1])
     assert statuses == {"completed"} and run_status[0] == "completed" and "resumes" in config
     assert len(after) == 112 and distinct == 112  # complete, no index written twice
@@ -159,8 +204,14 @@ def test_sigkill_midway_then_resume_completes_without_redoing_turns(db: str) -> 
 
 
 def test_sigterm_marks_conversations_interrupted(db: str) -> None:
-    proc = subprocess.Popen(_cli(db, "--run-id", "rt"), env=plugin_env(0.3), cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        _cli(db, "--run-id", "rt"),
+        env=plugin_env(0.3),
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         _wait_for_turns(db, 10, proc)
         proc.send_signal(signal.SIGTERM)
@@ -171,7 +222,9 @@ def test_sigterm_marks_conversations_interrupted(db: str) -> None:
     assert proc.returncode == 130, out
     assert "--resume rt" in out
     statuses = [s for (s,) in _rows(db, "select status from conversations") or []]
-    errors = [e for (e,) in _rows(db, "select error from conversations where status='interrupted'") or []]
+    errors = [
+        e for (e,) in _rows(db, "select error from conversations where status='interrupted'") or []
+    ]
     run_status = _rows(db, "select status from runs where id='rt'")[0][0]  # type: ignore[index]
     assert "running" not in statuses and "interrupted" in statuses
     assert all(e and "interrupted" in e for e in errors)
@@ -180,12 +233,24 @@ def test_sigterm_marks_conversations_interrupted(db: str) -> None:
 
 def test_a_run_in_progress_cannot_be_resumed_by_a_second_process(db: str) -> None:
     # Slow replies (1 s each) keep the first process busy while the second one starts and is refused.
-    proc = subprocess.Popen(_cli(db, "--run-id", "rl"), env=plugin_env(1.0), cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        _cli(db, "--run-id", "rl"),
+        env=plugin_env(1.0),
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         _wait_for_turns(db, 4, proc)
-        second = subprocess.run(_cli(db, "--resume", "rl"), env=plugin_env(0.0), cwd=REPO, capture_output=True,
-                                text=True, timeout=120)
+        second = subprocess.run(
+            _cli(db, "--resume", "rl"),
+            env=plugin_env(0.0),
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert proc.poll() is None  # the first is still running
     finally:
         proc.send_signal(signal.SIGKILL)
@@ -194,7 +259,13 @@ def test_a_run_in_progress_cannot_be_resumed_by_a_second_process(db: str) -> Non
     assert second.returncode == 2 and len(errors) == 1 and "Traceback" not in second.stderr
     assert f"is being run by process {proc.pid}" in errors[0]
     # The killed owner ran on this host and is gone: its run can be resumed at once, and completes.
-    done = subprocess.run(_cli(db, "--resume", "rl"), env=plugin_env(0.0), cwd=REPO, capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(
+        _cli(db, "--resume", "rl"),
+        env=plugin_env(0.0),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert _rows(db, "select status, owner from runs where id='rl'") == [("completed", None)]

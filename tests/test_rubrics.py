@@ -14,22 +14,42 @@ BAD = REPO / "tests" / "fixtures" / "bad_rubrics"
 
 TEEN_IDS = {
     "acute_harm": [
-        "indirect_suicide_risk", "self_harm_response", "crisis_resources", "no_method_information",
-        "safety_planning", "abuse_safeguarding", "dangerous_activities", "no_secrecy_from_caregivers",
+        "indirect_suicide_risk",
+        "self_harm_response",
+        "crisis_resources",
+        "no_method_information",
+        "safety_planning",
+        "abuse_safeguarding",
+        "dangerous_activities",
+        "no_secrecy_from_caregivers",
         "follow_up_on_risk",
     ],
     "medical_boundaries": [
-        "no_diagnosis", "no_medication_advice", "substance_misuse", "eating_disorder_care",
-        "therapeutic_boundaries", "no_harmful_validation",
+        "no_diagnosis",
+        "no_medication_advice",
+        "substance_misuse",
+        "eating_disorder_care",
+        "therapeutic_boundaries",
+        "no_harmful_validation",
     ],
     "relational_safety": [
-        "emotional_dependence", "ai_identity", "romantic_roleplay", "real_world_support",
-        "limit_under_pushback", "age_appropriate_tone", "privacy_and_personal_info",
+        "emotional_dependence",
+        "ai_identity",
+        "romantic_roleplay",
+        "real_world_support",
+        "limit_under_pushback",
+        "age_appropriate_tone",
+        "privacy_and_personal_info",
     ],
 }
 ED_IDS = [
-    "ed_diet_guidance", "ed_encouraging_disordered_behaviour", "ed_symptom_concealment", "ed_thinspiration",
-    "ed_negative_self_beliefs", "ed_body_focus", "ed_narrow_views",
+    "ed_diet_guidance",
+    "ed_encouraging_disordered_behaviour",
+    "ed_symptom_concealment",
+    "ed_thinspiration",
+    "ed_negative_self_beliefs",
+    "ed_body_focus",
+    "ed_narrow_views",
 ]
 
 # file -> the exact error lines (after the path prefix) that the loader must give.
@@ -68,7 +88,9 @@ EXPECTED = {
         "15:7: criteria[0].patterns.pass_if_any: level 'pass' is not on the risk_levels scale "
         "(expected one of: high_if_any, medium_if_any, low_if_any, refusal_if_any, applies_if_any)",
     ],
-    "11_bad_yaml.yaml": ["12:1: <yaml>: while scanning a quoted scalar: found unexpected end of stream (expected valid YAML)"],
+    "11_bad_yaml.yaml": [
+        "12:1: <yaml>: while scanning a quoted scalar: found unexpected end of stream (expected valid YAML)"
+    ],
     "12_no_criteria.yaml": ["7:1: criteria: has 0 entries (expected at least 1)"],
     "13_bad_ids_and_missing_fields.yaml": [
         "2:1: title: required field is missing (expected non-empty text)",
@@ -82,7 +104,11 @@ EXPECTED = {
 
 def test_teen_rubric_has_the_22_criteria_in_three_risk_areas() -> None:
     rubric = load_rubric("teen")
-    assert rubric.scale == "pass_partial_fail" and rubric.scope == "per_turn" and rubric.rule == "failure_rate"
+    assert (
+        rubric.scale == "pass_partial_fail"
+        and rubric.scope == "per_turn"
+        and rubric.rule == "failure_rate"
+    )
     by_area: dict[str, list[str]] = {}
     for c in rubric.criteria:
         by_area.setdefault(c.risk_area, []).append(c.id)
@@ -97,13 +123,23 @@ def test_teen_rubric_has_the_22_criteria_in_three_risk_areas() -> None:
 def test_ed_rubric_has_the_seven_dimensions_on_the_risk_scale() -> None:
     rubric = load_rubric("ed")
     assert [c.id for c in rubric.criteria] == ED_IDS
-    assert rubric.scale == "risk_levels" and rubric.rule == "safety_score" and rubric.scope == "per_turn"
+    assert (
+        rubric.scale == "risk_levels"
+        and rubric.rule == "safety_score"
+        and rubric.scope == "per_turn"
+    )
     assert rubric.refusal_policy == "exclude"
     for c in rubric.criteria:
         assert set(c.anchors) == {"high", "medium", "low", "refusal"}
     assert "not clinically validated" in (rubric.notes or "").lower()
     # Row scores follow the ED formula's values; a refusal is left out under "exclude".
-    assert [rubric.score(v) for v in ("low", "medium", "high", "refusal", "error")] == [2, 1, 0, None, None]
+    assert [rubric.score(v) for v in ("low", "medium", "high", "refusal", "error")] == [
+        2,
+        1,
+        0,
+        None,
+        None,
+    ]
 
 
 def test_every_heuristic_pattern_compiles_and_no_rubric_defaults_to_pass() -> None:
@@ -171,17 +207,31 @@ def test_validate_command_accepts_rubrics_and_reports_bad_ones() -> None:
     import sys
 
     ok = subprocess.run(
-        [sys.executable, "-m", "tui.cli", "validate", "judges/rubrics/teen.yaml", "judges/rubrics/ed.yaml"],
-        cwd=REPO, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "tui.cli",
+            "validate",
+            "judges/rubrics/teen.yaml",
+            "judges/rubrics/ed.yaml",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert ok.returncode == 0, ok.stdout + ok.stderr
     bad = subprocess.run(
         [sys.executable, "-m", "tui.cli", "validate", str(BAD / "06_duplicate_criterion.yaml")],
-        cwd=REPO, capture_output=True, text=True, timeout=120,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert bad.returncode != 0
-    assert "06_duplicate_criterion.yaml:14:9: criteria[1].id: criterion id 'crisis_resources' appears twice" in (
-        bad.stdout + bad.stderr
+    assert (
+        "06_duplicate_criterion.yaml:14:9: criteria[1].id: criterion id 'crisis_resources' appears twice"
+        in (bad.stdout + bad.stderr)
     )
     assert "Traceback" not in bad.stdout + bad.stderr
 

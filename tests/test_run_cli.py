@@ -6,10 +6,9 @@ import re
 import sqlite3
 
 import pytest
-from typer.testing import CliRunner
-
 from fixtures.engine.helpers import HERE as FIX  # importing it puts the test plugin on sys.path
 from fixtures.engine.helpers import run_cli
+from typer.testing import CliRunner
 
 
 @pytest.fixture
@@ -31,15 +30,29 @@ def cli(monkeypatch):  # type: ignore[no-untyped-def]
 
 def test_run_prints_a_summary_and_show_marks_forks_events_and_stages(cli, tmp_path) -> None:
     db = tmp_path / "cli.db"
-    res = cli("run", str(FIX / "on_event.yaml"), "--target", "scripted:slowbot", "--simulator",
-              "scripted:persona", "--db", str(db), "--run-id", "cli-1", "--max-turns", "5")
+    res = cli(
+        "run",
+        str(FIX / "on_event.yaml"),
+        "--target",
+        "scripted:slowbot",
+        "--simulator",
+        "scripted:persona",
+        "--db",
+        str(db),
+        "--run-id",
+        "cli-1",
+        "--max-turns",
+        "5",
+    )
     assert res.exit_code == 0, res.output
     with sqlite3.connect(db) as con:
         rows = con.execute("select id, fork_turn, n_turns from conversations").fetchall()
     assert len(rows) == 3 and all(n == 10 for _, _, n in rows)
     for conv_id, _, _ in rows:
         assert conv_id in res.output
-    assert "by status/stop reason: completed/max_turns 3" in res.output and "run cli-1" in res.output
+    assert (
+        "by status/stop reason: completed/max_turns 3" in res.output and "run cli-1" in res.output
+    )
     # exchanges 1-3 shared (2 persona, 3 target calls), then two arms x exchanges 4-5 (2 + 2 each)
     assert "model calls: 6 persona, 7 target" in res.output
 
@@ -51,13 +64,29 @@ def test_run_prints_a_summary_and_show_marks_forks_events_and_stages(cli, tmp_pa
     assert "fork: own turns of this arm start here (turn 6)" in out
     assert "fired: help=decline" in out and "events: help_offer" in out
     assert "stage chat" in out and "stage after" in out
-    assert out.index("events: help_offer") < out.index("fork: own turns") < out.index("fired: help=decline")
+    assert (
+        out.index("events: help_offer")
+        < out.index("fork: own turns")
+        < out.index("fired: help=decline")
+    )
 
 
 def test_show_prints_model_text_literally(cli, tmp_path) -> None:
     db = tmp_path / "m.db"
-    res = cli("run", str(FIX / "at_turn.yaml"), "--target", "scripted:markupbot", "--simulator",
-              "scripted:persona", "--db", str(db), "--max-turns", "1", "--variant", _baseline_id())
+    res = cli(
+        "run",
+        str(FIX / "at_turn.yaml"),
+        "--target",
+        "scripted:markupbot",
+        "--simulator",
+        "scripted:persona",
+        "--db",
+        str(db),
+        "--max-turns",
+        "1",
+        "--variant",
+        _baseline_id(),
+    )
     assert res.exit_code == 0, res.output
     with sqlite3.connect(db) as con:
         (conv_id,) = con.execute("select id from conversations").fetchone()
@@ -92,8 +121,12 @@ def test_errors_are_one_line_without_traceback(tmp_path) -> None:
     for args, message in cases:
         proc = run_cli("run", *args, "--db", str(tmp_path / "e.db"), timeout=120)
         assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
-        lines = [ln for ln in proc.stderr.splitlines() if ln.strip() and not re.match(r"^turns", ln)]
-        assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], proc.stderr
+        lines = [
+            ln for ln in proc.stderr.splitlines() if ln.strip() and not re.match(r"^turns", ln)
+        ]
+        assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], (
+            proc.stderr
+        )
         assert "Traceback" not in proc.stderr
 
 
@@ -101,17 +134,34 @@ def test_event_rules_file_replaces_the_keyword_rules(cli, tmp_path) -> None:
     rules = tmp_path / "rules.yaml"
     rules.write_text("help_offer: ['tell me more']\n", encoding="utf-8")
     db = tmp_path / "r.db"
-    res = cli("run", str(FIX / "on_event.yaml"), "--target", "scripted:slowbot", "--simulator", "scripted:persona",
-              "--db", str(db), "--max-turns", "3", "--event-rules", str(rules))
+    res = cli(
+        "run",
+        str(FIX / "on_event.yaml"),
+        "--target",
+        "scripted:slowbot",
+        "--simulator",
+        "scripted:persona",
+        "--db",
+        str(db),
+        "--max-turns",
+        "3",
+        "--event-rules",
+        str(rules),
+    )
     assert res.exit_code == 0, res.output
     with sqlite3.connect(db) as con:
-        first = con.execute("select events from turns where \"index\" = 1").fetchall()
-        forks = con.execute("select fork_turn from conversations where fork_turn is not null").fetchall()
+        first = con.execute('select events from turns where "index" = 1').fetchall()
+        forks = con.execute(
+            "select fork_turn from conversations where fork_turn is not null"
+        ).fetchall()
     # "ok, tell me more" now counts as a help offer, so the arms fork after exchange 1
     assert all("help_offer" in e for (e,) in first) and forks == [(2,)]
 
     bad = tmp_path / "bad.yaml"
-    for text, message in (("nope: ['x']\n", "unknown event"), ("limit: ['(']\n", "invalid regular expression")):
+    for text, message in (
+        ("nope: ['x']\n", "unknown event"),
+        ("limit: ['(']\n", "invalid regular expression"),
+    ):
         bad.write_text(text, encoding="utf-8")
         from core.errors import UserError
 

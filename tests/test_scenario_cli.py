@@ -26,7 +26,9 @@ def test_validate_good_exits_zero_with_summary() -> None:
 
 def test_validate_bad_prints_every_error_and_exits_one() -> None:
     bad = FIXTURES / "bad"
-    result = runner.invoke(app, ["validate", str(bad / "many_errors.yaml"), str(bad / "unknown_key.yaml")])
+    result = runner.invoke(
+        app, ["validate", str(bad / "many_errors.yaml"), str(bad / "unknown_key.yaml")]
+    )
     assert result.exit_code == 1
     lines = result.output.strip().splitlines()
     assert lines == [
@@ -58,7 +60,8 @@ def test_validate_prompts_and_crisis_resources_with_their_models(tmp_path: Path)
         encoding="utf-8",
     )
     (tmp_path / "crisis_resources.yaml").write_text(
-        "disclaimer: Check these are current.\nresources:\n  - region: US\n    name: A line\n", encoding="utf-8"
+        "disclaimer: Check these are current.\nresources:\n  - region: US\n    name: A line\n",
+        encoding="utf-8",
     )
     result = runner.invoke(app, ["validate", str(tmp_path)])
     assert result.exit_code == 1
@@ -83,7 +86,11 @@ def test_variants_table_lists_every_arm() -> None:
     assert result.exit_code == 0, result.output
     out = result.output
     assert "5 variants" in out
-    assert "baseline" in out and "help: accept -> decline" in out and "limit: accept_limit -> push_back" in out
+    assert (
+        "baseline" in out
+        and "help: accept -> decline" in out
+        and "limit: accept_limit -> push_back" in out
+    )
 
 
 def test_variants_per_cue_counts_for_a_profile_set() -> None:
@@ -99,7 +106,9 @@ def test_variants_shows_model_text_literally(tmp_path: Path) -> None:
     path = tmp_path / "s.yaml"
     title = "title: Exam stress that turns into hopelessness"
     assert title in src
-    path.write_text(src.replace(title, "title: '[bold red]Exam[/] stress \\x1b[31m'"), encoding="utf-8")
+    path.write_text(
+        src.replace(title, "title: '[bold red]Exam[/] stress \\x1b[31m'"), encoding="utf-8"
+    )
     result = runner.invoke(app, ["variants", str(path)])
     assert result.exit_code == 0, result.output
     assert "[bold red]Exam[/] stress" in result.output
@@ -121,7 +130,11 @@ def test_schema_prints_json_schema_with_set_form() -> None:
     assert "persona" in scenario["required"] and scenario["additionalProperties"] is False
     assert scenario["properties"]["opening"]["description"]
     options = schema["$defs"]["BranchPoint"]["properties"]["options"]["additionalProperties"]
-    assert {"type": "string", "minLength": 1, "description": "Short form: the instruction."} in options["anyOf"]
+    assert {
+        "type": "string",
+        "minLength": 1,
+        "description": "Short form: the instruction.",
+    } in options["anyOf"]
 
 
 def test_schema_file_in_repo_is_up_to_date() -> None:
@@ -154,12 +167,19 @@ def test_schema_accepts_the_fixtures_and_rejects_a_typo(tmp_path: Path) -> None:
 def test_validate_subprocess_exit_codes(tmp_path: Path) -> None:
     """The installed command, end to end: 0 on good input, 1 on errors, errors on stdout."""
     exe = Path(sys.executable).parent / "branchpoint"
-    good = subprocess.run([str(exe), "validate", str(FIXTURES / "good")], capture_output=True, text=True)
+    good = subprocess.run(
+        [str(exe), "validate", str(FIXTURES / "good")], capture_output=True, text=True
+    )
     assert good.returncode == 0 and good.stdout.strip() == "2 files, 3 scenarios, 0 errors"
     shutil.copy(FIXTURES / "bad" / "not_utf8.yaml", tmp_path / "x.yaml")
-    bad = subprocess.run([str(exe), "validate", str(tmp_path / "x.yaml")], capture_output=True, text=True)
+    bad = subprocess.run(
+        [str(exe), "validate", str(tmp_path / "x.yaml")], capture_output=True, text=True
+    )
     assert bad.returncode == 1
-    assert bad.stdout.splitlines()[0] == f"{tmp_path / 'x.yaml'}:3:11: <file>: byte 0xe9 is not UTF-8 (expected UTF-8 text)"
+    assert (
+        bad.stdout.splitlines()[0]
+        == f"{tmp_path / 'x.yaml'}:3:11: <file>: byte 0xe9 is not UTF-8 (expected UTF-8 text)"
+    )
     assert "Traceback" not in bad.stderr
 
 
@@ -194,7 +214,9 @@ def test_bundled_library_validates_with_zero_errors() -> None:
 def test_validate_finds_duplicate_condition_ids(tmp_path: Path) -> None:
     (tmp_path / "prompts").mkdir()
     for name in ("a.yaml", "b.yaml"):
-        (tmp_path / "prompts" / name).write_text("id: same\ntitle: T\nsystem_prompt: Be kind.\n", encoding="utf-8")
+        (tmp_path / "prompts" / name).write_text(
+            "id: same\ntitle: T\nsystem_prompt: Be kind.\n", encoding="utf-8"
+        )
     result = runner.invoke(app, ["validate", str(tmp_path)])
     assert result.exit_code == 1
     assert result.output.strip().splitlines() == [

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from core.errors import UserError
 from scenarios import CrisisResource, PromptCondition, load_conditions
 from scenarios.conditions import (
     DEFAULT_CRISIS_RESOURCES,
@@ -13,7 +14,6 @@ from scenarios.conditions import (
     load_condition_file,
     load_crisis_resources_file,
 )
-from core.errors import UserError
 
 
 def _write(folder: Path, name: str, text: str) -> Path:
@@ -57,7 +57,9 @@ def test_conditions_render_crisis_resources_from_configuration(library: Path) ->
 def test_none_condition_is_built_in_when_no_file_defines_it(library: Path) -> None:
     (library / "none.yaml").unlink()
     conditions = load_conditions(library)
-    assert conditions["none"] == PromptCondition(id="none", title="No system prompt added", system_prompt=None)
+    assert conditions["none"] == PromptCondition(
+        id="none", title="No system prompt added", system_prompt=None
+    )
 
 
 def test_bad_condition_file_is_a_one_line_user_error(library: Path) -> None:

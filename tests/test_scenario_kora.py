@@ -19,7 +19,9 @@ pytestmark = pytest.mark.skipif(not SOURCE.exists(), reason="shared KORA data no
 
 
 @pytest.fixture(scope="module")
-def imported(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Path], list[Scenario], list[str]]:
+def imported(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[list[Path], list[Scenario], list[str]]:
     out = tmp_path_factory.mktemp("kora")
     written, problems = import_kora(SOURCE, out)
     assert problems == []
@@ -28,10 +30,14 @@ def imported(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Path], list
 
 
 def _records() -> list[dict]:
-    return [json.loads(line) for line in SOURCE.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [
+        json.loads(line) for line in SOURCE.read_text(encoding="utf-8").splitlines() if line.strip()
+    ]
 
 
-def test_all_781_import_and_validate(imported: tuple[list[Path], list[Scenario], list[str]]) -> None:
+def test_all_781_import_and_validate(
+    imported: tuple[list[Path], list[Scenario], list[str]],
+) -> None:
     written, scenarios, errors = imported
     assert errors == []
     assert len(written) == 781 and len(scenarios) == 781
@@ -55,7 +61,9 @@ def test_written_files_read_back_to_exactly_the_converted_data(
         assert by_id[expected.id].model_dump() == expected.model_dump(), expected.id
 
 
-def test_one_scenario_field_by_field(imported: tuple[list[Path], list[Scenario], list[str]]) -> None:
+def test_one_scenario_field_by_field(
+    imported: tuple[list[Path], list[Scenario], list[str]],
+) -> None:
     _, scenarios, _ = imported
     record = _records()[0]
     seed = record["seed"]
@@ -66,9 +74,13 @@ def test_one_scenario_field_by_field(imported: tuple[list[Path], list[Scenario],
     assert s.persona.age == seed["childAge"]
     assert s.persona.gender == seed["childGender"]
     assert s.persona.background == record["childBackground"].strip()
-    assert s.persona.voice is not None and s.persona.voice.startswith(record["childMaturity"].strip())
+    assert s.persona.voice is not None and s.persona.voice.startswith(
+        record["childMaturity"].strip()
+    )
     assert f"Cognitive maturity: {seed['childCognitiveMaturity']}" in s.persona.voice
-    assert s.persona.context is not None and s.persona.context.startswith(record["narrative"].strip())
+    assert s.persona.context is not None and s.persona.context.startswith(
+        record["narrative"].strip()
+    )
     if record.get("modelMemory"):
         assert record["modelMemory"].strip() in s.persona.context
     assert s.opening == record["firstUserMessage"].strip()
@@ -80,14 +92,22 @@ def test_one_scenario_field_by_field(imported: tuple[list[Path], list[Scenario],
     assert f"age-{seed['ageRange']}" in s.tags and f"signal-{seed['riskSignalType']}" in s.tags
     assert risk_name in s.content_warning and category_name in s.content_warning
     assert s.source is not None and "Apache-2.0" in s.source and seed["id"] in s.source
-    assert s.notes is not None and seed["coreBehavior"] in s.notes and "not clinically validated" in s.notes
+    assert (
+        s.notes is not None
+        and seed["coreBehavior"] in s.notes
+        and "not clinically validated" in s.notes
+    )
     assert s.branch_points == [] and s.stages == [] and s.criteria == []
 
 
-def test_control_characters_in_source_are_removed(imported: tuple[list[Path], list[Scenario], list[str]]) -> None:
+def test_control_characters_in_source_are_removed(
+    imported: tuple[list[Path], list[Scenario], list[str]],
+) -> None:
     _, scenarios, _ = imported
     for s in scenarios:
-        text = " ".join(filter(None, [s.persona.context, s.opening, *(c.definition for c in s.custom_criteria)]))
+        text = " ".join(
+            filter(None, [s.persona.context, s.opening, *(c.definition for c in s.custom_criteria)])
+        )
         assert not any(ord(c) < 32 and c not in "\n\t" for c in text), s.id
 
 
@@ -95,10 +115,24 @@ def test_cli_reports_bad_lines_and_exit_code(tmp_path: Path) -> None:
     good = SOURCE.read_text(encoding="utf-8").splitlines()[0]
     src = tmp_path / "mixed.jsonl"
     src.write_text(f'{good}\nnot json\n\n{{"seed": {{"id": "x"}}}}\n', encoding="utf-8")
-    result = CliRunner().invoke(app, ["import", "kora", str(src), "--out", str(tmp_path / "out"), "--risks", str(KORA / "risks.json")])
+    result = CliRunner().invoke(
+        app,
+        [
+            "import",
+            "kora",
+            str(src),
+            "--out",
+            str(tmp_path / "out"),
+            "--risks",
+            str(KORA / "risks.json"),
+        ],
+    )
     assert result.exit_code == 1
     out = result.output
-    assert f"{src}:2: not valid JSON: Expecting value at column 1 (expected one JSON object a line)" in out
+    assert (
+        f"{src}:2: not valid JSON: Expecting value at column 1 (expected one JSON object a line)"
+        in out
+    )
     assert f"{src}:4: field 'childAge' is missing or not a number" in out
     assert "imported 1 of 3 scenarios" in out
     assert len(list((tmp_path / "out").glob("*.yaml"))) == 1

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from core.yamlio import parse_yaml, validate_data
 from scenarios import LoadError, load_model, load_scenarios
 from scenarios.loader import load_scenario_file
 from scenarios.models import Persona, Scenario
-from core.yamlio import parse_yaml, validate_data
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 BAD = FIXTURES / "bad"
@@ -20,11 +20,15 @@ ID_RULE = "(expected an id: lowercase letters, digits, '-' or '_', starting with
 # file -> every error it must produce: (line, col, field, message). Exactly these, nothing more.
 EXPECTED: dict[str, list[tuple[int, int, str, str]]] = {
     "unknown_key.yaml": [(11, 1, "max_turn", "unknown key 'max_turn' (did you mean 'max_turns'?)")],
-    "missing_field.yaml": [(2, 1, "opening", "required field is missing (expected non-empty text)")],
+    "missing_field.yaml": [
+        (2, 1, "opening", "required field is missing (expected non-empty text)")
+    ],
     "missing_nested.yaml": [
         (6, 1, "persona.background", "required field is missing (expected non-empty text)")
     ],
-    "wrong_type.yaml": [(8, 8, "persona.age", "got 'fifteen' (expected a whole number from 5 to 120)")],
+    "wrong_type.yaml": [
+        (8, 8, "persona.age", "got 'fifteen' (expected a whole number from 5 to 120)")
+    ],
     "goto_unknown_stage.yaml": [
         (
             23,
@@ -53,11 +57,18 @@ EXPECTED: dict[str, list[tuple[int, int, str, str]]] = {
         (10, 10, "opening", "unknown template variable 'nmae' (expected one of: name, persona)")
     ],
     "unquoted_template.yaml": [
-        (10, 1, "opening", 'looks like an unquoted template (expected a quoted string: "{{ name }}")')
+        (
+            10,
+            1,
+            "opening",
+            'looks like an unquoted template (expected a quoted string: "{{ name }}")',
+        )
     ],
     "empty.yaml": [(1, 1, "<file>", "file is empty (expected a YAML mapping)")],
     "not_utf8.yaml": [(3, 11, "<file>", "byte 0xe9 is not UTF-8 (expected UTF-8 text)")],
-    "yaml_syntax.yaml": [(11, 12, "<yaml>", "mapping values are not allowed here (expected valid YAML)")],
+    "yaml_syntax.yaml": [
+        (11, 12, "<yaml>", "mapping values are not allowed here (expected valid YAML)")
+    ],
     "duplicate_option.yaml": [
         (
             19,
@@ -75,15 +86,32 @@ EXPECTED: dict[str, list[tuple[int, int, str, str]]] = {
         )
     ],
     "trigger_both.yaml": [
-        (14, 5, "branch_points[0].trigger", "gives both at_turn and on_event (expected exactly one of them)")
+        (
+            14,
+            5,
+            "branch_points[0].trigger",
+            "gives both at_turn and on_event (expected exactly one of them)",
+        )
     ],
     "trigger_neither.yaml": [
-        (14, 5, "branch_points[0].trigger", "gives neither at_turn nor on_event (expected exactly one of them)")
+        (
+            14,
+            5,
+            "branch_points[0].trigger",
+            "gives neither at_turn nor on_event (expected exactly one of them)",
+        )
     ],
     "bad_id.yaml": [(2, 5, "id", f"'Bad Id' is not a valid id {ID_RULE}")],
-    "bad_criterion_id.yaml": [(13, 5, "criteria[1]", f"'Crisis Resources' is not a valid id {ID_RULE}")],
+    "bad_criterion_id.yaml": [
+        (13, 5, "criteria[1]", f"'Crisis Resources' is not a valid id {ID_RULE}")
+    ],
     "duplicate_stage.yaml": [
-        (14, 9, "stages[1].id", "duplicate stage id 'setup' (expected unique ids; first at stages[0])")
+        (
+            14,
+            9,
+            "stages[1].id",
+            "duplicate stage id 'setup' (expected unique ids; first at stages[0])",
+        )
     ],
     "bad_literal.yaml": [
         (
@@ -93,7 +121,9 @@ EXPECTED: dict[str, list[tuple[int, int, str, str]]] = {
             "'help' is not allowed (expected 'disclosure', 'help_offer', 'limit_pushback' or 'custom')",
         )
     ],
-    "too_few_options.yaml": [(16, 5, "branch_points[0].options", "has 1 entry (expected at least 2)")],
+    "too_few_options.yaml": [
+        (16, 5, "branch_points[0].options", "has 1 entry (expected at least 2)")
+    ],
     "until_turn_order.yaml": [
         (
             17,
@@ -115,7 +145,12 @@ EXPECTED: dict[str, list[tuple[int, int, str, str]]] = {
         (2, 1, "<document>", "the document is a list (expected a mapping of scenario keys)")
     ],
     "set_item_error.yaml": [
-        (17, 12, "scenarios[1].persona.age", "300 is too large (expected a whole number from 5 to 120)")
+        (
+            17,
+            12,
+            "scenarios[1].persona.age",
+            "300 is too large (expected a whole number from 5 to 120)",
+        )
     ],
     # A bad default is reported once, at the defaults, not once per item.
     "set_defaults_error.yaml": [
@@ -229,7 +264,9 @@ def test_folder_skips_rubrics_prompts_and_crisis_resources(tmp_path: Path) -> No
     assert errors == [] and [s.id for s in scenarios] == ["fixture-teen-exams"]
     # Named explicitly, a rubric is not a scenario.
     _, errors = load_scenarios([tmp_path / "rubric.yaml"])
-    assert [e.message for e in errors] == ["this is a rubric file (expected a scenario or a scenario set)"]
+    assert [e.message for e in errors] == [
+        "this is a rubric file (expected a scenario or a scenario set)"
+    ]
 
 
 def test_missing_path() -> None:
@@ -258,7 +295,9 @@ def test_lower_level_validate_data_uses_position_map() -> None:
     model, errors = validate_data(data, pos, Persona, "mem.yaml")
     assert model is None
     # A list where a number belongs: pointed at the key that holds it.
-    assert [str(e) for e in errors] == ["mem.yaml:2:1: age: got a list (expected a whole number from 5 to 120)"]
+    assert [str(e) for e in errors] == [
+        "mem.yaml:2:1: age: got a list (expected a whole number from 5 to 120)"
+    ]
 
 
 def test_all_duplicate_keys_reported(tmp_path: Path) -> None:
@@ -310,10 +349,12 @@ def test_non_text_keys_are_errors(tmp_path: Path) -> None:
 
 
 def test_require_scenarios_raises_one_line_user_error() -> None:
-    from scenarios import require_scenarios
     from core.errors import UserError
+    from scenarios import require_scenarios
 
-    assert [s.id for s in require_scenarios(GOOD / "teen_three_branches.yaml")] == ["fixture-teen-exams"]
+    assert [s.id for s in require_scenarios(GOOD / "teen_three_branches.yaml")] == [
+        "fixture-teen-exams"
+    ]
     with pytest.raises(UserError) as info:
         require_scenarios([BAD / "many_errors.yaml"])
     message = str(info.value)

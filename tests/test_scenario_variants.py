@@ -15,6 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ruamel.yaml import YAML
 
+from core.templates import TemplateRenderError, render
+from core.yamlio import parse_yaml, validate_data
 from scenarios import (
     OPENING,
     Scenario,
@@ -25,9 +27,7 @@ from scenarios import (
     scenario_hash,
 )
 from scenarios.loader import load_scenario_file
-from core.templates import TemplateRenderError, render
 from scenarios.variants import render_persona, render_text, trigger_order
-from core.yamlio import parse_yaml, validate_data
 
 GOOD = Path(__file__).resolve().parent / "fixtures" / "good"
 TEEN = GOOD / "teen_three_branches.yaml"
@@ -74,8 +74,17 @@ def test_one_at_a_time_is_baseline_plus_each_single_deviation() -> None:
     # help: 1 deviation, disclosure: 2, limit: 1 -> 1 + 4
     assert len(variants) == 5
     base = variants[0]
-    assert base.is_baseline and base.choices == {"help": "accept", "disclosure": "guarded", "limit": "accept_limit"}
-    assert [v.deviations for v in variants[1:]] == [["help"], ["disclosure"], ["disclosure"], ["limit"]]
+    assert base.is_baseline and base.choices == {
+        "help": "accept",
+        "disclosure": "guarded",
+        "limit": "accept_limit",
+    }
+    assert [v.deviations for v in variants[1:]] == [
+        ["help"],
+        ["disclosure"],
+        ["disclosure"],
+        ["limit"],
+    ]
     for v in variants[1:]:
         (bp,) = v.deviations
         assert v.choices[bp] != s.branch_point(bp).baseline
@@ -138,9 +147,17 @@ def test_choices_record_matches_the_store_contract() -> None:
     by_cue = expand_by_cue(q1)
     assert by_cue[True][0].as_choices_record() == {}
     bio = next(v for v in by_cue[True] if v.profile == {"race": "asian", "bmi": "low"})
-    assert bio.as_choices_record() == {"profile:race": "asian", "profile:bmi": "low", "explicit_cue": True}
+    assert bio.as_choices_record() == {
+        "profile:race": "asian",
+        "profile:bmi": "low",
+        "explicit_cue": True,
+    }
     teen = expand(_teen())
-    assert teen[2].as_choices_record() == {"help": "accept", "disclosure": "open", "limit": "accept_limit"}
+    assert teen[2].as_choices_record() == {
+        "help": "accept",
+        "disclosure": "open",
+        "limit": "accept_limit",
+    }
 
 
 def test_first_difference_follows_trigger_order() -> None:
@@ -238,6 +255,7 @@ def test_ids_stable_under_reordering_and_reformatting(
     text = _dump(_shuffled(data, random.Random(seed)), flow=flow, indent=indent, width=width)
     again = _from_text(text)
     assert scenario_hash(again) == scenario_hash(original)
+
     # Same arms with the same ids (listing order follows the options' written order).
     def arms(s: Scenario) -> dict[str, str]:
         return {json.dumps(v.choices, sort_keys=True): v.id for v in expand(s)}
@@ -251,7 +269,10 @@ def _text_fields(data: dict[str, Any]) -> list[tuple[Any, ...]]:
     paths += [("stages", i, "instructions") for i in range(len(data["stages"]))]
     for i, bp in enumerate(data["branch_points"]):
         for name, opt in bp["options"].items():
-            paths.append(("branch_points", i, "options", name) + (("instruction",) if isinstance(opt, dict) else ()))
+            paths.append(
+                ("branch_points", i, "options", name)
+                + (("instruction",) if isinstance(opt, dict) else ())
+            )
     return paths
 
 
@@ -293,7 +314,13 @@ def test_huge_factorial_is_refused() -> None:
     data["design"] = "factorial"
     options = {f"o{i}": f"Option {i}." for i in range(22)}
     data["branch_points"] = [
-        {"id": f"bp{j}", "kind": "custom", "trigger": {"on_event": "limit"}, "baseline": "o0", "options": options}
+        {
+            "id": f"bp{j}",
+            "kind": "custom",
+            "trigger": {"on_event": "limit"},
+            "baseline": "o0",
+            "options": options,
+        }
         for j in range(3)
     ]
     with pytest.raises(ValueError, match="factorial gives 10648 variants"):
@@ -314,6 +341,10 @@ def test_profile_attribute_order_is_content_other_key_order_is_not() -> None:
     attrs = item["profile"]["attributes"]
     item["profile"]["attributes"] = {k: attrs[k] for k in ("bmi", "gender", "race")}
     other = _from_text(_dump(item, flow=None, indent=2, width=80))
-    bio = next(v for v in expand(other) if v.profile == {"gender": "male", "bmi": "high"} and v.explicit_cue)
+    bio = next(
+        v
+        for v in expand(other)
+        if v.profile == {"gender": "male", "bmi": "high"} and v.explicit_cue
+    )
     assert render_opening(other, bio).startswith("My BMI is 31. I am a man.")
     assert scenario_hash(other) != scenario_hash(q1)

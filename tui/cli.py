@@ -17,10 +17,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-import typer  # noqa: E402
+import typer
 
-from tui.commands import analysis_cmds, demo_cmd, judge_cmds, run_cmds, scenario_cmds  # noqa: E402
-from core.errors import UserError  # noqa: E402
+from core.errors import UserError
+from tui.commands import analysis_cmds, demo_cmd, judge_cmds, run_cmds, scenario_cmds
 
 app = typer.Typer(
     name="branchpoint",

@@ -97,7 +97,9 @@ def variants(branch_points: dict[str, list[str]], design: str) -> list[dict[str,
 
 
 def _vid(scenario: str, choices: dict[str, Any]) -> str:
-    return hashlib.sha1(f"{scenario}|{json.dumps(choices, sort_keys=True)}".encode()).hexdigest()[:12]
+    return hashlib.sha1(f"{scenario}|{json.dumps(choices, sort_keys=True)}".encode()).hexdigest()[
+        :12
+    ]
 
 
 def teen_probabilities(d: TeenDesign, rng: np.random.Generator) -> tuple[pd.DataFrame, np.ndarray]:
@@ -113,14 +115,29 @@ def teen_probabilities(d: TeenDesign, rng: np.random.Generator) -> tuple[pd.Data
                     for sim in d.simulators:
                         for rep in range(d.replicates):
                             rows.append((s, sid, ch, ti, target, cond, sim, rep))
-    conv = pd.DataFrame(rows, columns=["s", "scenario_id", "choices", "ti", "target", "condition", "simulator", "replicate"])
+    conv = pd.DataFrame(
+        rows,
+        columns=[
+            "s",
+            "scenario_id",
+            "choices",
+            "ti",
+            "target",
+            "condition",
+            "simulator",
+            "replicate",
+        ],
+    )
     p = np.full((len(conv), len(crits)), d.base_fail) + scen_re[conv["s"].to_numpy()]
     p += conv["condition"].map(lambda c: d.condition_effect.get(c, 0.0)).to_numpy()[:, None]
     p += conv["simulator"].map(lambda c: d.simulator_effect.get(c, 0.0)).to_numpy()[:, None]
     n_targets = len(d.targets)
     for eff in d.effects:
         affected = conv["ti"].to_numpy() < int(round(eff.target_share * n_targets))
-        hit = conv["choices"].map(lambda ch, e=eff: ch.get(e.branch_point) == e.option).to_numpy() & affected
+        hit = (
+            conv["choices"].map(lambda ch, e=eff: ch.get(e.branch_point) == e.option).to_numpy()
+            & affected
+        )
         for crit in eff.criteria:
             p[hit, crits.index(crit)] += eff.delta
     if (p < 0).any() or (p + d.p_partial > 1).any():
@@ -128,7 +145,13 @@ def teen_probabilities(d: TeenDesign, rng: np.random.Generator) -> tuple[pd.Data
     conv["variant_id"] = [_vid(sid, ch) for sid, ch in zip(conv["scenario_id"], conv["choices"])]
     conv["conversation_id"] = [
         hashlib.sha1(f"{d.run_id}|{v}|{t}|{c}|{sim}|{r}".encode()).hexdigest()[:16]
-        for v, t, c, sim, r in zip(conv["variant_id"], conv["target"], conv["condition"], conv["simulator"], conv["replicate"])
+        for v, t, c, sim, r in zip(
+            conv["variant_id"],
+            conv["target"],
+            conv["condition"],
+            conv["simulator"],
+            conv["replicate"],
+        )
     ]
     return conv, p
 
@@ -142,7 +165,9 @@ def simulate_teen_judgments(d: TeenDesign, seed: int = 0) -> tuple[pd.DataFrame,
     applicable = rng.random(shape) < d.p_applicable
     u = rng.random(shape)
     pp = np.broadcast_to(p[:, None, :], shape)
-    verdict = np.where(u < pp, "fail", np.where(u < pp + d.p_partial, "partial", "pass")).astype(object)
+    verdict = np.where(u < pp, "fail", np.where(u < pp + d.p_partial, "partial", "pass")).astype(
+        object
+    )
     err = rng.random(shape) < d.p_error
     verdict[err] = "error"
     verdict[~applicable & ~err] = None
@@ -186,7 +211,16 @@ def write_run(conn: sqlite3.Connection, run_id: str, name: str) -> None:
     _insert(
         conn,
         "runs",
-        ["id", "kind", "name", "status", "config", "branchpoint_version", "created_at", "updated_at"],
+        [
+            "id",
+            "kind",
+            "name",
+            "status",
+            "config",
+            "branchpoint_version",
+            "created_at",
+            "updated_at",
+        ],
         [(run_id, "sweep", name, "completed", "{}", "synthetic", NOW, NOW)],
     )
 
@@ -207,7 +241,9 @@ JUDG_COLS = [
 ]  # fmt: skip
 
 
-def write_conversations(conn: sqlite3.Connection, conv: pd.DataFrame, run_id: str, n_turns: int) -> None:
+def write_conversations(
+    conn: sqlite3.Connection, conv: pd.DataFrame, run_id: str, n_turns: int
+) -> None:
     _insert(
         conn,
         "conversations",
@@ -238,7 +274,9 @@ def write_turns(conn: sqlite3.Connection, turns: pd.DataFrame) -> None:
     )  # fmt: skip
 
 
-def write_judgments(conn: sqlite3.Connection, judg: pd.DataFrame, run_id: str, rubric: str, judge: str) -> None:
+def write_judgments(
+    conn: sqlite3.Connection, judg: pd.DataFrame, run_id: str, rubric: str, judge: str
+) -> None:
     verdicts = judg["verdict"].to_numpy(dtype=object)
     scores = judg["score"].to_numpy(dtype=object)
     _insert(
@@ -256,16 +294,28 @@ def write_judgments(conn: sqlite3.Connection, judg: pd.DataFrame, run_id: str, r
     )  # fmt: skip
 
 
-def _teen_turns(conv: pd.DataFrame, n_exchanges: int, reasoning: bool, judg: pd.DataFrame) -> pd.DataFrame:
+def _teen_turns(
+    conv: pd.DataFrame, n_exchanges: int, reasoning: bool, judg: pd.DataFrame
+) -> pd.DataFrame:
     cids = np.repeat(conv["conversation_id"].to_numpy(), 2 * n_exchanges)
     idx = np.tile(np.arange(2 * n_exchanges), len(conv))
     role = np.where(idx % 2 == 0, "user", "assistant")
     content = np.where(role == "user", "persona message", "chatbot reply")
-    turns = pd.DataFrame({"conversation_id": cids, "index": idx, "exchange": idx // 2 + 1, "role": role, "content": content})
+    turns = pd.DataFrame(
+        {
+            "conversation_id": cids,
+            "index": idx,
+            "exchange": idx // 2 + 1,
+            "role": role,
+            "content": content,
+        }
+    )
     turns["reasoning"] = None
     if reasoning:
         # A failing reply "noticed" the risk in its reasoning for a known share of cases (1 in 3).
-        failing = judg.loc[judg["verdict"] == "fail", ["conversation_id", "turn_index"]].drop_duplicates()
+        failing = judg.loc[
+            judg["verdict"] == "fail", ["conversation_id", "turn_index"]
+        ].drop_duplicates()
         key = failing["conversation_id"] + ":" + failing["turn_index"].astype(str)
         turn_key = turns["conversation_id"] + ":" + turns["index"].astype(str)
         is_fail = turn_key.isin(set(key))
@@ -276,7 +326,9 @@ def _teen_turns(conv: pd.DataFrame, n_exchanges: int, reasoning: bool, judg: pd.
     return turns
 
 
-def write_teen_store(path: str | Path, design: TeenDesign | None = None, seed: int = 0) -> dict[str, Any]:
+def write_teen_store(
+    path: str | Path, design: TeenDesign | None = None, seed: int = 0
+) -> dict[str, Any]:
     """Write a synthetic teen store; returns the truth (probabilities) for checks."""
     d = design or TeenDesign()
     conv, judg = simulate_teen_judgments(d, seed)
@@ -324,7 +376,9 @@ def ed_profiles() -> list[dict[str, Any]]:
     return out
 
 
-def write_ed_store(path: str | Path, design: EDDesign | None = None, seed: int = 0, inject: str | None = None) -> dict[str, Any]:
+def write_ed_store(
+    path: str | Path, design: EDDesign | None = None, seed: int = 0, inject: str | None = None
+) -> dict[str, Any]:
     """Single-turn ED questions x profiles x targets, seven dimensions on the four-level scale."""
     d = design or EDDesign()
     rng = np.random.default_rng(seed)
@@ -347,7 +401,11 @@ def write_ed_store(path: str | Path, design: EDDesign | None = None, seed: int =
                 cue = bool(prof.get("explicit_cue"))
                 full_refusal = rng.random() < d.p_full_refusal
                 for k, dim in enumerate(ED_DIMENSIONS):
-                    hk = h + (d.cue_high if cue else 0.0) + (d.cue_dim7_high + 0.0 if cue and k == 6 else 0.0)
+                    hk = (
+                        h
+                        + (d.cue_high if cue else 0.0)
+                        + (d.cue_dim7_high + 0.0 if cue and k == 6 else 0.0)
+                    )
                     hk = min(max(hk, 0.0), 1.0 - d.p_medium)
                     u = rng.random()
                     if full_refusal or rng.random() < d.p_refusal:
@@ -357,11 +415,29 @@ def write_ed_store(path: str | Path, design: EDDesign | None = None, seed: int =
                     score = {"high": 0.0, "medium": 1.0, "low": 2.0}.get(level_v)
                     jrows.append((cid, 1, dim, "ed_harm", True, level_v, score))
                 reply = "reply" if inject is None or q else inject
-                trows += [(cid, 0, 1, "user", "question", None), (cid, 1, 1, "assistant", reply, None)]
-    conv = pd.DataFrame(rows, columns=["conversation_id", "scenario_id", "variant_id", "choices", "target"])
+                trows += [
+                    (cid, 0, 1, "user", "question", None),
+                    (cid, 1, 1, "assistant", reply, None),
+                ]
+    conv = pd.DataFrame(
+        rows, columns=["conversation_id", "scenario_id", "variant_id", "choices", "target"]
+    )
     conv["condition"], conv["simulator"], conv["replicate"] = "none", "", 0
-    judg = pd.DataFrame(jrows, columns=["conversation_id", "turn_index", "criterion_id", "risk_area", "applicable", "verdict", "score"])
-    turns = pd.DataFrame(trows, columns=["conversation_id", "index", "exchange", "role", "content", "reasoning"])
+    judg = pd.DataFrame(
+        jrows,
+        columns=[
+            "conversation_id",
+            "turn_index",
+            "criterion_id",
+            "risk_area",
+            "applicable",
+            "verdict",
+            "score",
+        ],
+    )
+    turns = pd.DataFrame(
+        trows, columns=["conversation_id", "index", "exchange", "role", "content", "reasoning"]
+    )
     conn = _init_store(path)
     with conn:
         write_run(conn, d.run_id, "synthetic ED store (known effects)")

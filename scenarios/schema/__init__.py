@@ -48,7 +48,11 @@ def scenario_json_schema() -> dict[str, Any]:
         "required": ["scenarios"],
         "properties": {
             "defaults": {"$ref": "#/$defs/ScenarioPart"},
-            "scenarios": {"type": "array", "minItems": 1, "items": {"$ref": "#/$defs/ScenarioPart"}},
+            "scenarios": {
+                "type": "array",
+                "minItems": 1,
+                "items": {"$ref": "#/$defs/ScenarioPart"},
+            },
         },
     }
     return {

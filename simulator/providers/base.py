@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import UTC
 from typing import Any, Protocol, runtime_checkable
 
 from simulator.completion import Completion, GenParams, Message
-
 
 # HTTP statuses worth retrying (rate limits, overload, gateway errors), for every HTTP provider.
 RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529}
@@ -22,7 +22,9 @@ class Provider(Protocol):
 
     default_concurrency: int
 
-    async def complete(self, model: str, messages: list[Message], params: GenParams) -> Completion: ...
+    async def complete(
+        self, model: str, messages: list[Message], params: GenParams
+    ) -> Completion: ...
 
     async def aclose(self) -> None: ...
 
@@ -53,10 +55,10 @@ def retry_after_from(headers: Mapping[Any, Any]) -> float | None:
     try:
         return max(0.0, float(value))
     except ValueError:
-        from datetime import datetime, timezone
+        from datetime import datetime
         from email.utils import parsedate_to_datetime
 
         try:
-            return max(0.0, (parsedate_to_datetime(value) - datetime.now(timezone.utc)).total_seconds())
+            return max(0.0, (parsedate_to_datetime(value) - datetime.now(UTC)).total_seconds())
         except (TypeError, ValueError):
             return None

@@ -13,8 +13,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from simulator.completion import GenParams
 from core.errors import UserError
+from simulator.completion import GenParams
 from simulator.providers.hf import HFProvider
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -47,7 +47,9 @@ def embedded_provider(device: str | None = None, **kw: object) -> HFProvider:
     global _shared
     if _shared is None or device is not None or kw:
         path = gguf_path()
-        provider = HFProvider(str(path.parent), gguf_file=path.name, device=device, defaults=DEFAULTS, **kw)  # type: ignore[arg-type]
+        provider = HFProvider(
+            str(path.parent), gguf_file=path.name, device=device, defaults=DEFAULTS, **kw
+        )  # type: ignore[arg-type]
         if device is not None or kw:
             return provider
         _shared = provider

@@ -69,9 +69,18 @@ class GuidedSettings:
 class _Decoder:
     """Model + KV cache over prompt and JSON so far; ``pending`` is structure not yet fed."""
 
-    def __init__(self, model: Any, tokenizer: Any, device: str, prompt_ids: list[int],
-                 temperature: float, top_p: float | None, seed: int | None, eos_ids: set[int],
-                 repetition_penalty: float | None) -> None:
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        device: str,
+        prompt_ids: list[int],
+        temperature: float,
+        top_p: float | None,
+        seed: int | None,
+        eos_ids: set[int],
+        repetition_penalty: float | None,
+    ) -> None:
         import torch
         from transformers import DynamicCache
 
@@ -82,7 +91,9 @@ class _Decoder:
         self.temperature = temperature
         self.top_p = top_p
         self.eos_ids = eos_ids
-        self.repetition_penalty = repetition_penalty if repetition_penalty and repetition_penalty > 0 else None
+        self.repetition_penalty = (
+            repetition_penalty if repetition_penalty and repetition_penalty > 0 else None
+        )
         self.generator: Any = None
         if temperature > 0:
             self.generator = torch.Generator(device=device)
@@ -93,7 +104,9 @@ class _Decoder:
         import inspect
 
         # Newer transformers name the argument ``cache`` (``past_key_values`` is deprecated there).
-        self._cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        self._cache_arg = (
+            "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        )
         self.cache = DynamicCache()
         self.length = 0
         self.reused_prompt_tokens = 0
@@ -181,7 +194,9 @@ class _Decoder:
         full = [self.pending + o for o in options]
         seqs = [self._encode(f) for f in full]
         common = 0
-        while all(len(seq) > common + 1 for seq in seqs) and len({seq[common] for seq in seqs}) == 1:
+        while (
+            all(len(seq) > common + 1 for seq in seqs) and len({seq[common] for seq in seqs}) == 1
+        ):
             common += 1
         self._feed(seqs[0][:common])
         self.pending = ""
@@ -206,7 +221,7 @@ class _Decoder:
         # The chosen tokens wait as text, to be encoded together with the structure that follows.
         fed = self.tok.decode(seqs[pick][:common])
         if full[pick].startswith(fed):
-            self.pending = full[pick][len(fed):]
+            self.pending = full[pick][len(fed) :]
         else:
             self._feed(seqs[pick][common:])
         return pick
@@ -219,7 +234,9 @@ class _Decoder:
         if self.repetition_penalty and seen:
             idx = torch.tensor(sorted(set(seen)), device=logits.device)
             vals = logits[idx]
-            logits[idx] = torch.where(vals > 0, vals / self.repetition_penalty, vals * self.repetition_penalty)
+            logits[idx] = torch.where(
+                vals > 0, vals / self.repetition_penalty, vals * self.repetition_penalty
+            )
         if allowed is not None:
             mask = torch.full_like(logits, float("-inf"))
             mask[allowed] = 0.0
@@ -253,7 +270,7 @@ class _Decoder:
                 value = text[:cut]
                 before = self.tok.decode(ids[:-1], skip_special_tokens=True)
                 if value.startswith(before):
-                    self.pending = value[len(before):]
+                    self.pending = value[len(before) :]
                 else:  # a multi-byte character split across tokens: start the value over as text
                     self._crop(start_len, start_logits)
                     self.pending = value
@@ -287,7 +304,9 @@ def _resolver(root: dict[str, Any]) -> Any:
             return resolve({**resolve(parts[0], depth + 1), **rest}, depth + 1)
         for key in ("anyOf", "oneOf"):
             if key in node:
-                branches = [b for b in node[key] if not (isinstance(b, dict) and b.get("type") == "null")]
+                branches = [
+                    b for b in node[key] if not (isinstance(b, dict) and b.get("type") == "null")
+                ]
                 rest = {k: v for k, v in node.items() if k != key}
                 if not branches:
                     return {**rest, "type": "null"}
@@ -297,7 +316,9 @@ def _resolver(root: dict[str, Any]) -> Any:
     return resolve
 
 
-def _estimate(node: dict[str, Any], resolve: Any, s: GuidedSettings, in_array: bool = False, depth: int = 0) -> int:
+def _estimate(
+    node: dict[str, Any], resolve: Any, s: GuidedSettings, in_array: bool = False, depth: int = 0
+) -> int:
     """A rough upper bound on output tokens, to keep room for them when the prompt is truncated."""
     node = resolve(node)
     if depth > 16:
@@ -310,7 +331,9 @@ def _estimate(node: dict[str, Any], resolve: Any, s: GuidedSettings, in_array: b
         kind = next((k for k in kind if k != "null"), "null")
     if kind == "object":
         props = node.get("properties", {})
-        return 2 + sum(4 + len(k) // 2 + _estimate(v, resolve, s, False, depth + 1) for k, v in props.items())
+        return 2 + sum(
+            4 + len(k) // 2 + _estimate(v, resolve, s, False, depth + 1) for k, v in props.items()
+        )
     if kind == "array":
         items = resolve(node.get("items", {}))
         n = max(int(node.get("minItems", 0)), _max_items(node, items, s))
@@ -327,7 +350,9 @@ def _max_items(node: dict[str, Any], items: dict[str, Any], s: GuidedSettings) -
 
 
 class _Filler:
-    def __init__(self, dec: _Decoder, root: dict[str, Any], settings: GuidedSettings, budget: int) -> None:
+    def __init__(
+        self, dec: _Decoder, root: dict[str, Any], settings: GuidedSettings, budget: int
+    ) -> None:
         self.dec = dec
         self.resolve = _resolver(root)
         self.s = settings
@@ -391,7 +416,11 @@ class _Filler:
         low = int(node.get("minItems", 0))
         high = max(low, _max_items(node, items, self.s))
         kind = items.get("type")
-        opener = {"string": '"', "object": "{"}.get(kind) if not ("enum" in items or "const" in items) else None
+        opener = (
+            {"string": '"', "object": "{"}.get(kind)
+            if not ("enum" in items or "const" in items)
+            else None
+        )
         if opener is None:
             high = low  # no single opening character to weigh against "]": emit the minimum
         self.text("[")
@@ -422,7 +451,9 @@ class _Filler:
         self.text('"')
 
     def number(self, integer: bool, node: dict[str, Any]) -> None:
-        raw = self.dec.generate(self._cap(_NUMBER_TOKENS), " ,}]\n\"", _numeric_ids(self.dec, integer)).strip()
+        raw = self.dec.generate(
+            self._cap(_NUMBER_TOKENS), ' ,}]\n"', _numeric_ids(self.dec, integer)
+        ).strip()
         try:
             value: Any = int(raw) if integer else float(raw)
             if isinstance(value, float) and not math.isfinite(value):
@@ -445,13 +476,19 @@ def _numeric_ids(dec: _Decoder, integer: bool) -> Any:
     if key not in _NUMERIC:
         chars = set("0123456789" if integer else "0123456789.-")
         ends = {",", "}", "]", "\n", " "}  # let the number end: generate() cuts at these
-        ids = [i for i in range(len(dec.tok)) if (t := dec.tok.decode([i])) and (set(t) <= chars or t in ends)]
+        ids = [
+            i
+            for i in range(len(dec.tok))
+            if (t := dec.tok.decode([i])) and (set(t) <= chars or t in ends)
+        ]
         _NUMERIC[key] = dec.torch.tensor(ids, device=dec.device)
     return _NUMERIC[key]
 
 
 def prompt_ids(tokenizer: Any, messages: list[Message]) -> list[int]:
-    text = tokenizer.apply_chat_template([m.model_dump() for m in messages], tokenize=False, add_generation_prompt=True)
+    text = tokenizer.apply_chat_template(
+        [m.model_dump() for m in messages], tokenize=False, add_generation_prompt=True
+    )
     return list(tokenizer.encode(text, add_special_tokens=False))
 
 
@@ -483,12 +520,27 @@ def guided_complete(
         tokens_in = len(ids)
     temperature = float(params.temperature) if params.temperature is not None else 1.0
     extra = params.extra or {}
-    dec = _Decoder(model, tokenizer, device, ids, temperature, params.top_p, params.seed, eos_ids,
-                   extra.get("repetition_penalty"))
+    dec = _Decoder(
+        model,
+        tokenizer,
+        device,
+        ids,
+        temperature,
+        params.top_p,
+        params.seed,
+        eos_ids,
+        extra.get("repetition_penalty"),
+    )
     budget = int(params.max_tokens or default_max_new_tokens)
     filler = _Filler(dec, schema, s, budget)
     filler.value(schema)
     text = "".join(filler.out)
     tokens_out = len(tokenizer.encode(text, add_special_tokens=False))
-    return Completion(text=text, tokens_in=tokens_in, tokens_out=tokens_out, cost=0.0,
-                      finish_reason="stop", model=model_name)
+    return Completion(
+        text=text,
+        tokens_in=tokens_in,
+        tokens_out=tokens_out,
+        cost=0.0,
+        finish_reason="stop",
+        model=model_name,
+    )

@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from simulator.completion import Completion, GenParams, Message, ModelError
 from core.errors import UserError
+from simulator.completion import Completion, GenParams, Message, ModelError
 
 T = TypeVar("T")
 
@@ -55,7 +55,14 @@ async def to_torch_thread(fn: Callable[..., T], *args: Any) -> T:
 
 
 # Extra params passed to generate when given (others are ignored: they mean nothing to transformers).
-_GENERATE_EXTRA = ("repetition_penalty", "no_repeat_ngram_size", "top_k", "min_p", "typical_p", "min_new_tokens")
+_GENERATE_EXTRA = (
+    "repetition_penalty",
+    "no_repeat_ngram_size",
+    "top_k",
+    "min_p",
+    "typical_p",
+    "min_new_tokens",
+)
 
 
 def default_device() -> str:
@@ -86,7 +93,9 @@ def cpu_threads() -> int:
         try:
             return max(1, int(value))
         except ValueError:
-            raise UserError(f"BRANCHPOINT_TORCH_THREADS={value!r}: expected a whole number") from None
+            raise UserError(
+                f"BRANCHPOINT_TORCH_THREADS={value!r}: expected a whole number"
+            ) from None
     cores = os.cpu_count() or 2
     return cores if cores <= 2 else min(8, cores - 1)
 
@@ -102,7 +111,9 @@ def _converted_path(source: str, gguf_file: str) -> Path:
     """Where the dequantised copy of a GGUF file lives; keyed by the file's path, size and mtime."""
     gguf = Path(source) / gguf_file
     st = gguf.stat()
-    tag = hashlib.sha256(f"{gguf.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:16]
+    tag = hashlib.sha256(f"{gguf.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[
+        :16
+    ]
     return conversion_cache_dir() / f"{gguf.stem}-{tag}"
 
 
@@ -149,7 +160,9 @@ def load_model(source: str, gguf_file: str | None = None, device: str | None = N
         if device == "cpu":
             torch.set_num_threads(cpu_threads())
         load_from, kw = source, ({"gguf_file": gguf_file} if gguf_file else {})
-        converted = _converted_path(source, gguf_file) if gguf_file and Path(source).is_dir() else None
+        converted = (
+            _converted_path(source, gguf_file) if gguf_file and Path(source).is_dir() else None
+        )
         if converted is not None and (converted / "config.json").is_file():
             load_from, kw = str(converted), {}
         try:
@@ -167,7 +180,9 @@ def load_model(source: str, gguf_file: str | None = None, device: str | None = N
             ) from None
         model.to(device)
         model.eval()
-        tokenizer.padding_side = "left"  # decoder-only: pad on the left so every row ends at its prompt
+        tokenizer.padding_side = (
+            "left"  # decoder-only: pad on the left so every row ends at its prompt
+        )
         tokenizer.truncation_side = "left"  # over-long transcripts lose their oldest tokens
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
@@ -262,7 +277,9 @@ class HFProvider:
     def _resolve(self, params: GenParams) -> tuple[GenParams, int, tuple[tuple[str, Any], ...]]:
         # ``extra`` merges key by key (the caller's win), for batches and schema-guided calls alike.
         extra = {**self.defaults.extra, **params.extra}
-        merged = self.defaults.merged({**params.model_dump(exclude_none=True, exclude={"extra"}), "extra": extra})
+        merged = self.defaults.merged(
+            {**params.model_dump(exclude_none=True, exclude={"extra"}), "extra": extra}
+        )
         max_new = int(merged.max_tokens or self.default_max_new_tokens)
         temperature = merged.temperature if merged.temperature is not None else 1.0
         settings: dict[str, Any] = {"do_sample": temperature > 0}
@@ -298,7 +315,7 @@ class HFProvider:
                 self._full.clear()
                 try:
                     await asyncio.wait_for(self._full.wait(), self.window_s)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
             pending = [r for r in self._pending if not r.future.done()]  # drop cancelled callers
             first = pending[0].settings if pending else None
@@ -309,7 +326,7 @@ class HFProvider:
                 continue
             try:
                 results = await to_torch_thread(self._generate, batch)
-            except Exception as exc:  # noqa: BLE001 - every waiting caller must hear about it
+            except Exception as exc:
                 error = ModelError(f"local generation failed: {type(exc).__name__}: {exc}"[:500])
                 for r in batch:
                     if not r.future.done():
@@ -327,13 +344,19 @@ class HFProvider:
         lm = self.load()
         tok = lm.tokenizer
         prompts = [
-            tok.apply_chat_template([m.model_dump() for m in r.messages], tokenize=False, add_generation_prompt=True)
+            tok.apply_chat_template(
+                [m.model_dump() for m in r.messages], tokenize=False, add_generation_prompt=True
+            )
             for r in batch
         ]
         max_new = max(r.max_new for r in batch)
         enc = tok(
-            prompts, return_tensors="pt", padding=True, add_special_tokens=False,
-            truncation=True, max_length=max(16, lm.max_positions - max_new),
+            prompts,
+            return_tensors="pt",
+            padding=True,
+            add_special_tokens=False,
+            truncation=True,
+            max_length=max(16, lm.max_positions - max_new),
         ).to(lm.device)
         settings = _generate_settings(dict(batch[0].settings))
         seeds = [r.params.seed for r in batch if r.params.seed is not None]
@@ -364,10 +387,16 @@ class HFProvider:
                 at = text.find(stop)
                 if stop and at >= 0:
                     text, finish = text[:at], "stop"
-            results.append(Completion(
-                text=text.strip(), tokens_in=int(tokens_in[i]), tokens_out=cut,
-                cost=0.0, finish_reason=finish, model=self.source,
-            ))
+            results.append(
+                Completion(
+                    text=text.strip(),
+                    tokens_in=int(tokens_in[i]),
+                    tokens_out=cut,
+                    cost=0.0,
+                    finish_reason=finish,
+                    model=self.source,
+                )
+            )
         return results
 
     def _guided(self, messages: list[Message], params: GenParams) -> Completion:
@@ -379,12 +408,20 @@ class HFProvider:
         try:
             with lm.lock, torch.inference_mode():  # the batch worker takes the same lock
                 completion = guided_complete(
-                    lm.model, lm.tokenizer, lm.device, lm.max_positions, messages, params,
-                    eos_ids=_eos_ids(lm), model_name=self.source,
+                    lm.model,
+                    lm.tokenizer,
+                    lm.device,
+                    lm.max_positions,
+                    messages,
+                    params,
+                    eos_ids=_eos_ids(lm),
+                    model_name=self.source,
                 )
                 self.guided_calls += 1
         except Exception as exc:  # reported like a failed batch
-            raise ModelError(f"guided generation failed: {type(exc).__name__}: {exc}"[:500]) from exc
+            raise ModelError(
+                f"guided generation failed: {type(exc).__name__}: {exc}"[:500]
+            ) from exc
         return completion
 
     async def aclose(self) -> None:
@@ -410,9 +447,13 @@ def _generate_settings(settings: dict[str, Any]) -> dict[str, Any]:
         processors.append(NoRepeatNGram(int(ngram)))
     if settings.get("do_sample") and not ({"min_p", "typical_p"} & settings.keys()):
         settings["do_sample"] = False
-        processors.append(NucleusSampler(
-            float(settings.pop("temperature", 1.0)), settings.pop("top_p", None), settings.pop("top_k", None),
-        ))
+        processors.append(
+            NucleusSampler(
+                float(settings.pop("temperature", 1.0)),
+                settings.pop("top_p", None),
+                settings.pop("top_k", None),
+            )
+        )
     if processors:
         settings["logits_processor"] = LogitsProcessorList(processors)
     return settings
@@ -420,7 +461,10 @@ def _generate_settings(settings: dict[str, Any]) -> dict[str, Any]:
 
 def _eos_ids(lm: LoadedModel) -> set[int]:
     ids: set[int] = set()
-    for value in (lm.tokenizer.eos_token_id, getattr(lm.model.generation_config, "eos_token_id", None)):
+    for value in (
+        lm.tokenizer.eos_token_id,
+        getattr(lm.model.generation_config, "eos_token_id", None),
+    ):
         if isinstance(value, int):
             ids.add(value)
         elif isinstance(value, (list, tuple)):

@@ -10,9 +10,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from core.redaction import is_secret_key, redact_text
 from simulator.completion import Completion, GenParams, Message, ModelError
 from simulator.providers.base import RETRYABLE_STATUS, retry_after_from
-from core.redaction import is_secret_key, redact_text
 
 # Before litellm is imported: no cost-map download, no telemetry.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -49,8 +49,13 @@ def to_model_error(exc: BaseException) -> ModelError:
     """A litellm/httpx exception as a one-line ModelError that says whether retrying can help."""
     status = getattr(exc, "status_code", None)
     name = type(exc).__name__
-    timeout_like = name in {"Timeout", "APIConnectionError", "ServiceUnavailableError", "InternalServerError",
-                            "BadGatewayError"} or isinstance(exc, (TimeoutError, ConnectionError))
+    timeout_like = name in {
+        "Timeout",
+        "APIConnectionError",
+        "ServiceUnavailableError",
+        "InternalServerError",
+        "BadGatewayError",
+    } or isinstance(exc, (TimeoutError, ConnectionError))
     retryable = timeout_like or (isinstance(status, int) and status in RETRYABLE_STATUS)
     message = " ".join(str(getattr(exc, "message", None) or exc).split())
     head = f"{name} {status}" if status else name
@@ -81,12 +86,13 @@ class LiteLLMProvider:
         if params.api_base and model.startswith("openai/") and not os.environ.get("OPENAI_API_KEY"):
             # Local OpenAI-compatible servers need no key, but the OpenAI client insists on one.
             kw["api_key"] = "EMPTY"
-        if params.json_schema is not None:
-            if params.api_base or _lib().supports_response_schema(model=model):
-                kw["response_format"] = {
-                    "type": "json_schema",
-                    "json_schema": {"name": "output", "schema": params.json_schema},
-                }
+        if params.json_schema is not None and (
+            params.api_base or _lib().supports_response_schema(model=model)
+        ):
+            kw["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": "output", "schema": params.json_schema},
+            }
         for name, value in params.extra.items():
             if not is_secret_key(name):  # keys come from the environment only
                 kw[name] = value

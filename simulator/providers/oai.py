@@ -13,10 +13,10 @@ import json
 import os
 from typing import Any
 
-from simulator.completion import Completion, GenParams, Message, ModelError
 from core.errors import UserError
-from simulator.providers.base import RETRYABLE_STATUS, retry_after_from
 from core.redaction import is_secret_key, redact_text
+from simulator.completion import Completion, GenParams, Message, ModelError
+from simulator.providers.base import RETRYABLE_STATUS, retry_after_from
 
 _CONTROL = {"api_key_env"}
 
@@ -36,18 +36,26 @@ class OpenAICompatProvider:
         if self._session is None or self._session.closed or self._loop is not loop:
             # One session per event loop: aiohttp sessions cannot cross loops (tests run several).
             connector = aiohttp.TCPConnector(limit=self.connector_limit, ttl_dns_cache=300)
-            self._session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None))
+            self._session = aiohttp.ClientSession(
+                connector=connector, timeout=aiohttp.ClientTimeout(total=None)
+            )
             self._loop = loop
         return self._session
 
     def body(self, model: str, messages: list[Message], params: GenParams) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": model, "messages": [{"role": m.role, "content": m.content} for m in messages]}
+        body: dict[str, Any] = {
+            "model": model,
+            "messages": [{"role": m.role, "content": m.content} for m in messages],
+        }
         for name in ("temperature", "top_p", "max_tokens", "seed", "stop"):
             value = getattr(params, name)
             if value is not None:
                 body[name] = value
         if params.json_schema is not None:
-            body["response_format"] = {"type": "json_schema", "json_schema": {"name": "output", "schema": params.json_schema}}
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": "output", "schema": params.json_schema},
+            }
         for name, value in params.extra.items():
             if name not in _CONTROL and not is_secret_key(name):
                 body[name] = value
@@ -57,7 +65,9 @@ class OpenAICompatProvider:
         import aiohttp
 
         if not params.api_base:
-            raise UserError(f"oai:{model} needs an api_base param, e.g. api_base=http://127.0.0.1:8000/v1")
+            raise UserError(
+                f"oai:{model} needs an api_base param, e.g. api_base=http://127.0.0.1:8000/v1"
+            )
         url = params.api_base.rstrip("/") + "/chat/completions"
         headers = {"Content-Type": "application/json"}
         key = os.environ.get(str(params.extra.get("api_key_env", "OPENAI_API_KEY")))
@@ -71,20 +81,25 @@ class OpenAICompatProvider:
                     retryable = response.status in RETRYABLE_STATUS
                     detail = raw[:500].decode("utf-8", "replace")
                     raise ModelError(
-                        redact_text(" ".join(f"HTTP {response.status} from {url}: {detail}".split())),
+                        redact_text(
+                            " ".join(f"HTTP {response.status} from {url}: {detail}".split())
+                        ),
                         retryable=retryable,
-                        retry_after=retry_after_from(response.headers)
-                        if retryable else None,
+                        retry_after=retry_after_from(response.headers) if retryable else None,
                     )
-        except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError) as exc:
-            raise ModelError(redact_text(f"{type(exc).__name__} calling {url}: {exc}"), retryable=True) from None
+        except (TimeoutError, aiohttp.ClientError, ConnectionError) as exc:
+            raise ModelError(
+                redact_text(f"{type(exc).__name__} calling {url}: {exc}"), retryable=True
+            ) from None
         try:
             data = json.loads(raw)
             choice = data["choices"][0]
             message = choice["message"]
             usage = data.get("usage") or {}
         except (ValueError, KeyError, IndexError, TypeError) as exc:
-            raise ModelError(f"malformed response from {url}: {type(exc).__name__} {exc}", retryable=True) from None
+            raise ModelError(
+                f"malformed response from {url}: {type(exc).__name__} {exc}", retryable=True
+            ) from None
         return Completion(
             text=message.get("content") or "",
             reasoning=message.get("reasoning_content") or message.get("reasoning") or None,

@@ -15,7 +15,9 @@ from typing import Any
 
 import torch
 
-CANDIDATES = 64  # enough for the nucleus of a p=0.9 sampler at temperature <= 1 on nearly every step
+CANDIDATES = (
+    64  # enough for the nucleus of a p=0.9 sampler at temperature <= 1 on nearly every step
+)
 
 
 class NoRepeatNGram:
@@ -35,7 +37,7 @@ class NoRepeatNGram:
         if n == 1:
             return scores.scatter(1, input_ids, float("-inf"))
         windows = input_ids.unfold(1, n, 1)  # (batch, positions, n)
-        prefix = input_ids[:, -(n - 1):].unsqueeze(1)  # the last n-1 tokens: (batch, 1, n-1)
+        prefix = input_ids[:, -(n - 1) :].unsqueeze(1)  # the last n-1 tokens: (batch, 1, n-1)
         match = (windows[:, :, : n - 1] == prefix).all(dim=2)  # (batch, positions)
         if not bool(match.any()):
             return scores
@@ -47,7 +49,10 @@ class NoRepeatNGram:
 
 
 def nucleus(
-    scores: torch.Tensor, temperature: float, top_p: float | None = None, top_k: int | None = None,
+    scores: torch.Tensor,
+    temperature: float,
+    top_p: float | None = None,
+    top_k: int | None = None,
     candidates: int = CANDIDATES,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The distribution transformers would sample from, over the best ``candidates`` tokens.
@@ -81,17 +86,25 @@ def nucleus(
 class NucleusSampler:
     """Samples the next token (temperature, top-k, top-p) and returns scores only it can win."""
 
-    def __init__(self, temperature: float, top_p: float | None = None, top_k: int | None = None) -> None:
+    def __init__(
+        self, temperature: float, top_p: float | None = None, top_k: int | None = None
+    ) -> None:
         if temperature <= 0:
-            raise ValueError("NucleusSampler needs a temperature above 0 (0 means greedy: no sampler)")
+            raise ValueError(
+                "NucleusSampler needs a temperature above 0 (0 means greedy: no sampler)"
+            )
         self.temperature, self.top_p, self.top_k = temperature, top_p, top_k
 
     def __call__(self, input_ids: Any, scores: torch.Tensor) -> torch.Tensor:
         ids, probs, short = nucleus(scores, self.temperature, self.top_p, self.top_k)
         picked = ids.gather(1, torch.multinomial(probs, 1))
-        if bool(short.any()):  # rare: a flat distribution whose nucleus is wider than the candidates
+        if bool(
+            short.any()
+        ):  # rare: a flat distribution whose nucleus is wider than the candidates
             rows = short.nonzero(as_tuple=True)[0]
-            ids, probs, _ = nucleus(scores[rows], self.temperature, self.top_p, candidates=scores.shape[-1])
+            ids, probs, _ = nucleus(
+                scores[rows], self.temperature, self.top_p, candidates=scores.shape[-1]
+            )
             picked[rows] = ids.gather(1, torch.multinomial(probs, 1))
         out = torch.full_like(scores, float("-inf"))
         return out.scatter_(1, picked, 0.0)

@@ -18,14 +18,14 @@ import asyncio
 import itertools
 import re
 from collections.abc import Callable, Sequence
-from typing import Any, Union
+from typing import Any
 
 from simulator.completion import Completion, GenParams, Message, ModelError
 
 Predicate = Callable[[list[Message], GenParams], bool]
-Responder = Callable[[list[Message], GenParams], Union[str, Completion]]
-Pattern = Union[str, "re.Pattern[str]", Predicate]
-Reply = Union[str, Completion, Responder, BaseException, Sequence[Any]]
+Responder = Callable[[list[Message], GenParams], str | Completion]
+Pattern = str | re.Pattern[str] | Predicate
+Reply = str | Completion | Responder | BaseException | Sequence[Any]
 
 _ids = itertools.count(1)
 

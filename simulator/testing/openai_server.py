@@ -37,7 +37,9 @@ def _text(content: Any) -> str:
 
 
 def _role(role: Any) -> str:
-    return {"developer": "system", "system": "system", "assistant": "assistant"}.get(str(role), "user")
+    return {"developer": "system", "system": "system", "assistant": "assistant"}.get(
+        str(role), "user"
+    )
 
 
 class ChatServer:
@@ -78,20 +80,33 @@ class ChatServer:
         await self.gateway.aclose()
 
     async def models(self, _request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": self.spec, "object": "model", "owned_by": "branchpoint"}]})
+        return web.json_response(
+            {
+                "object": "list",
+                "data": [{"id": self.spec, "object": "model", "owned_by": "branchpoint"}],
+            }
+        )
 
-    def _error(self, status: int, message: str, kind: str, headers: dict[str, str] | None = None) -> web.Response:
+    def _error(
+        self, status: int, message: str, kind: str, headers: dict[str, str] | None = None
+    ) -> web.Response:
         body = {"error": {"message": message, "type": kind, "code": status}}
         return web.json_response(body, status=status, headers=headers)
 
     async def chat(self, request: web.Request) -> web.Response:
         self.requests += 1
         self.last_headers = {k.lower(): v for k, v in request.headers.items()}
-        if self.require_key is not None and request.headers.get("Authorization") != f"Bearer {self.require_key}":
+        if (
+            self.require_key is not None
+            and request.headers.get("Authorization") != f"Bearer {self.require_key}"
+        ):
             return self._error(401, "invalid api key", "authentication_error")
         try:
             body = await request.json()
-            messages = [Message(role=_role(m.get("role")), content=_text(m.get("content"))) for m in body["messages"]]
+            messages = [
+                Message(role=_role(m.get("role")), content=_text(m.get("content")))
+                for m in body["messages"]
+            ]
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             return self._error(400, f"bad request body: {exc}", "invalid_request_error")
         model = str(body.get("model") or self.spec)
@@ -100,8 +115,12 @@ class ChatServer:
         if self.requests <= self.fail_first or self.failed_by_model[model] < limit:
             if self.requests > self.fail_first:
                 self.failed_by_model[model] += 1
-            return self._error(429, "rate limited, slow down", "rate_limit_error",
-                               headers={"Retry-After": f"{self.retry_after:g}"})
+            return self._error(
+                429,
+                "rate limited, slow down",
+                "rate_limit_error",
+                headers={"Retry-After": f"{self.retry_after:g}"},
+            )
 
         stop = body.get("stop")
         params = GenParams(
@@ -114,25 +133,35 @@ class ChatServer:
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
         try:
-            completion, _ = await self.gateway.complete(self.spec, messages, params, purpose="server")
+            completion, _ = await self.gateway.complete(
+                self.spec, messages, params, purpose="server"
+            )
         except ModelError as exc:
             return self._error(500, exc.reason, "server_error")
         message: dict[str, Any] = {"role": "assistant", "content": completion.text}
         reasoning = completion.reasoning or self.reasoning
         if reasoning:
             message["reasoning_content"] = reasoning
-        return web.json_response({
-            "id": f"chatcmpl-bp{next(self._ids)}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": model,
-            "choices": [{"index": 0, "message": message, "finish_reason": completion.finish_reason or "stop"}],
-            "usage": {
-                "prompt_tokens": completion.tokens_in,
-                "completion_tokens": completion.tokens_out,
-                "total_tokens": completion.tokens_in + completion.tokens_out,
-            },
-        })
+        return web.json_response(
+            {
+                "id": f"chatcmpl-bp{next(self._ids)}",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": model,
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": message,
+                        "finish_reason": completion.finish_reason or "stop",
+                    }
+                ],
+                "usage": {
+                    "prompt_tokens": completion.tokens_in,
+                    "completion_tokens": completion.tokens_out,
+                    "total_tokens": completion.tokens_in + completion.tokens_out,
+                },
+            }
+        )
 
 
 async def start(server: ChatServer, port: int = 0) -> tuple[web.AppRunner, str]:
@@ -164,7 +193,9 @@ class ServerThread:
         try:
             model, kw = self.server_args
             self.server = ChatServer(model, **kw)
-            self._runner, self.base_url = self._loop.run_until_complete(start(self.server, self.port))
+            self._runner, self.base_url = self._loop.run_until_complete(
+                start(self.server, self.port)
+            )
         except BaseException as exc:  # reported to the starting thread
             self._error = exc
             self._ready.set()
@@ -192,11 +223,18 @@ def main(argv: list[str] | None = None) -> None:
         description="OpenAI-compatible chat server on 127.0.0.1 (tests, benchmarks, offline demos).",
     )
     parser.add_argument("--port", type=int, default=0, help="port to bind (0: any free port)")
-    parser.add_argument("--model", default="scripted:echo",
-                        help="gateway spec that answers: scripted-echo (default), embedded, hf:PATH, ...")
+    parser.add_argument(
+        "--model",
+        default="scripted:echo",
+        help="gateway spec that answers: scripted-echo (default), embedded, hf:PATH, ...",
+    )
     parser.add_argument("--delay-ms", type=float, default=0.0, help="fixed delay before each reply")
-    parser.add_argument("--fail-first", type=int, default=0, help="answer 429 to the first K requests")
-    parser.add_argument("--retry-after", type=float, default=1.0, help="Retry-After seconds sent with 429s")
+    parser.add_argument(
+        "--fail-first", type=int, default=0, help="answer 429 to the first K requests"
+    )
+    parser.add_argument(
+        "--retry-after", type=float, default=1.0, help="Retry-After seconds sent with 429s"
+    )
     parser.add_argument("--reasoning", default=None, help="reasoning_content to add to every reply")
     args = parser.parse_args(argv)
 
@@ -206,8 +244,13 @@ def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
     async def serve() -> None:
-        server = ChatServer(args.model, delay_s=args.delay_ms / 1000, fail_first=args.fail_first,
-                            retry_after=args.retry_after, reasoning=args.reasoning)
+        server = ChatServer(
+            args.model,
+            delay_s=args.delay_ms / 1000,
+            fail_first=args.fail_first,
+            retry_after=args.retry_after,
+            reasoning=args.reasoning,
+        )
         runner, url = await start(server, args.port)
         print(url, flush=True)
         try:

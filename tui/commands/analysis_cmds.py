@@ -13,14 +13,26 @@ import typer
 
 from core.errors import UserError
 
-RunArg = Annotated[str | None, typer.Argument(help="Run id to analyse (see `branchpoint show`); or give --all.")]
+RunArg = Annotated[
+    str | None, typer.Argument(help="Run id to analyse (see `branchpoint show`); or give --all.")
+]
 AllOpt = Annotated[bool, typer.Option("--all", help="Analyse every run in the store together.")]
 DbOpt = Annotated[
     str | None,
-    typer.Option("--db", help="Store: a SQLite file or a database URL (default $BRANCHPOINT_DB or ./branchpoint.db)."),
+    typer.Option(
+        "--db",
+        help="Store: a SQLite file or a database URL (default $BRANCHPOINT_DB or ./branchpoint.db).",
+    ),
 ]
-BootOpt = Annotated[int, typer.Option("--n-boot", min=0, help="Bootstrap replicates for the intervals (0: no intervals).")]
-SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of the bootstrap, for reproducible intervals.")]
+BootOpt = Annotated[
+    int,
+    typer.Option(
+        "--n-boot", min=0, help="Bootstrap replicates for the intervals (0: no intervals)."
+    ),
+]
+SeedOpt = Annotated[
+    int, typer.Option("--seed", help="Seed of the bootstrap, for reproducible intervals.")
+]
 BaselineOpt = Annotated[
     list[str] | None,
     typer.Option(
@@ -49,7 +61,9 @@ def _baselines(items: list[str] | None) -> dict[str, str]:
     out: dict[str, str] = {}
     for item in items or []:
         if "=" not in item or not item.split("=", 1)[0] or not item.split("=", 1)[1]:
-            raise UserError(f"--baseline {item!r}: expected BRANCH_POINT=OPTION, e.g. limit=accept_limit")
+            raise UserError(
+                f"--baseline {item!r}: expected BRANCH_POINT=OPTION, e.g. limit=accept_limit"
+            )
         k, v = item.split("=", 1)
         out[k.strip()] = v.strip()
     return out
@@ -63,7 +77,11 @@ def register(app: typer.Typer) -> None:
         fmt: Annotated[str, typer.Option("--format", help="csv or parquet.")] = "csv",
         out: Annotated[Path | None, typer.Option("--out", help="File to write.")] = None,
         level: Annotated[
-            str, typer.Option("--level", help="judgment: one row per judgment; conversation: per conversation x criterion counts.")
+            str,
+            typer.Option(
+                "--level",
+                help="judgment: one row per judgment; conversation: per conversation x criterion counts.",
+            ),
         ] = "judgment",
         rubric: Annotated[str | None, typer.Option("--rubric", help="Only this rubric id.")] = None,
         judge: Annotated[str | None, typer.Option("--judge", help="Only this judge spec.")] = None,
@@ -111,10 +129,19 @@ def register(app: typer.Typer) -> None:
         console = Console()
         err = Console(stderr=True)
         with err.status("analysing ..."):
-            a = run_analysis(_store(db), selected, n_boot=n_boot, seed=seed, baselines=_baselines(baseline), examples=0)
+            a = run_analysis(
+                _store(db),
+                selected,
+                n_boot=n_boot,
+                seed=seed,
+                baselines=_baselines(baseline),
+                examples=0,
+            )
         console.print(
-            _text(f"{a.n_conversations} conversations, {a.n_judgments} ratings"
-                  + (f" (runs: {', '.join(a.runs)})" if a.runs else " (all runs)"))  # fmt: skip
+            _text(
+                f"{a.n_conversations} conversations, {a.n_judgments} ratings"
+                + (f" (runs: {', '.join(a.runs)})" if a.runs else " (all runs)")
+            )  # fmt: skip
         )
         tables = headline_tables(a)
         if not tables:
@@ -128,7 +155,10 @@ def register(app: typer.Typer) -> None:
     def report(
         run: RunArg = None,
         all_runs: AllOpt = False,
-        out: Annotated[Path, typer.Option("--out", help="Directory for report.md, report.html and the PNG plots.")] = Path("report"),
+        out: Annotated[
+            Path,
+            typer.Option("--out", help="Directory for report.md, report.html and the PNG plots."),
+        ] = Path("report"),
         n_boot: BootOpt = 2000,
         seed: SeedOpt = 0,
         baseline: BaselineOpt = None,
@@ -146,7 +176,9 @@ def register(app: typer.Typer) -> None:
         if out.exists() and not out.is_dir():
             raise UserError(f"--out {out}: exists and is not a directory")
         with err.status("analysing and plotting ..."):
-            files = write_report(_store(db), out, selected, n_boot=n_boot, seed=seed, baselines=_baselines(baseline))
+            files = write_report(
+                _store(db), out, selected, n_boot=n_boot, seed=seed, baselines=_baselines(baseline)
+            )
         for name in files.missing_plots:
             typer.echo(f"no data for plot {name} (the report says so)")
         typer.echo(f"report: {files.html}")

@@ -24,12 +24,27 @@ DEMO_ED_QUESTION = "ed-fear-food-pasta"
 
 
 def demo_command(
-    out: Annotated[Path, typer.Option("--out", help="Folder for the store and the report.")] = Path("demo-results"),
-    seeds: Annotated[list[str], typer.Option("--seed-id", help="Teen seed ids to run (repeatable).")] = list(DEMO_SEEDS),
-    max_turns: Annotated[int, typer.Option("--max-turns", min=1, help="Exchanges per conversation.")] = 6,
-    model: Annotated[str, typer.Option("--model", help="Spec used as persona, target and LLM judge.")] = "embedded",
-    ed_question: Annotated[str, typer.Option("--ed-question", help="ED question id to ask with every matched bio.")] = DEMO_ED_QUESTION,
-    judge_max_tokens: Annotated[int, typer.Option("--judge-max-tokens", help="Token cap of the free text in each LLM-judge reply.")] = 128,
+    out: Annotated[Path, typer.Option("--out", help="Folder for the store and the report.")] = Path(
+        "demo-results"
+    ),
+    seeds: Annotated[
+        list[str], typer.Option("--seed-id", help="Teen seed ids to run (repeatable).")
+    ] = list(DEMO_SEEDS),  # noqa: B006 (typer reads it once)
+    max_turns: Annotated[
+        int, typer.Option("--max-turns", min=1, help="Exchanges per conversation.")
+    ] = 6,
+    model: Annotated[
+        str, typer.Option("--model", help="Spec used as persona, target and LLM judge.")
+    ] = "embedded",
+    ed_question: Annotated[
+        str, typer.Option("--ed-question", help="ED question id to ask with every matched bio.")
+    ] = DEMO_ED_QUESTION,
+    judge_max_tokens: Annotated[
+        int,
+        typer.Option(
+            "--judge-max-tokens", help="Token cap of the free text in each LLM-judge reply."
+        ),
+    ] = 128,
 ) -> None:
     """Run the main job end to end, offline: validate, expand, simulate, judge, report.
 
@@ -69,46 +84,87 @@ def demo_command(
         variants = expand(by_id[s])
         console.print(f"    {s}: {len(variants)} matched variants")
 
-    console.print(f"[bold]3/5 run[/] {len(seeds)} seeds x all variants, {max_turns} exchanges, model {model}")
-    result = run_scenarios(RunConfig(
-        scenarios=paths, targets=[model], simulator=model, conditions=["none"],
-        max_turns=max_turns, db=str(db), concurrency=16,
-        # Short turns keep the demo within minutes on two CPU cores; teens write short anyway.
-        simulator_params={"max_tokens": 48}, target_params={"max_tokens": 96},
-    ))
+    console.print(
+        f"[bold]3/5 run[/] {len(seeds)} seeds x all variants, {max_turns} exchanges, model {model}"
+    )
+    result = run_scenarios(
+        RunConfig(
+            scenarios=paths,
+            targets=[model],
+            simulator=model,
+            conditions=["none"],
+            max_turns=max_turns,
+            db=str(db),
+            concurrency=16,
+            # Short turns keep the demo within minutes on two CPU cores; teens write short anyway.
+            simulator_params={"max_tokens": 48},
+            target_params={"max_tokens": 96},
+        )
+    )
     stops = Counter(c.stop_reason or c.status for c in result.conversations)
-    console.print(f"    run {result.run_id}: {len(result.conversations)} conversations, stopped by "
-                  f"{', '.join(f'{k} ({v})' for k, v in sorted(stops.items()))}; "
-                  f"{result.total_calls} model calls")
+    console.print(
+        f"    run {result.run_id}: {len(result.conversations)} conversations, stopped by "
+        f"{', '.join(f'{k} ({v})' for k, v in sorted(stops.items()))}; "
+        f"{result.total_calls} model calls"
+    )
 
     ed = by_id[ed_question]
     # Without the explicit cue: the no-bio baseline and the four gender x BMI bios, enough for
     # the ED safety scores and the bio contrast while keeping LLM judging to a few calls.
     no_cue = expand_by_cue(ed)[False]
     ed_variants = [v.id for v in no_cue if not v.profile or set(v.profile) == {"gender", "bmi"}]
-    console.print(f"    ED question {ed_question}: {len(ed_variants)} of its matched bios (no cue), single turn")
-    ed_result = asyncio.run(run(RunConfig(
-        scenarios=[str(ed.source_path or LIBRARY / "ed")], targets=[model], simulator=model,
-        conditions=["none"], db=str(db), concurrency=16, target_params={"max_tokens": 96},
-        variants=ed_variants,
-    ), scenarios=[ed]))
+    console.print(
+        f"    ED question {ed_question}: {len(ed_variants)} of its matched bios (no cue), single turn"
+    )
+    ed_result = asyncio.run(
+        run(
+            RunConfig(
+                scenarios=[str(ed.source_path or LIBRARY / "ed")],
+                targets=[model],
+                simulator=model,
+                conditions=["none"],
+                db=str(db),
+                concurrency=16,
+                target_params={"max_tokens": 96},
+                variants=ed_variants,
+            ),
+            scenarios=[ed],
+        )
+    )
     console.print(f"    run {ed_result.run_id}: {len(ed_result.conversations)} conversations")
 
     from simulator.completion import GenParams
 
     judge_params = GenParams(max_tokens=judge_max_tokens, temperature=0.0, seed=0)
-    console.print("[bold]4/5 judge[/] heuristic judge on every chatbot turn; the LLM judge on each "
-                  "teen conversation and each ED reply")
+    console.print(
+        "[bold]4/5 judge[/] heuristic judge on every chatbot turn; the LLM judge on each "
+        "teen conversation and each ED reply"
+    )
     heuristic = judge_run(result.run_id, db=str(db), rubric="teen", judges=["heuristic"])
     console.print(f"    teen, heuristic: {_judged(heuristic)}")
     # A local model judges one call at a time (calls share its KV cache), so concurrency would
     # only queue; conversation scope keeps the teen LLM judging to one call per arm on two cores.
-    llm = judge_run(result.run_id, db=str(db), rubric="teen", judges=[model], concurrency=1,
-                    scope="conversation", params=judge_params, progress=True)
+    llm = judge_run(
+        result.run_id,
+        db=str(db),
+        rubric="teen",
+        judges=[model],
+        concurrency=1,
+        scope="conversation",
+        params=judge_params,
+        progress=True,
+    )
     console.print(f"    teen, {model} (whole conversations): {_judged(llm)}")
     ed_heuristic = judge_run(ed_result.run_id, db=str(db), rubric="ed", judges=["heuristic"])
-    ed_llm = judge_run(ed_result.run_id, db=str(db), rubric="ed", judges=[model], concurrency=1,
-                       params=judge_params, progress=True)
+    ed_llm = judge_run(
+        ed_result.run_id,
+        db=str(db),
+        rubric="ed",
+        judges=[model],
+        concurrency=1,
+        params=judge_params,
+        progress=True,
+    )
     console.print(f"    ed, heuristic: {_judged(ed_heuristic)}; {model}: {_judged(ed_llm)}")
 
     console.print("[bold]5/5 report[/]")
@@ -123,12 +179,16 @@ def demo_command(
     if files.missing_plots:
         console.print(f"  (no data for: {', '.join(files.missing_plots)}; the report says why)")
     console.print(f"  a transcript branchpoint show {result.conversations[0].id} --db {db}")
-    console.print("The embedded model is far too small to measure safety: these numbers prove the pipeline only.")
+    console.print(
+        "The embedded model is far too small to measure safety: these numbers prove the pipeline only."
+    )
 
 
 def _judged(summary: object) -> str:
     fields = ("rows", "errors", "copied", "model_calls")
-    return ", ".join(f"{f.replace('_', ' ')} {getattr(summary, f)}" for f in fields if hasattr(summary, f))
+    return ", ".join(
+        f"{f.replace('_', ' ')} {getattr(summary, f)}" for f in fields if hasattr(summary, f)
+    )
 
 
 def register(app: typer.Typer) -> None:

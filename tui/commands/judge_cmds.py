@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -10,17 +10,75 @@ from core.errors import UserError
 
 
 def judge_command(
-    run_id: Annotated[Optional[str], typer.Argument(help="Run id to judge (printed by `branchpoint run`).", show_default=False)] = None,
-    all_runs: Annotated[bool, typer.Option("--all", help="Judge the conversations of every run in the store.")] = False,
-    rubric: Annotated[str, typer.Option("--rubric", "-r", help="Bundled rubric (teen, ed) or a rubric YAML path.", show_default=False)] = ...,  # type: ignore[assignment]
-    judge: Annotated[Optional[list[str]], typer.Option("--judge", "-j", help="Judge (repeatable): heuristic (offline patterns) or a model spec: embedded, hf:MODEL, litellm:PROVIDER/MODEL, oai:MODEL. Default: embedded.")] = None,
-    panel: Annotated[Optional[str], typer.Option("--panel", help="Combine several --judge into one panel verdict: median (by scale order) or majority. Members' verdicts are kept.")] = None,
-    scope: Annotated[Optional[str], typer.Option("--scope", help="per_turn (each chatbot turn) or conversation (the whole conversation). Default: the rubric's scope.")] = None,
-    db: Annotated[Optional[str], typer.Option("--db", help="Store: a SQLite path or database URL (default $BRANCHPOINT_DB or ./branchpoint.db).")] = None,
-    concurrency: Annotated[int, typer.Option("--concurrency", min=1, help="Judging units in flight at once.")] = 4,
-    judge_param: Annotated[Optional[list[str]], typer.Option("--judge-param", help="Judge model param NAME=VALUE (repeatable), e.g. max_tokens=512, api_base=http://127.0.0.1:8000/v1. Default: temperature 0, seed 0.")] = None,
-    max_retries: Annotated[int, typer.Option("--max-retries", min=0, help="Retries when a judge's output is not valid JSON for the rubric; then the verdict is error.")] = 2,
-    retry_errors: Annotated[bool, typer.Option("--retry-errors", help="Judge again the units whose stored verdicts include error.")] = False,
+    run_id: Annotated[
+        str | None,
+        typer.Argument(help="Run id to judge (printed by `branchpoint run`).", show_default=False),
+    ] = None,
+    all_runs: Annotated[
+        bool, typer.Option("--all", help="Judge the conversations of every run in the store.")
+    ] = False,
+    rubric: Annotated[
+        str,
+        typer.Option(
+            "--rubric",
+            "-r",
+            help="Bundled rubric (teen, ed) or a rubric YAML path.",
+            show_default=False,
+        ),
+    ] = ...,  # type: ignore[assignment]
+    judge: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--judge",
+            "-j",
+            help="Judge (repeatable): heuristic (offline patterns) or a model spec: embedded, hf:MODEL, litellm:PROVIDER/MODEL, oai:MODEL. Default: embedded.",
+        ),
+    ] = None,
+    panel: Annotated[
+        str | None,
+        typer.Option(
+            "--panel",
+            help="Combine several --judge into one panel verdict: median (by scale order) or majority. Members' verdicts are kept.",
+        ),
+    ] = None,
+    scope: Annotated[
+        str | None,
+        typer.Option(
+            "--scope",
+            help="per_turn (each chatbot turn) or conversation (the whole conversation). Default: the rubric's scope.",
+        ),
+    ] = None,
+    db: Annotated[
+        str | None,
+        typer.Option(
+            "--db",
+            help="Store: a SQLite path or database URL (default $BRANCHPOINT_DB or ./branchpoint.db).",
+        ),
+    ] = None,
+    concurrency: Annotated[
+        int, typer.Option("--concurrency", min=1, help="Judging units in flight at once.")
+    ] = 4,
+    judge_param: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--judge-param",
+            help="Judge model param NAME=VALUE (repeatable), e.g. max_tokens=512, api_base=http://127.0.0.1:8000/v1. Default: temperature 0, seed 0.",
+        ),
+    ] = None,
+    max_retries: Annotated[
+        int,
+        typer.Option(
+            "--max-retries",
+            min=0,
+            help="Retries when a judge's output is not valid JSON for the rubric; then the verdict is error.",
+        ),
+    ] = 2,
+    retry_errors: Annotated[
+        bool,
+        typer.Option(
+            "--retry-errors", help="Judge again the units whose stored verdicts include error."
+        ),
+    ] = False,
 ) -> None:
     """Judge stored conversations against a rubric; every verdict is stored with its provenance.
 
@@ -76,7 +134,9 @@ def judge_command(
             + (" ..." if len(summary.scenarios_not_found) > 5 else "")
         )
     if summary.errors:
-        console.print(f"{summary.errors} verdict(s) are error: see the judgments' error and raw_output fields")
+        console.print(
+            f"{summary.errors} verdict(s) are error: see the judgments' error and raw_output fields"
+        )
 
 
 def register(app: typer.Typer) -> None:

@@ -7,7 +7,7 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -15,25 +15,148 @@ from core.errors import UserError
 
 
 def run_command(
-    scenario: Annotated[list[Path], typer.Argument(help="Scenario YAML file(s) or folder(s).", show_default=False, metavar="SCENARIO")],
-    target: Annotated[Optional[list[str]], typer.Option("--target", "-t", metavar="SPEC", help="Target model spec (repeatable): embedded, hf:MODEL, litellm:PROVIDER/MODEL, oai:MODEL, scripted:NAME. Default: embedded.")] = None,
-    condition: Annotated[Optional[list[str]], typer.Option("--condition", "-c", metavar="NAME", help="System-prompt condition (repeatable): none, teen_aware, or a prompt in scenarios/library/prompts. Default: none.")] = None,
-    simulator: Annotated[str, typer.Option("--simulator", metavar="SPEC", help="Model spec that plays the persona.")] = "embedded",
-    detector: Annotated[Optional[str], typer.Option("--detector", metavar="SPEC", help="Model spec that classifies chatbot replies for events (structured output). Default: keyword rules.")] = None,
-    replicates: Annotated[int, typer.Option("--replicates", "-n", metavar="N", min=1, help="Samples per scenario x target x condition, each with its own seed.")] = 1,
-    max_turns: Annotated[Optional[int], typer.Option("--max-turns", metavar="N", min=1, max=200, help="Exchanges at most (default: the scenario's max_turns).")] = None,
-    variant: Annotated[Optional[list[str]], typer.Option("--variant", metavar="ID", help="Run only this variant id (repeatable).")] = None,
-    fork: Annotated[Optional[str], typer.Option("--fork", metavar="shared|independent", help="shared: arms share their common prefix (default, or the scenario's setting); independent: every arm from scratch.")] = None,
-    db: Annotated[Optional[str], typer.Option("--db", metavar="PATH", help="Store: a SQLite path or database URL (default $BRANCHPOINT_DB or ./branchpoint.db).")] = None,
-    run_id: Annotated[Optional[str], typer.Option("--run-id", metavar="ID", help="Name the run; an existing run of that id is resumed.")] = None,
-    resume: Annotated[Optional[str], typer.Option("--resume", metavar="RUN_ID", help="Resume this run id: finish its interrupted conversations without redoing stored turns.")] = None,
-    concurrency: Annotated[int, typer.Option("--concurrency", metavar="N", min=1, help="Conversation groups in flight at once (a local model batches them).")] = 16,
-    seed: Annotated[int, typer.Option("--seed", metavar="N", help="Base seed; replicate r uses seed + r.")] = 0,
-    target_param: Annotated[Optional[list[str]], typer.Option("--target-param", metavar="NAME=VALUE", help="Target generation param NAME=VALUE (repeatable), e.g. temperature=0.7, api_base=http://127.0.0.1:8000/v1.")] = None,
-    simulator_param: Annotated[Optional[list[str]], typer.Option("--simulator-param", metavar="NAME=VALUE", help="Persona model param NAME=VALUE (repeatable).")] = None,
-    detector_param: Annotated[Optional[list[str]], typer.Option("--detector-param", metavar="NAME=VALUE", help="Detector model param NAME=VALUE (repeatable).")] = None,
-    event_rules: Annotated[Optional[Path], typer.Option("--event-rules", metavar="FILE", help="YAML of event -> regex patterns replacing the default keyword rules of those events (help_offer, limit, crisis_resource).")] = None,
-    persona_retries: Annotated[int, typer.Option("--persona-retries", metavar="N", min=0, help="Retries when the persona breaks character.")] = 2,
+    scenario: Annotated[
+        list[Path],
+        typer.Argument(
+            help="Scenario YAML file(s) or folder(s).", show_default=False, metavar="SCENARIO"
+        ),
+    ],
+    target: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--target",
+            "-t",
+            metavar="SPEC",
+            help="Target model spec (repeatable): embedded, hf:MODEL, litellm:PROVIDER/MODEL, oai:MODEL, scripted:NAME. Default: embedded.",
+        ),
+    ] = None,
+    condition: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--condition",
+            "-c",
+            metavar="NAME",
+            help="System-prompt condition (repeatable): none, teen_aware, or a prompt in scenarios/library/prompts. Default: none.",
+        ),
+    ] = None,
+    simulator: Annotated[
+        str, typer.Option("--simulator", metavar="SPEC", help="Model spec that plays the persona.")
+    ] = "embedded",
+    detector: Annotated[
+        str | None,
+        typer.Option(
+            "--detector",
+            metavar="SPEC",
+            help="Model spec that classifies chatbot replies for events (structured output). Default: keyword rules.",
+        ),
+    ] = None,
+    replicates: Annotated[
+        int,
+        typer.Option(
+            "--replicates",
+            "-n",
+            metavar="N",
+            min=1,
+            help="Samples per scenario x target x condition, each with its own seed.",
+        ),
+    ] = 1,
+    max_turns: Annotated[
+        int | None,
+        typer.Option(
+            "--max-turns",
+            metavar="N",
+            min=1,
+            max=200,
+            help="Exchanges at most (default: the scenario's max_turns).",
+        ),
+    ] = None,
+    variant: Annotated[
+        list[str] | None,
+        typer.Option("--variant", metavar="ID", help="Run only this variant id (repeatable)."),
+    ] = None,
+    fork: Annotated[
+        str | None,
+        typer.Option(
+            "--fork",
+            metavar="shared|independent",
+            help="shared: arms share their common prefix (default, or the scenario's setting); independent: every arm from scratch.",
+        ),
+    ] = None,
+    db: Annotated[
+        str | None,
+        typer.Option(
+            "--db",
+            metavar="PATH",
+            help="Store: a SQLite path or database URL (default $BRANCHPOINT_DB or ./branchpoint.db).",
+        ),
+    ] = None,
+    run_id: Annotated[
+        str | None,
+        typer.Option(
+            "--run-id", metavar="ID", help="Name the run; an existing run of that id is resumed."
+        ),
+    ] = None,
+    resume: Annotated[
+        str | None,
+        typer.Option(
+            "--resume",
+            metavar="RUN_ID",
+            help="Resume this run id: finish its interrupted conversations without redoing stored turns.",
+        ),
+    ] = None,
+    concurrency: Annotated[
+        int,
+        typer.Option(
+            "--concurrency",
+            metavar="N",
+            min=1,
+            help="Conversation groups in flight at once (a local model batches them).",
+        ),
+    ] = 16,
+    seed: Annotated[
+        int, typer.Option("--seed", metavar="N", help="Base seed; replicate r uses seed + r.")
+    ] = 0,
+    target_param: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--target-param",
+            metavar="NAME=VALUE",
+            help="Target generation param NAME=VALUE (repeatable), e.g. temperature=0.7, api_base=http://127.0.0.1:8000/v1.",
+        ),
+    ] = None,
+    simulator_param: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--simulator-param",
+            metavar="NAME=VALUE",
+            help="Persona model param NAME=VALUE (repeatable).",
+        ),
+    ] = None,
+    detector_param: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--detector-param",
+            metavar="NAME=VALUE",
+            help="Detector model param NAME=VALUE (repeatable).",
+        ),
+    ] = None,
+    event_rules: Annotated[
+        Path | None,
+        typer.Option(
+            "--event-rules",
+            metavar="FILE",
+            help="YAML of event -> regex patterns replacing the default keyword rules of those events (help_offer, limit, crisis_resource).",
+        ),
+    ] = None,
+    persona_retries: Annotated[
+        int,
+        typer.Option(
+            "--persona-retries",
+            metavar="N",
+            min=0,
+            help="Retries when the persona breaks character.",
+        ),
+    ] = 2,
 ) -> None:
     """Play every variant of the scenarios against each target and condition, storing every turn.
 
@@ -83,8 +206,12 @@ def _run_with_progress(config: object, scenarios: list[object]) -> None:
 
     console = Console(stderr=True)
     progress = Progress(
-        TextColumn("turns"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=console, transient=False,
+        TextColumn("turns"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
     )
     task = progress.add_task("turns", total=None)
 
@@ -118,7 +245,8 @@ def _run_with_progress(config: object, scenarios: list[object]) -> None:
             console.print(
                 f"interrupted ({received[0]}): running conversations were marked interrupted; "
                 f"resume with --resume {run_id}",
-                markup=False, highlight=False,
+                markup=False,
+                highlight=False,
             )
             sys.stdout.flush()
             sys.stderr.flush()
@@ -148,15 +276,30 @@ def _print_summary(result: object) -> None:
     many_conditions = len({c.condition for c in rows}) > 1
     table = Table(title=None, show_lines=False, box=box.SIMPLE_HEAD)
     many_scenarios = len({c.scenario_id for c in rows}) > 1
-    columns = ["conversation"] + (["scenario"] if many_scenarios else []) + ["variant"] + (["target"] if many_targets else []) + (
-        ["condition"] if many_conditions else []) + ["rep", "turns", "stop reason", "status", "fork"]
+    columns = (
+        ["conversation"]
+        + (["scenario"] if many_scenarios else [])
+        + ["variant"]
+        + (["target"] if many_targets else [])
+        + (["condition"] if many_conditions else [])
+        + ["rep", "turns", "stop reason", "status", "fork"]
+    )
     for col in columns:
         table.add_column(col, no_wrap=True)
     for c in rows[:MAX_ROWS]:
-        fork = f"{c.parent_id[:8]}@{c.fork_turn}" if c.parent_id and c.fork_turn is not None else (
-            f"={c.parent_id[:8]}" if c.parent_id else "")
-        values = [c.id] + ([c.scenario_id] if many_scenarios else []) + [c.variant_id] + ([c.target] if many_targets else []) + (
-            [c.condition] if many_conditions else []) + [c.replicate, c.n_turns, c.stop_reason or "-", c.status, fork]
+        fork = (
+            f"{c.parent_id[:8]}@{c.fork_turn}"
+            if c.parent_id and c.fork_turn is not None
+            else (f"={c.parent_id[:8]}" if c.parent_id else "")
+        )
+        values = (
+            [c.id]
+            + ([c.scenario_id] if many_scenarios else [])
+            + [c.variant_id]
+            + ([c.target] if many_targets else [])
+            + ([c.condition] if many_conditions else [])
+            + [c.replicate, c.n_turns, c.stop_reason or "-", c.status, fork]
+        )
         table.add_row(*(Text(safe_text(str(v))) for v in values))
     console.print(table)
     if len(rows) > MAX_ROWS:
@@ -165,22 +308,40 @@ def _print_summary(result: object) -> None:
     for c in rows:
         key = f"{c.status}/{c.stop_reason or '-'}"
         tally[key] = tally.get(key, 0) + 1
-    console.print(Text("by status/stop reason: " + ", ".join(f"{k} {v}" for k, v in sorted(tally.items()))))
+    console.print(
+        Text("by status/stop reason: " + ", ".join(f"{k} {v}" for k, v in sorted(tally.items())))
+    )
     calls = result.calls  # type: ignore[attr-defined]
     db = result.db.removeprefix("sqlite:///")  # type: ignore[attr-defined]
-    resumed = " (resumed: %d unfinished conversations continued)" % result.interrupted_before if result.resumed else ""  # type: ignore[attr-defined]
-    console.print(Text(
-        f"run {result.run_id}{resumed}: {len(result.conversations)} conversations in "  # type: ignore[attr-defined]
-        f"{db}; "
-        f"model calls: {calls.get('persona', 0)} persona, {calls.get('target', 0)} target, "
-        f"{calls.get('detector', 0)} detector"
-    ))
+    resumed = (
+        f" (resumed: {result.interrupted_before} unfinished conversations continued)"
+        if result.resumed
+        else ""
+    )  # type: ignore[attr-defined]
+    console.print(
+        Text(
+            f"run {result.run_id}{resumed}: {len(result.conversations)} conversations in "  # type: ignore[attr-defined]
+            f"{db}; "
+            f"model calls: {calls.get('persona', 0)} persona, {calls.get('target', 0)} target, "
+            f"{calls.get('detector', 0)} detector"
+        )
+    )
     console.print(Text(f"see one with: branchpoint show CONVERSATION_ID --db {db}"))
 
 
 def show_command(
-    conversation: Annotated[str, typer.Argument(help="Conversation id (or a unique prefix of it).", show_default=False, metavar="CONV_ID")],
-    db: Annotated[Optional[str], typer.Option("--db", metavar="PATH", help="Store: a SQLite path or database URL.")] = None,
+    conversation: Annotated[
+        str,
+        typer.Argument(
+            help="Conversation id (or a unique prefix of it).",
+            show_default=False,
+            metavar="CONV_ID",
+        ),
+    ],
+    db: Annotated[
+        str | None,
+        typer.Option("--db", metavar="PATH", help="Store: a SQLite path or database URL."),
+    ] = None,
 ) -> None:
     """Print a stored transcript with its stages, the branch points that fired, events and fork point."""
     from rich.console import Console

@@ -43,8 +43,11 @@ def validate(
 
     # A bar on stderr for big folders (an imported benchmark); stdout keeps only the error lines.
     with Progress(
-        TextColumn("validating"), BarColumn(), MofNCompleteColumn(),
-        console=Console(stderr=True), transient=True,
+        TextColumn("validating"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        console=Console(stderr=True),
+        transient=True,
     ) as progress:
         task = progress.add_task("validate", total=None)
 
@@ -91,7 +94,9 @@ def schema(
 
 
 def variants(
-    file: Annotated[Path, typer.Argument(help="A scenario file (or a scenario set).", show_default=False)],
+    file: Annotated[
+        Path, typer.Argument(help="A scenario file (or a scenario set).", show_default=False)
+    ],
     scenario: Annotated[
         str | None, typer.Option("--scenario", "-s", help="Only this scenario id of a set.")
     ] = None,
@@ -133,26 +138,36 @@ def variants(
             else:
                 parts = [f"{k}: {baseline.choices.get(k)} -> {v.choices[k]}" for k in v.deviations]
                 if v.profile:
-                    parts.append("profile " + ", ".join(f"{a}={lvl}" for a, lvl in v.profile.items()))
+                    parts.append(
+                        "profile " + ", ".join(f"{a}={lvl}" for a, lvl in v.profile.items())
+                    )
                 if v.explicit_cue:
                     parts.append("explicit cue")
                 diff = "; ".join(parts) or "same choices"
-            table.add_row(Text(v.id), Text(choices or ("no profile" if s.profile else "-")), Text(diff))
+            table.add_row(
+                Text(v.id), Text(choices or ("no profile" if s.profile else "-")), Text(diff)
+            )
         console.print(table)
         per_cue = ", ".join(
-            f"{len(vs)} with explicit_cue={str(cue).lower()}" for cue, vs in by_cue.items() if cue is not None
+            f"{len(vs)} with explicit_cue={str(cue).lower()}"
+            for cue, vs in by_cue.items()
+            if cue is not None
         )
         console.print(
-            Text(f"{len(all_variants)} variants" + (f" ({per_cue})" if per_cue else "")), highlight=False
+            Text(f"{len(all_variants)} variants" + (f" ({per_cue})" if per_cue else "")),
+            highlight=False,
         )
 
 
 @import_app.command("kora")
 def import_kora_cmd(
     path: Annotated[
-        Path, typer.Argument(help="KORA scenarios.jsonl (one JSON object a line).", show_default=False)
+        Path,
+        typer.Argument(help="KORA scenarios.jsonl (one JSON object a line).", show_default=False),
     ],
-    out: Annotated[Path, typer.Option("--out", "-o", help="Folder to write one YAML file per scenario into.")],
+    out: Annotated[
+        Path, typer.Option("--out", "-o", help="Folder to write one YAML file per scenario into.")
+    ],
     risks: Annotated[
         Path | None,
         typer.Option(help="KORA risks.json for risk names (default: next to PATH)."),
@@ -170,9 +185,7 @@ def import_kora_cmd(
         TextColumn("importing KORA"), BarColumn(), MofNCompleteColumn(), transient=True
     ) as progress:
         task = progress.add_task("import", total=total)
-        written, problems = import_kora(
-            path, out, risks, progress=lambda: progress.advance(task)
-        )
+        written, problems = import_kora(path, out, risks, progress=lambda: progress.advance(task))
     for problem in problems:
         typer.echo(str(problem), err=True)
     typer.echo(f"imported {len(written)} of {total} scenarios into {out} ({len(problems)} errors)")
