@@ -25,16 +25,15 @@ from core.redaction import redact, redact_text
 from simulator.cache import CompletionCache, cacheable, request_hash
 from simulator.completion import Completion, GenParams, Message, ModelError
 from simulator.limits import Limiter, ProviderLimits
-from simulator.providers.base import Provider, limit_key
+from simulator.providers.base import Provider
+from simulator.providers.registry import provider_kind
 from simulator.specs import Spec, parse_spec
+from simulator.structured import call_record
 
 if TYPE_CHECKING:
     from core.store import Store
 
 __all__ = ["Gateway", "ProviderLimits", "redact"]
-
-# Local models share one machine: a few calls in flight fill a batch. APIs take many.
-DEFAULT_CONCURRENCY = {"embedded": 8, "hf": 8, "litellm": 64, "oai": 64, "scripted": 64}
 
 
 class Gateway:
@@ -67,7 +66,7 @@ class Gateway:
         self.max_backoff_s = max_backoff_s
         self.timeout_s = timeout_s
         self._registered: dict[str, Provider] = {}
-        self._providers: dict[str, Provider] = {}  # by spec kind (and model, for hf)
+        self._providers: dict[str, Provider] = {}  # by prefix, or prefix:model (one_per_model)
         self._limiters: dict[str, Limiter] = {}
         self._inflight: dict[str, asyncio.Future[Completion]] = {}
         self.stats = {"calls": 0, "cached": 0, "failed": 0, "retries": 0}
@@ -82,44 +81,16 @@ class Gateway:
         found = self._registered.get(spec.raw)
         if found is not None:
             return found
-        slot = f"hf:{spec.model}" if spec.kind == "hf" else spec.kind
+        kind = provider_kind(spec.kind)
+        slot = f"{spec.kind}:{spec.model}" if kind.one_per_model else spec.kind
         provider = self._providers.get(slot)
         if provider is None:
-            provider = self._providers[slot] = self._create(spec)
+            provider = self._providers[slot] = kind.create(spec.model)
         return provider
 
-    def _create(self, spec: Spec) -> Provider:
-        if spec.kind == "scripted":
-            from simulator.providers.scripted import BUILTIN
-
-            if spec.model in BUILTIN:
-                return BUILTIN[spec.model]()
-            raise UserError(
-                f"model spec {spec.raw!r}: no scripted model of that name is registered "
-                f"(built in: {', '.join('scripted:' + n for n in BUILTIN)})"
-            )
-        if spec.kind == "litellm":
-            from simulator.providers.litellm_provider import LiteLLMProvider
-
-            return LiteLLMProvider()
-        if spec.kind == "oai":
-            from simulator.providers.oai import OpenAICompatProvider
-
-            return OpenAICompatProvider()
-        if spec.kind == "hf":
-            from simulator.providers.hf import HFProvider
-
-            return HFProvider.for_model(spec.model)
-        if spec.kind == "embedded":
-            from simulator.providers.embedded import embedded_provider
-
-            return embedded_provider()
-        raise UserError(
-            f"model spec {spec.raw!r}: no provider"
-        )  # parse_spec keeps this unreachable
-
     def _limiter(self, spec: Spec, params: GenParams, provider: Provider) -> Limiter:
-        key = limit_key(spec.kind, spec.model, params)
+        kind = provider_kind(spec.kind)
+        key = kind.key(spec.model, params)
         limiter = self._limiters.get(key)
         if limiter is None:
             limits = (
@@ -129,7 +100,7 @@ class Gateway:
                 or self.limits.get("*")
                 or ProviderLimits(
                     max_concurrency=getattr(provider, "default_concurrency", None)
-                    or DEFAULT_CONCURRENCY[spec.kind]
+                    or kind.default_concurrency
                 )
             )
             limiter = self._limiters[key] = Limiter(limits)
@@ -316,7 +287,8 @@ class Gateway:
             conversation_id=conversation_id,
             purpose=purpose,
             model=spec.raw,
-            params=stored_params(params),
+            # with the structured-output mode used and the refusals met, where there was one
+            params=stored_params(params) | call_record(completion),
             request_hash=key,
             messages=[{"role": m.role, "content": m.content} for m in messages],
             text=completion.text,

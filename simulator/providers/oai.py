@@ -4,6 +4,7 @@ litellm spends milliseconds of CPU per call on logging and cost bookkeeping; aga
 or llama.cpp server at thousands of calls that dominates. This client keeps one ClientSession with
 a large connector and does nothing per call beyond JSON. Needs ``api_base``. The key, if any, is
 read from the environment variable named by ``extra.api_key_env`` (default OPENAI_API_KEY).
+A request with a ``json_schema`` climbs the structured-output ladder (``simulator/structured.py``).
 """
 
 from __future__ import annotations
@@ -16,18 +17,18 @@ from typing import Any
 from core.errors import UserError
 from core.redaction import is_secret_key, redact_text
 from simulator.completion import Completion, GenParams, Message, ModelError
-from simulator.providers.base import RETRYABLE_STATUS, retry_after_from
+from simulator.providers.base import RETRYABLE_STATUS, ProviderKind, retry_after_from
+from simulator.structured import PIN_PARAM, Ladder, Mode, http_error, response_format
 
-_CONTROL = {"api_key_env"}
+_CONTROL = {"api_key_env", PIN_PARAM}
 
 
 class OpenAICompatProvider:
-    default_concurrency = 64
-
     def __init__(self, connector_limit: int = 1024) -> None:
         self.connector_limit = connector_limit
         self._session: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.ladder = Ladder()
 
     def _client(self) -> Any:
         import aiohttp
@@ -42,7 +43,14 @@ class OpenAICompatProvider:
             self._loop = loop
         return self._session
 
-    def body(self, model: str, messages: list[Message], params: GenParams) -> dict[str, Any]:
+    def body(
+        self,
+        model: str,
+        messages: list[Message],
+        params: GenParams,
+        mode: Mode | None = "json_schema",
+    ) -> dict[str, Any]:
+        """The request body; ``mode`` is the structured-output shape when there is a json_schema."""
         body: dict[str, Any] = {
             "model": model,
             "messages": [{"role": m.role, "content": m.content} for m in messages],
@@ -51,41 +59,56 @@ class OpenAICompatProvider:
             value = getattr(params, name)
             if value is not None:
                 body[name] = value
-        if params.json_schema is not None:
-            body["response_format"] = {
-                "type": "json_schema",
-                "json_schema": {"name": "output", "schema": params.json_schema},
-            }
         for name, value in params.extra.items():
             if name not in _CONTROL and not is_secret_key(name):
                 body[name] = value
+        if params.json_schema is not None:
+            shape = response_format(mode, params.json_schema)
+            if shape is None:
+                body.pop("response_format", None)  # prompt mode: nothing to refuse
+            else:
+                body["response_format"] = shape
         return body
 
     async def complete(self, model: str, messages: list[Message], params: GenParams) -> Completion:
-        import aiohttp
-
         if not params.api_base:
             raise UserError(
                 f"oai:{model} needs an api_base param, e.g. api_base=http://127.0.0.1:8000/v1"
             )
+        if params.json_schema is None:
+            return await self._send(model, messages, params, None)
+        api_base = params.api_base
+
+        async def send(mode: Mode, shaped: list[Message]) -> Completion:
+            return await self._send(model, shaped, params, mode)
+
+        return await self.ladder.complete(api_base, model, messages, params, send)
+
+    async def _send(
+        self, model: str, messages: list[Message], params: GenParams, mode: Mode | None
+    ) -> Completion:
+        import aiohttp
+
+        assert params.api_base is not None
         url = params.api_base.rstrip("/") + "/chat/completions"
         headers = {"Content-Type": "application/json"}
         key = os.environ.get(str(params.extra.get("api_key_env", "OPENAI_API_KEY")))
         if key:
             headers["Authorization"] = f"Bearer {key}"
-        payload = json.dumps(self.body(model, messages, params))
+        body = self.body(model, messages, params, mode)
+        payload = json.dumps(body)
         try:
             async with self._client().post(url, data=payload, headers=headers) as response:
                 raw = await response.read()
                 if response.status >= 400:
-                    retryable = response.status in RETRYABLE_STATUS
-                    detail = raw[:500].decode("utf-8", "replace")
-                    raise ModelError(
-                        redact_text(
-                            " ".join(f"HTTP {response.status} from {url}: {detail}".split())
-                        ),
-                        retryable=retryable,
-                        retry_after=retry_after_from(response.headers) if retryable else None,
+                    detail = redact_text(raw[:1000].decode("utf-8", "replace"))
+                    raise http_error(
+                        response.status,
+                        " ".join(f"HTTP {response.status} from {url}: {detail[:500]}".split()),
+                        detail,
+                        sent_format="response_format" in body,
+                        retryable_status=RETRYABLE_STATUS,
+                        retry_after=retry_after_from(response.headers),
                     )
         except (TimeoutError, aiohttp.ClientError, ConnectionError) as exc:
             raise ModelError(
@@ -117,3 +140,20 @@ class OpenAICompatProvider:
             except RuntimeError:
                 pass  # its loop is gone (a test's asyncio.run ended); nothing left to release
         self._session = None
+
+
+def _limit_key(model: str, params: GenParams) -> str:
+    return f"oai:{params.api_base}"  # one server, whatever models it serves
+
+
+def _create(model: str) -> OpenAICompatProvider:
+    return OpenAICompatProvider()
+
+
+PROVIDER = ProviderKind(
+    prefix="oai",
+    usage="oai:MODEL (with api_base)",
+    create=_create,
+    default_concurrency=64,
+    limit_key=_limit_key,
+)

@@ -20,7 +20,9 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from core.errors import UserError
 from simulator.completion import Completion, GenParams, Message, ModelError
+from simulator.providers.base import ProviderKind
 
 Predicate = Callable[[list[Message], GenParams], bool]
 Responder = Callable[[list[Message], GenParams], str | Completion]
@@ -59,8 +61,6 @@ class ScriptedModel:
     ``fail_first=K`` raises a retryable ModelError on the first K calls (with ``retry_after``), to
     exercise the gateway's retry path. ``delay_s`` sleeps before answering, like a slow server.
     """
-
-    default_concurrency = 64
 
     def __init__(
         self,
@@ -151,3 +151,18 @@ def echo_model(delay_s: float = 0.0) -> ScriptedModel:
 
 # Models every gateway knows without registration (demos, benchmarks, the loopback server).
 BUILTIN: dict[str, Callable[[], ScriptedModel]] = {"echo": echo_model}
+
+
+def _create(model: str) -> ScriptedModel:
+    if model in BUILTIN:
+        return BUILTIN[model]()
+    raise UserError(
+        f"model spec 'scripted:{model}': no scripted model of that name is registered "
+        f"(built in: {', '.join('scripted:' + n for n in BUILTIN)})"
+    )
+
+
+# Other scripted models are registered on a gateway by spec (``Gateway.register``).
+PROVIDER = ProviderKind(
+    prefix="scripted", usage="scripted:NAME", create=_create, default_concurrency=64
+)

@@ -1,0 +1,118 @@
+"""Growing the trees of a plan into a store, through a gateway: the middle stage of a run.
+
+``execute(plan, store, gateway)`` runs (or resumes) every tree of ``plan`` concurrently on the
+running asyncio loop, ``plan.concurrency`` groups in flight, so a local model's provider gets
+several requests at once to batch. ``trees=`` executes only some of them: what a worker process
+does with the share of a plan it was sent. It writes conversations and turns and their statuses;
+the Run row, the lease and interruption marking belong to the caller (``simulator.lifecycle``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from simulator.graph import CallCounter
+
+if TYPE_CHECKING:
+    from core.store import Store
+    from simulator.gateway import Gateway
+    from simulator.plan import RunPlan, TreeSpec
+    from simulator.tree import ArmResult
+
+
+class Progress:
+    """Turns written out of the turns a run can write at most (arms x max_turns x 2)."""
+
+    def __init__(self, callback: Callable[[int, int], None] | None = None) -> None:
+        self.total = 0
+        self.done = 0
+        self.callback = callback or (lambda done, total: None)
+
+    def add_total(self, n: int) -> None:
+        self.total += n
+        self.callback(self.done, self.total)
+
+    def advance(self, n: int) -> None:
+        self.done += n
+        self.callback(self.done, self.total)
+
+
+@dataclass
+class Execution:
+    """What executing some trees did: each arm's outcome, and the model calls made, by purpose."""
+
+    results: list[ArmResult] = field(default_factory=list)
+    calls: dict[str, int] = field(default_factory=dict)
+
+
+async def execute(
+    plan: RunPlan,
+    store: Store,
+    gateway: Gateway,
+    *,
+    trees: Sequence[TreeSpec] | None = None,
+    progress: Progress | None = None,
+) -> Execution:
+    """Grow ``trees`` (default: all of ``plan.trees``) into ``store``; see the module docstring.
+
+    A failure inside a tree is recorded on its arms and the others go on; cancellation and
+    store failures propagate. ``progress`` advances by every turn written, and by the turns an
+    arm that stopped early will never write.
+    """
+    from scenarios import variants as variants_api
+    from simulator.events import LLMDetector, RuleDetector
+    from simulator.gateway import stored_params
+    from simulator.persona import PersonaSimulator
+    from simulator.tree import TreeEnv, run_tree
+    from simulator.turn_writer import TurnWriter
+
+    progress = progress or Progress()
+    rules = RuleDetector(plan.event_patterns)
+    detector = (
+        LLMDetector(
+            gateway, plan.detector, plan.detector_params, fallback=rules, run_id=plan.run_id
+        )
+        if plan.detector
+        else rules
+    )
+    env = TreeEnv(
+        gateway=gateway,
+        writer=TurnWriter(store, on_turns=progress.advance),
+        detector=detector,
+        run_id=plan.run_id,
+        persona_factory=lambda scenario: PersonaSimulator(
+            gateway,
+            scenario,
+            plan.simulator,
+            plan.persona_params,
+            max_retries=plan.persona_retries,
+            run_id=plan.run_id,
+        ),
+        simulator=plan.simulator,
+        simulator_params=stored_params(plan.persona_params)
+        | {"persona_retries": plan.persona_retries},
+        opening=variants_api.render_opening,
+        semaphore=asyncio.Semaphore(plan.concurrency),
+        calls=CallCounter(),
+        target_params_record=plan.target_params_record,
+    )
+    execution = Execution()
+
+    async def one_tree(spec: TreeSpec) -> None:
+        results = await run_tree(spec, env)
+        for r in results:
+            progress.advance(max(0, spec.max_turns * 2 - r.n_turns))
+        execution.results.extend(results)
+
+    try:
+        await asyncio.gather(*(one_tree(t) for t in (plan.trees if trees is None else trees)))
+    finally:
+        execution.calls = {
+            "persona": env.calls.persona,
+            "target": env.calls.target,
+            "detector": env.calls.detector,
+        }
+    return execution

@@ -1,0 +1,183 @@
+"""A run's bookkeeping in the store, around the execution of its plan: the finalise stage.
+
+``begin_run`` writes the Run row (config redacted), or, for a run that exists, records the resume
+and marks the conversations a dead process left ``running`` as ``interrupted``. ``complete_run``
+and ``mark_interrupted`` set its final status; ``summaries`` reads back what the run produced.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, Field
+from sqlmodel import select
+
+from core.errors import UserError
+from core.read import run_conversations, stored_turn_count
+from core.records import Conversation, Run, utcnow
+
+if TYPE_CHECKING:
+    from core.store import Store
+    from simulator.run_config import RunConfig
+
+UNFINISHED = ("running", "interrupted", "pending")
+
+
+class ConversationSummary(BaseModel):
+    id: str
+    scenario_id: str
+    variant_id: str
+    target: str
+    condition: str
+    replicate: int
+    status: str
+    stop_reason: str | None
+    n_turns: int
+    error: str | None = None
+    parent_id: str | None = None
+    fork_turn: int | None = None
+
+
+class RunResult(BaseModel):
+    run_id: str
+    db: str
+    resumed: bool = False
+    # unfinished conversations found at the start (a resume continues them)
+    interrupted_before: int = 0
+    conversations: list[ConversationSummary] = Field(default_factory=list)
+    # model calls this invocation made, by purpose
+    calls: dict[str, int] = Field(default_factory=dict)
+
+    @property
+    def total_calls(self) -> int:
+        return sum(self.calls.values())
+
+
+def begin_run(store: Store, run_id: str, config: RunConfig, owner: str) -> RunResult:
+    """Create the Run row, or record a resume of it; returns the result to fill in.
+
+    ``config.resume`` demands that the run exists. ``owner`` is the lease holder's tag.
+    """
+    from core.store import redact_url
+
+    result = RunResult(run_id=run_id, db=redact_url(store.url))
+    with store.session() as s:
+        existing = s.get(Run, run_id)
+        if existing is None and config.resume:
+            raise UserError(f"--resume {run_id}: no such run in {redact_url(store.url)}")
+        if existing is not None:
+            result.resumed = True
+            unfinished = s.exec(
+                select(Conversation).where(
+                    Conversation.run_id == run_id,
+                    Conversation.status.in_(UNFINISHED),  # type: ignore[attr-defined]
+                )
+            ).all()
+            stale = [c for c in unfinished if c.status == "running"]
+            _interrupt(s, stale, "interrupted: the process ended before the conversation finished")
+            result.interrupted_before = len(unfinished)
+            cfg = dict(existing.config or {})
+            cfg.setdefault("resumes", []).append(
+                {"at": utcnow().isoformat(), "interrupted": len(stale)}
+            )
+            existing.config = cfg
+            existing.status = "running"
+            existing.updated_at = utcnow()
+            s.add(existing)
+        else:
+            s.add(
+                Run(
+                    id=run_id,
+                    kind="run",
+                    status="running",
+                    config=_redacted_config(config),
+                    branchpoint_version=_version(),
+                    owner=owner,
+                    heartbeat_at=utcnow(),
+                )
+            )
+        s.commit()
+    return result
+
+
+def stored_turns(store: Store, run_id: str) -> int:
+    """Turns the run already has (a resume counts them as done)."""
+    return stored_turn_count(store, run_id)
+
+
+def complete_run(store: Store, run_id: str) -> None:
+    from core.store import redact_url
+
+    with store.session() as s:
+        run_row = s.get(Run, run_id)
+        if run_row is None:
+            raise UserError(f"run {run_id}: its Run row is gone from {redact_url(store.url)}")
+        run_row.status = "completed"
+        run_row.updated_at = utcnow()
+        s.add(run_row)
+        s.commit()
+
+
+def mark_interrupted(
+    store: Store, run_id: str, reason: str, *, run_status: str = "interrupted"
+) -> int:
+    """Conversations of ``run_id`` still running or pending -> interrupted (with ``reason``)."""
+    with store.session() as s:
+        rows = s.exec(
+            select(Conversation).where(
+                Conversation.run_id == run_id,
+                Conversation.status.in_(("running", "pending")),  # type: ignore[attr-defined]
+            )
+        ).all()
+        _interrupt(s, rows, reason)
+        run_row = s.get(Run, run_id)
+        if run_row is not None:
+            run_row.status = run_status
+            run_row.updated_at = utcnow()
+            s.add(run_row)
+        s.commit()
+    return len(rows)
+
+
+def summaries(store: Store, run_id: str) -> list[ConversationSummary]:
+    return [
+        ConversationSummary(
+            id=c.id,
+            scenario_id=c.scenario_id,
+            variant_id=c.variant_id,
+            target=c.target,
+            condition=c.condition,
+            replicate=c.replicate,
+            status=c.status,
+            stop_reason=c.stop_reason,
+            n_turns=c.n_turns,
+            error=c.error,
+            parent_id=c.parent_id,
+            fork_turn=c.fork_turn,
+        )
+        for c in run_conversations(store, run_id)
+    ]
+
+
+def _interrupt(session: Any, conversations: Sequence[Conversation], reason: str) -> None:
+    for conv in conversations:
+        conv.status, conv.error, conv.updated_at = "interrupted", reason, utcnow()
+        session.add(conv)
+
+
+def _redacted_config(config: RunConfig) -> dict[str, Any]:
+    from core.redaction import redact
+
+    data = config.model_dump()
+    data.pop("resume", None)
+    return redact(data)
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("branchpoint")
+    except PackageNotFoundError:
+        return ""

@@ -1,0 +1,184 @@
+"""The provider registry: built-in providers and plugins declare a ProviderKind; nothing else knows them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from fixtures.engine.helpers import HERE as FIX
+from fixtures.engine.helpers import plugin_env, run_cli
+
+from core.errors import UserError
+from simulator.completion import GenParams, Message
+from simulator.gateway import Gateway
+from simulator.providers import registry
+from simulator.specs import parse_spec
+
+LAB_PLUGIN = '''
+"""A lab's in-house model family, served under its own prefix: lab:NAME."""
+from simulator.completion import Completion, GenParams, Message
+from simulator.providers.base import ProviderKind
+
+MADE: list[str] = []
+
+
+class LabModels:
+    async def complete(self, model: str, messages: list[Message], params: GenParams) -> Completion:
+        return Completion(text=f"lab {model} here, tell me more", finish_reason="stop")
+
+    async def aclose(self) -> None:
+        return None
+
+
+def create(model: str) -> LabModels:
+    MADE.append(model)
+    return LabModels()
+
+
+PROVIDER = ProviderKind(
+    prefix="lab",
+    usage="lab:NAME",
+    create=create,
+    default_concurrency=3,
+    limit_key=lambda model, params: "lab:one-gpu",  # every lab model shares one machine
+)
+'''
+
+
+@pytest.fixture
+def plugin_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A plugin module ``lab_plugin`` on sys.path, named in $BRANCHPOINT_PLUGINS; the registry's
+    table is restored afterwards so that other tests never see its prefix."""
+    (tmp_path / "lab_plugin.py").write_text(LAB_PLUGIN, encoding="utf-8")
+    (tmp_path / "hf_thief.py").write_text(
+        LAB_PLUGIN.replace('prefix="lab"', 'prefix="hf"'), encoding="utf-8"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("BRANCHPOINT_PLUGINS", "lab_plugin")
+    monkeypatch.setattr(registry, "_modules", dict(registry._modules))
+    monkeypatch.setattr(registry, "_kinds", dict(registry._kinds))
+    for name in ("lab_plugin", "hf_thief"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    return tmp_path
+
+
+def test_a_plugin_prefix_parses_and_is_served_with_its_declared_limits(plugin_dir: Path) -> None:
+    spec = parse_spec("lab:tiny")
+    assert (spec.kind, spec.model) == ("lab", "tiny")
+
+    async def go() -> tuple[list[str], list[int], int]:
+        gw = Gateway(cache=False)
+        texts = []
+        for name in ("tiny", "big", "tiny"):
+            completion, _ = await gw.complete(
+                f"lab:{name}", [Message(role="user", content="hi")], GenParams()
+            )
+            texts.append(completion.text)
+        limits = [lim.limits.max_concurrency for lim in gw._limiters.values()]
+        n = len(gw._providers)
+        await gw.aclose()
+        return texts, limits, n
+
+    texts, limits, n_providers = asyncio.run(go())
+    assert texts == [f"lab {m} here, tell me more" for m in ("tiny", "big", "tiny")]
+    assert limits == [3]  # one limiter (the declared key), at the declared concurrency
+    assert n_providers == 1  # one provider object per prefix, shared by its models
+    assert sys.modules["lab_plugin"].MADE == ["tiny"]
+
+
+def test_unknown_prefix_lists_registered_ones_plugins_included(plugin_dir: Path) -> None:
+    with pytest.raises(UserError) as info:
+        parse_spec("vllm:foo")
+    msg = str(info.value)
+    assert "\n" not in msg
+    for usage in ("embedded", "hf:MODEL_ID_OR_PATH", "litellm:PROVIDER/MODEL", "lab:NAME"):
+        assert usage in msg
+    assert registry.prefixes()[-1] == "lab"
+
+
+def test_a_plugin_cannot_take_a_built_in_prefix(
+    plugin_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("BRANCHPOINT_PLUGINS", "hf_thief")
+    with pytest.raises(UserError, match=r"hf_thief: provider prefix 'hf' is already declared by"):
+        parse_spec("nosuch:model")
+    assert parse_spec("hf:org/model").kind == "hf"
+    assert registry.provider_kind("hf").create.__module__ == "simulator.providers.hf"
+
+
+def test_a_plugin_that_cannot_be_imported_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BRANCHPOINT_PLUGINS", "no_such_plugin_module")
+    with pytest.raises(UserError, match=r"^\$BRANCHPOINT_PLUGINS: cannot import 'no_such_plugin"):
+        parse_spec("nosuch:model")
+
+
+def test_parsing_a_spec_imports_only_its_own_provider_module() -> None:
+    code = textwrap.dedent(
+        """
+        import json, sys
+        from simulator.specs import parse_spec
+        parse_spec("scripted:echo")
+        parse_spec("oai:m")
+        print(json.dumps(sorted(m for m in sys.modules if m.startswith("simulator.providers."))))
+        print(json.dumps([m for m in ("torch", "transformers", "litellm") if m in sys.modules]))
+        """
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    providers, heavy = (json.loads(line) for line in proc.stdout.splitlines()[-2:])
+    assert providers == [
+        "simulator.providers.base",
+        "simulator.providers.oai",
+        "simulator.providers.registry",
+        "simulator.providers.scripted",
+    ]
+    assert heavy == []
+
+
+def test_a_run_on_the_command_line_targets_a_plugin_provider(tmp_path: Path) -> None:
+    (tmp_path / "lab_plugin.py").write_text(LAB_PLUGIN, encoding="utf-8")
+    env = plugin_env(0.0)
+    env["PYTHONPATH"] = f"{tmp_path}:{env['PYTHONPATH']}"
+    env["BRANCHPOINT_PLUGINS"] = "engine_plugin,lab_plugin"
+    db = tmp_path / "lab.db"
+    proc = run_cli(
+        "run",
+        str(FIX / "on_event.yaml"),
+        "--target",
+        "lab:tiny",
+        "--simulator",
+        "scripted:persona",
+        "--max-turns",
+        "3",
+        "--db",
+        str(db),
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr
+    import sqlite3
+
+    with sqlite3.connect(db) as con:
+        replies = {r[0] for r in con.execute("select content from turns where role = 'assistant'")}
+        targets = {r[0] for r in con.execute("select target from conversations")}
+    assert targets == {"lab:tiny"}
+    assert "lab tiny here, tell me more" in replies
+
+
+def test_a_plugin_with_neither_provider_nor_register_is_refused(
+    plugin_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from simulator.runner import load_plugins
+
+    (plugin_dir / "idle_plugin.py").write_text('"""Declares nothing."""\n', encoding="utf-8")
+    monkeypatch.delitem(sys.modules, "idle_plugin", raising=False)
+    monkeypatch.setenv("BRANCHPOINT_PLUGINS", "lab_plugin,idle_plugin")
+    with pytest.raises(UserError, match="'idle_plugin' has no register.gateway. function"):
+        load_plugins(Gateway(cache=False))
+    monkeypatch.setenv("BRANCHPOINT_PLUGINS", "lab_plugin")
+    assert load_plugins(Gateway(cache=False)) == ["lab_plugin"]  # PROVIDER alone is enough
