@@ -4,9 +4,11 @@ The call sees the scenario context (title, persona summary), the transcript up t
 the rated chatbot turn (each message between markers, so that model text cannot pose as
 instructions), and the criteria with their anchors. It must answer with a JSON object, one entry
 per criterion: ``{"applicable": bool, "verdict": level|null, "rationale": str, "evidence": [str]}``.
-The schema goes to the provider as ``GenParams.json_schema`` (providers with a JSON-schema mode
-use it); the answer is also dug out of fenced or chatty text, then validated by a pydantic model
-built for the rubric.
+The schema goes to the provider as ``GenParams.json_schema``: OpenAI-compatible servers get it
+down the structured-output ladder of ``simulator/structured.py`` (json_schema, json_object, or
+the schema in the prompt; ``--judge-param structured=MODE`` pins one), local models decode guided
+by it. Whatever the mode, the answer is dug out of fenced or chatty text, then validated by a
+pydantic model built for the rubric.
 
 Failure is explicit: output that does not validate is retried ``max_retries`` times, each time
 with a note saying what was wrong; after that every criterion of the call is stored as ``error``
@@ -18,8 +20,6 @@ defaults to a pass.
 from __future__ import annotations
 
 import hashlib
-import json
-import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, ClassVar
@@ -37,6 +37,9 @@ from pydantic import (
 from judges.evidence import verify_quotes
 from judges.rubric import ERROR, Criterion, Rubric
 from judges.verdicts import CriterionVerdict, JudgingUnit, error_verdicts
+from simulator.structured import extract_json, pinned_mode
+
+__all__ = ["LLMJudge", "PROMPT_VERSION", "extract_json", "json_schema", "parse_output"]
 
 TEMPLATE_PATH = Path(__file__).resolve().parent / "prompts" / "judge.j2"
 _TEMPLATE_TEXT = TEMPLATE_PATH.read_text(encoding="utf-8")
@@ -149,7 +152,7 @@ def _build_output_model(rubric: Rubric, criteria: list[Criterion]) -> type[BaseM
     fields: dict[str, Any] = {
         f"c_{i}": (rating | None, Field(None, alias=c.id)) for i, c in enumerate(criteria)
     }
-    return create_model(  # type: ignore[call-overload,no-any-return]
+    return create_model(
         "JudgeOutput", __config__=ConfigDict(extra="forbid", populate_by_name=False), **fields
     )
 
@@ -174,37 +177,6 @@ def json_schema(rubric: Rubric, criteria: list[Criterion]) -> dict[str, Any]:
         "required": [c.id for c in criteria],
         "additionalProperties": False,
     }
-
-
-_FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.S)
-
-
-def extract_json(text: str) -> Any:
-    """The JSON object in ``text``: the whole text, a fenced block, or the first object in prose.
-
-    Raises ValueError when there is none.
-    """
-    stripped = text.strip()
-    if not stripped:
-        raise ValueError("the reply is empty")
-    try:
-        return json.loads(stripped)
-    except json.JSONDecodeError:
-        pass
-    for block in _FENCE.findall(text):
-        try:
-            return json.loads(block.strip())
-        except json.JSONDecodeError:
-            continue
-    decoder = json.JSONDecoder()
-    for m in re.finditer(r"\{", text):
-        try:
-            obj, _ = decoder.raw_decode(text, m.start())
-        except json.JSONDecodeError:
-            continue
-        if isinstance(obj, dict):
-            return obj
-    raise ValueError("no JSON object found in the reply")
 
 
 def _unwrap(obj: Any, ids: set[str]) -> Any:
@@ -284,6 +256,8 @@ class LLMJudge:
         self.gateway = gateway
         self.params = params
         self.max_retries = max(0, max_retries)
+        if params is not None:  # a mistyped structured=... is the user's error, before any call
+            pinned_mode(params, where="--judge-param")
 
     def _params(self, rubric: Rubric, criteria: list[Criterion]) -> Any:
         from simulator.completion import GenParams

@@ -24,7 +24,8 @@ class GenParams(BaseModel):
     max_tokens: int | None = None
     seed: int | None = None
     stop: list[str] | None = None
-    # JSON schema for structured output; providers use their JSON-schema mode where they have one.
+    # JSON schema for structured output: HTTP providers climb simulator/structured.py's ladder
+    # (``extra.structured`` pins a mode), local ones decode guided by it; callers still validate.
     json_schema: dict[str, Any] | None = None
     api_base: str | None = None
     extra: dict[str, Any] = Field(default_factory=dict)
@@ -49,13 +50,34 @@ class Completion(BaseModel):
     model: str = ""
     cached: bool = False
     attempts: int = 1
+    # How structured output was asked for (json_schema, json_object or prompt; None when it was
+    # not, or the provider has no such modes), and the modes the server refused on the way.
+    structured: str | None = None
+    structured_refused: list[str] = Field(default_factory=list)
 
 
 class ModelError(Exception):
-    """A call that failed for good (after retries); ``reason`` is one line, safe to store."""
+    """A call that failed for good (after retries); ``reason`` is one line, safe to store.
 
-    def __init__(self, reason: str, *, retryable: bool = False, retry_after: float | None = None):
+    HTTP providers add the ``status`` and the start of the body (``detail``, redacted), and set
+    ``refused`` when the server refused the request's structured-output shape: a request to send
+    differently, never to retry as it was.
+    """
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        retryable: bool = False,
+        retry_after: float | None = None,
+        status: int | None = None,
+        detail: str = "",
+        refused: bool = False,
+    ):
         super().__init__(reason)
         self.reason = reason
         self.retryable = retryable
         self.retry_after = retry_after
+        self.status = status
+        self.detail = detail
+        self.refused = refused

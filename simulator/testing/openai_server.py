@@ -8,6 +8,14 @@ Serves ``POST /v1/chat/completions`` and ``GET /v1/models``. The reply comes fro
 optional fixed delay. To exercise clients' retry paths it can answer 429 with ``Retry-After``:
 for the first K requests overall (``--fail-first K``), or, per model name, for the first K requests
 that carry the header ``x-fail-first: K``. It never binds anything but 127.0.0.1.
+
+``--structured`` imitates what servers accept as ``response_format``, to exercise clients'
+structured-output ladders: ``json_schema`` (default: every type), ``json_object`` (json_object,
+with or without a schema, and text; json_schema is refused as llama-cpp-python does) or ``none``
+(only text). A refusal is answered with ``--refuse-status`` (400, or 500 as some servers do). An
+accepted schema (json_schema's, or json_object's ``schema``) reaches the answering model as
+``GenParams.json_schema``, so that ``embedded`` decodes guided by it like a real server would.
+Every request's ``response_format`` type is kept in ``formats``, and refusals are counted.
 """
 
 from __future__ import annotations
@@ -18,7 +26,8 @@ import itertools
 import threading
 import time
 from collections import defaultdict
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Literal
 
 from aiohttp import web
 
@@ -26,6 +35,22 @@ from simulator.completion import GenParams, Message, ModelError
 
 HOST = "127.0.0.1"
 ALIASES = {"scripted-echo": "scripted:echo", "echo": "scripted:echo"}
+Structured = Literal["json_schema", "json_object", "none"]
+STRUCTURED: tuple[Structured, ...] = ("json_schema", "json_object", "none")
+ACCEPTS: dict[str, set[str]] = {
+    "json_schema": {"text", "json_schema", "json_object"},
+    "json_object": {"text", "json_object"},
+    "none": {"text"},
+}
+# What the imitated servers say when they refuse: the first is pydantic's message on
+# llama-cpp-python's request model, the second that of a server without the field at all.
+REFUSALS: dict[str, str] = {
+    "json_object": (
+        "1 validation error for CreateChatCompletionRequest\nresponse_format.type\n"
+        "  Input should be 'text' or 'json_object' [type=literal_error, input_value={got!r}]"
+    ),
+    "none": "response_format is not supported by this server",
+}
 
 
 def _text(content: Any) -> str:
@@ -52,11 +77,22 @@ class ChatServer:
         retry_after: float = 1.0,
         reasoning: str | None = None,
         require_key: str | None = None,
+        structured: Structured = "json_schema",
+        refuse_status: int = 400,
+        models: Mapping[str, Any] | None = None,
     ) -> None:
         from simulator.gateway import Gateway
 
+        if structured not in STRUCTURED:
+            raise ValueError(f"structured={structured!r}: expected one of {', '.join(STRUCTURED)}")
         self.spec = ALIASES.get(model, model)
         self.gateway = Gateway(cache=False, max_attempts=1, timeout_s=None)
+        for spec, provider in (models or {}).items():  # e.g. a scripted judge, for tests
+            self.gateway.register(spec, provider)
+        self.structured = structured
+        self.refuse_status = refuse_status
+        self.formats: list[str] = []  # each request's response_format type ("text" when none)
+        self.refusals = 0
         self.delay_s = delay_s
         self.fail_first = fail_first
         self.retry_after = retry_after
@@ -122,6 +158,16 @@ class ChatServer:
                 headers={"Retry-After": f"{self.retry_after:g}"},
             )
 
+        shape = body.get("response_format")
+        kind = str(shape.get("type", "")) if isinstance(shape, dict) else "text"
+        self.formats.append(kind)
+        if kind not in ACCEPTS[self.structured]:
+            self.refusals += 1
+            said = REFUSALS.get(self.structured, "response_format type {got!r} is unknown")
+            kind_name = "invalid_request_error" if self.refuse_status < 500 else "server_error"
+            return self._error(self.refuse_status, said.format(got=kind), kind_name)
+        schema = _schema_of(shape) if kind != "text" else None
+
         stop = body.get("stop")
         params = GenParams(
             temperature=body.get("temperature"),
@@ -129,6 +175,7 @@ class ChatServer:
             max_tokens=body.get("max_tokens") or body.get("max_completion_tokens"),
             seed=body.get("seed"),
             stop=[stop] if isinstance(stop, str) else stop,
+            json_schema=schema,
         )
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
@@ -162,6 +209,13 @@ class ChatServer:
                 },
             }
         )
+
+
+def _schema_of(shape: dict[str, Any]) -> dict[str, Any] | None:
+    """The schema a request's response_format carries, where it carries one."""
+    inner = shape.get("json_schema")
+    schema = inner.get("schema") if isinstance(inner, dict) else shape.get("schema")
+    return schema if isinstance(schema, dict) else None
 
 
 async def start(server: ChatServer, port: int = 0) -> tuple[web.AppRunner, str]:
@@ -236,6 +290,19 @@ def main(argv: list[str] | None = None) -> None:
         "--retry-after", type=float, default=1.0, help="Retry-After seconds sent with 429s"
     )
     parser.add_argument("--reasoning", default=None, help="reasoning_content to add to every reply")
+    parser.add_argument(
+        "--structured",
+        choices=STRUCTURED,
+        default="json_schema",
+        help="response_format types accepted: json_schema (all), json_object (no json_schema), "
+        "none (text only)",
+    )
+    parser.add_argument(
+        "--refuse-status",
+        type=int,
+        default=400,
+        help="HTTP status of a refused response_format (400, or 500 like some servers)",
+    )
     args = parser.parse_args(argv)
 
     import os
@@ -250,6 +317,8 @@ def main(argv: list[str] | None = None) -> None:
             fail_first=args.fail_first,
             retry_after=args.retry_after,
             reasoning=args.reasoning,
+            structured=args.structured,
+            refuse_status=args.refuse_status,
         )
         runner, url = await start(server, args.port)
         print(url, flush=True)
