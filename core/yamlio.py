@@ -8,12 +8,13 @@ its problems at once, not only the first.
 The YAML is parsed with ruamel's round-trip loader because it keeps the line and column of every
 key and value; its output is converted to plain dicts, lists and scalars before validation, and
 custom tags (``!!python/object`` and friends) are rejected, so nothing is ever constructed from a
-tag.
+tag. Size, nesting depth and aliases are bounded (core/yaml_limits.py) before anything is expanded.
 """
 
 from __future__ import annotations
 
 import difflib
+import os
 import types
 import typing
 from collections.abc import Iterable, Sequence
@@ -31,8 +32,13 @@ from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from ruamel.yaml.reader import ReaderError
 from ruamel.yaml.scalarbool import ScalarBoolean
 
+from core.yaml_limits import MAX_FILE_BYTES, BoundedComposer, BoundedScanner, YAMLLimitError
+
 M = TypeVar("M", bound=BaseModel)
-Loc = tuple[str | int, ...]
+# One step of a path into a document: a mapping key or a list index. YAML mapping keys may also
+# be numbers or null (``1.5: x``, ``~: y``); positions keep them as the file has them.
+LocPart = str | int | float | None
+Loc = tuple[LocPart, ...]
 
 # Ids of scenarios, stages, criteria, rubrics: here, so that error messages can recognise it.
 ID_PATTERN = r"^[a-z0-9][a-z0-9_\-]*$"
@@ -92,7 +98,7 @@ class PosMap(dict[Loc, NodePos]):
         return (), NodePos(1, 1, 1, 1, True, "")
 
 
-def format_loc(loc: Iterable[str | int]) -> str:
+def format_loc(loc: Iterable[LocPart]) -> str:
     out = ""
     for part in loc:
         if isinstance(part, int) and not isinstance(part, bool):
@@ -110,7 +116,9 @@ def read_text(path: str | Path) -> tuple[str | None, list[LoadError]]:
     """The file's text, or a one-line error: missing, unreadable, not UTF-8, empty."""
     shown = str(path)
     try:
-        raw = Path(path).read_bytes()
+        raw = _read_bounded(Path(path))
+    except _TooLarge as exc:
+        return None, [LoadError(shown, 1, 1, FILE_FIELD, str(exc))]
     except FileNotFoundError:
         return None, [LoadError(shown, 1, 1, FILE_FIELD, "file not found (expected a YAML file)")]
     except IsADirectoryError:
@@ -135,9 +143,35 @@ def read_text(path: str | Path) -> tuple[str | None, list[LoadError]]:
     return text, []
 
 
+class _TooLarge(Exception):
+    pass
+
+
+def _read_bounded(path: Path) -> bytes:
+    """The file's bytes, refusing before reading when it is over :data:`MAX_FILE_BYTES`."""
+    with path.open("rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size > MAX_FILE_BYTES:
+            raise _TooLarge(
+                f"file is {size} bytes (expected at most {MAX_FILE_BYTES} bytes, "
+                f"{MAX_FILE_BYTES // 2**20} MiB)"
+            )
+        # A pipe or device reports no size: read one byte past the bound to tell.
+        raw = f.read(MAX_FILE_BYTES + 1)
+    if len(raw) > MAX_FILE_BYTES:
+        raise _TooLarge(
+            f"file is over {MAX_FILE_BYTES} bytes (expected at most {MAX_FILE_BYTES} bytes, "
+            f"{MAX_FILE_BYTES // 2**20} MiB)"
+        )
+    return raw
+
+
 def _yaml(allow_duplicates: bool = False) -> YAML:
     y = YAML(typ="rt")
     y.allow_duplicate_keys = allow_duplicates
+    # Depth and alias bounds, checked before anything is expanded (see core.yaml_limits).
+    y.Scanner = BoundedScanner
+    y.Composer = BoundedComposer
     return y
 
 
@@ -177,6 +211,10 @@ def _duplicate_keys(text: str, path: str) -> list[LoadError]:
 
 def _syntax_error(exc: Exception, text: str, path: str) -> LoadError:
     """One line for a YAML error: position, the problem, a hint for unquoted templates."""
+    if isinstance(exc, YAMLLimitError):
+        mark = exc.problem_mark
+        line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
+        return LoadError(path, line, col, _short_field(exc.loc), exc.message)
     if isinstance(exc, ReaderError):  # a character YAML does not allow (control characters)
         before = text[: exc.position]
         line = before.count("\n") + 1
@@ -201,6 +239,15 @@ def _syntax_error(exc: Exception, text: str, path: str) -> LoadError:
         return LoadError(path, line, col, YAML_FIELD, f"{problem}{hint} (expected valid YAML)")
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return LoadError(path, 1, 1, YAML_FIELD, f"{first} (expected valid YAML)")
+
+
+def _short_field(loc: tuple[str | int, ...], keep: int = 4) -> str:
+    """The path of a value, cut short when deep (a too-deep value is a hundred steps down)."""
+    if not loc:  # found by the scanner, which runs ahead of any path
+        return YAML_FIELD
+    if len(loc) <= keep:
+        return format_loc(loc)
+    return format_loc(loc[:keep]) + "..."
 
 
 def parse_yaml(text: str, path: str | Path) -> tuple[Any, PosMap, list[LoadError]]:

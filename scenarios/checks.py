@@ -7,9 +7,10 @@ so that the YAML loader can point at its line and column, and the message follow
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
-from core.templates import syntax_problem, undeclared_names
+from core.templates import render_problem, syntax_problem, undeclared_names, unsafe_attribute
 from scenarios.parts import ScenarioFields
 
 Loc = tuple[str | int, ...]
@@ -17,10 +18,6 @@ Problem = tuple[Loc, str]
 
 # A factorial design multiplies option counts; beyond this it is almost surely a mistake.
 MAX_VARIANTS = 10_000
-
-# Names every scenario template sees besides the scenario's own ``vars`` (see variants.render_*).
-SCENARIO_TEMPLATE_NAMES = frozenset({"persona"})
-PROFILE_TEMPLATE_NAMES = frozenset({"sentences"})
 
 
 def _one_of(names: list[str]) -> str:
@@ -180,9 +177,19 @@ def _profile_problems(s: ScenarioFields) -> list[Problem]:
     return out
 
 
-def _template_fields(s: ScenarioFields) -> Iterator[tuple[Loc, str, frozenset[str]]]:
-    """Every field that may hold a template, with the names it may use."""
-    base = SCENARIO_TEMPLATE_NAMES | frozenset(s.vars)
+def template_context(s: ScenarioFields) -> dict[str, Any]:
+    """What a scenario's templates see when it runs: its ``vars`` and ``persona``.
+
+    The same context as ``scenarios.variants.template_context`` (a test keeps them equal); here
+    because the checks run inside model validation, before variants can be imported."""
+    ctx: dict[str, Any] = dict(s.vars)
+    ctx["persona"] = {"name": s.persona.name, "age": s.persona.age, "gender": s.persona.gender}
+    return ctx
+
+
+def _template_fields(s: ScenarioFields) -> Iterator[tuple[Loc, str, dict[str, Any]]]:
+    """Every field that may hold a template, with the values it is rendered with."""
+    base = template_context(s)
     for field in ("name", "gender", "background", "voice", "context"):
         value = getattr(s.persona, field)
         if isinstance(value, str):
@@ -194,29 +201,47 @@ def _template_fields(s: ScenarioFields) -> Iterator[tuple[Loc, str, frozenset[st
         for name, option in bp.options.items():
             yield ("branch_points", i, "options", name, "instruction"), option.instruction, base
     if s.profile is not None:
-        prof = base | frozenset(s.profile.vars)
+        prof = {**base, **s.profile.vars}
         for attr, spec in s.profile.attributes.items():
             for level, text in spec.levels.items():
                 yield ("profile", "attributes", attr, "levels", level), text, prof
         if s.profile.explicit_cue is not None:
             yield ("profile", "explicit_cue"), s.profile.explicit_cue, prof
-        yield ("profile", "template"), s.profile.template, prof | PROFILE_TEMPLATE_NAMES
+        # A bio's sentences are its attributes' levels; any one of each shows the template works.
+        sentences = [next(iter(spec.levels.values()), "") for spec in s.profile.attributes.values()]
+        yield ("profile", "template"), s.profile.template, {**prof, "sentences": sentences}
 
 
 def _template_problems(s: ScenarioFields) -> list[Problem]:
     out: list[Problem] = []
-    for loc, text, names in _template_fields(s):
-        out.extend(template_problems(loc, text, names))
+    for loc, text, context in _template_fields(s):
+        out.extend(template_problems(loc, text, frozenset(context), context))
     return out
 
 
-def template_problems(loc: Loc, text: str, names: frozenset[str] | set[str]) -> list[Problem]:
-    """Parse errors and unknown placeholder names of one template field."""
+def template_problems(
+    loc: Loc,
+    text: str,
+    names: frozenset[str] | set[str],
+    context: Mapping[str, Any] | None = None,
+) -> list[Problem]:
+    """The first problem of one template field: it does not parse, reaches for an internal
+    attribute, names an unknown variable, or (given the ``context`` it runs with) fails to render.
+    """
     if "{" not in text:
         return []
     problem = syntax_problem(text)
     if problem:
         return [(loc, f"{problem} (expected a Jinja2 template such as 'I am {{{{ age }}}}')")]
+    unsafe = unsafe_attribute(text)
+    if unsafe:
+        return [
+            (
+                loc,
+                f"template reaches for {unsafe!r}, an internal attribute the sandbox forbids "
+                "(expected only variables and their keys, such as '{{ persona.name }}')",
+            )
+        ]
     unknown = sorted(undeclared_names(text) - set(names))
     if unknown:
         return [
@@ -226,4 +251,14 @@ def template_problems(loc: Loc, text: str, names: frozenset[str] | set[str]) -> 
                 f"{', '.join(repr(u) for u in unknown)} (expected one of: {_one_of(sorted(names))})",
             )
         ]
+    if context is not None:
+        failed = render_problem(text, context)
+        if failed:
+            return [
+                (
+                    loc,
+                    f"{failed} (expected a template that renders with the scenario's values: "
+                    f"{_one_of(sorted(context))})",
+                )
+            ]
     return []

@@ -16,6 +16,11 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 BAD = FIXTURES / "bad"
 GOOD = FIXTURES / "good"
 ID_RULE = "(expected an id: lowercase letters, digits, '-' or '_', starting with a letter or digit)"
+UNSAFE = (
+    "template reaches for '{}', an internal attribute the sandbox forbids "
+    "(expected only variables and their keys, such as '{{{{ persona.name }}}}')"
+)
+DEEP = "nested more than 100 levels deep (expected at most 100 levels of lists and mappings)"
 
 # file -> every error it must produce: (line, col, field, message). Exactly these, nothing more.
 EXPECTED: dict[str, list[tuple[int, int, str, str]]] = {
@@ -56,6 +61,45 @@ EXPECTED: dict[str, list[tuple[int, int, str, str]]] = {
     "template_unknown_var.yaml": [
         (10, 10, "opening", "unknown template variable 'nmae' (expected one of: name, persona)")
     ],
+    # Templates are rendered in the sandbox when the scenario is loaded, not first when it runs.
+    "template_unsafe_class.yaml": [(10, 10, "opening", UNSAFE.format("__class__"))],
+    "template_unsafe_globals.yaml": [(10, 10, "opening", UNSAFE.format("__globals__"))],
+    "template_undefined_attr.yaml": [
+        (
+            10,
+            10,
+            "opening",
+            "template reads an undefined value: 'dict object' has no attribute 'agee' "
+            "(expected a template that renders with the scenario's values: name, persona)",
+        )
+    ],
+    # Hostile YAML: each bound is one line, found before anything is expanded.
+    "alias_bomb.yaml": [
+        (
+            8,
+            8,
+            "f[0]",
+            "alias *e: aliases copy 141148 values so far (expected at most 100000 per file)",
+        )
+    ],
+    "alias_recursive.yaml": [
+        (
+            4,
+            10,
+            "vars.again",
+            "alias *v is inside the value it refers to (expected an alias to a value defined before it)",
+        )
+    ],
+    "too_many_aliases.yaml": [
+        (
+            5,
+            6010,
+            "vars.many[1000]",
+            "alias *one: 1001 alias references (expected at most 1000 per file)",
+        )
+    ],
+    "nesting_too_deep.yaml": [(5, 201, "vars.x[0][0]...", DEEP)],
+    "nesting_flow_too_deep.yaml": [(4, 106, "<yaml>", f"'[' {DEEP}")],
     "unquoted_template.yaml": [
         (
             10,
