@@ -2,18 +2,28 @@
 
 For a branch point X with baseline option x0, an arm with X = x is paired with the arm that has
 X = x0 and is otherwise identical: same run, scenario, target, condition, simulator, replicate and
-the same option at every other branch point / profile attribute. For each criterion, a pair counts
-when both arms have at least one applicable rating of it. Per pair we compare:
+the same option at every other branch point / profile attribute. Only the turns after the two arms'
+fork are compared (``analysis.forks``): the shared prefix is one conversation in both arms. For
+each criterion, a pair counts when both arms rated it at least once after the fork; a criterion
+rated in one arm only leaves the contrast and is counted (``n_only_baseline``, ``n_only_option``).
 
-* the failure rate (fails / ratings, pooled over the pairs; the difference has a cluster-bootstrap
-  interval that resamples scenarios, both arms together);
-* conversation-level failure (any turn failed) with McNemar's exact test on discordant pairs;
-* the mean score (pass 1, partial 0.5, fail 0) with the Wilcoxon signed-rank test and the
-  matched-pairs rank-biserial correlation as effect size;
-* for branch points with three or more options, a Friedman test over complete blocks.
+Sign convention: every difference is option minus baseline, on failure; > 0 means the option
+fails more. Per contrast x criterion x condition (conditions are never pooled):
 
-Holm's correction runs across the whole family of pairwise contrasts (every branch point, option
-and criterion of one call), separately for McNemar and Wilcoxon p-values.
+* primary, at the level of the independent unit (the scenario): each pair's difference in its
+  post-fork failure proportion, averaged within the scenario; a one-sample t-test over the
+  scenario means (``p_scenario``, Holm: ``p_scenario_holm``) and the matching t interval
+  (``ci_low``, ``ci_high``; per comparison, not adjusted for multiplicity). The same for the
+  conversation-level outcome "any post-fork turn failed" (``diff_conv``, ``p_conv_scenario``).
+  One scenario: no test and no interval, said in ``interval``;
+* secondary, pair-level and NOT cluster-adjusted (pairs of one scenario are not independent):
+  McNemar's exact test on the conversation-level outcome, Wilcoxon signed-rank on the pairs' mean
+  post-fork scores (pass 1, partial 0.5, fail 0; differences rounded before ranking), with the
+  rank-biserial correlation signed like ``diff`` (> 0: the option scored lower);
+* for branch points with three or more options, Friedman with scenarios as blocks.
+
+Holm's correction runs across the whole family of one call (every branch point, option, criterion
+and condition), separately for each kind of p-value.
 
 Baseline options come, in order, from the ``baselines`` argument, the scenario file named by
 ``Conversation.scenario_path`` (when it loads), or the data: the option held by the most
@@ -37,14 +47,17 @@ from analysis.bootstrap import (
     per_cluster_sums,
     ratio_difference_interval,
 )
-from analysis.stats import friedman, holm, mcnemar_exact, wilcoxon_paired
+from analysis.forks import COUNT_COLS, Tree, TurnCounts
+from analysis.stats import cluster_mean_test, friedman, holm, mcnemar_exact, wilcoxon_paired
 from analysis.tables import CHOICE_PREFIX, as_conversation_frame, choice_column, choice_columns
+from analysis.versions import keep_versions_apart
+from core.domain import is_branch_key
 
 PAIR_KEYS = ["run_id", "scenario_id", "target", "condition", "simulator", "replicate"]
 CRITERION_KEYS = ["rubric_id", "criterion_id", "judge"]
-SIDE_COLS = ["conversation_id", "n_rated", "n_fail", "score_sum", "n_scored"]
-NON_BRANCH_PREFIXES = ("profile:",)
-NON_BRANCH_KEYS = ("explicit_cue",)
+# Below this many scenarios a cluster bootstrap under-covers (90% at 10 scenarios, 92.5% at 20
+# for a nominal 95% in our calibration): the pooled difference then gets no bootstrap interval.
+BOOT_MIN_CLUSTERS = 30
 
 
 def branch_point_keys(cc: pd.DataFrame) -> list[str]:
@@ -52,7 +65,7 @@ def branch_point_keys(cc: pd.DataFrame) -> list[str]:
     out = []
     for col in choice_columns(cc):
         key = col.removeprefix(CHOICE_PREFIX)
-        if key.startswith(NON_BRANCH_PREFIXES) or key in NON_BRANCH_KEYS:
+        if not is_branch_key(key):
             continue
         out.append(key)
     return out
@@ -166,51 +179,109 @@ def _missing(v: Any) -> bool:
     return v is None or (isinstance(v, float) and np.isnan(v))
 
 
-def pair_arms(
-    cc: pd.DataFrame, factor: str, a: Any, b: Any, match: Sequence[str], enc: Encoded | None = None
-) -> pd.DataFrame:
-    """Rows where the arm with ``factor == a`` meets its twin with ``factor == b`` (per criterion).
+def _conv_ids_by_key(enc: Encoded, mask: np.ndarray, key: np.ndarray) -> pd.Series:
+    """Conversation id of each matching key among ``mask`` rows (one conversation per key)."""
+    ids = enc.array("conversation_id")[mask]
+    return pd.Series(ids, index=key[mask]).groupby(level=0).first()
 
-    Columns: match keys, criterion keys, risk_area, and per side ``<col>_a`` / ``<col>_b``.
-    Only pairs in which both arms rated the criterion at least once are kept.
+
+def candidate_pairs(
+    cc: pd.DataFrame,
+    factor: str,
+    a: Any,
+    b: Any,
+    match: Sequence[str],
+    enc: Encoded | None = None,
+    *,
+    turns: TurnCounts | None = None,
+    tree: Tree | None = None,
+) -> pd.DataFrame:
+    """Every criterion of every matched pair of conversations, with post-fork counts per side.
+
+    ``status``: ``pair`` (both arms rated the criterion after the fork), ``only_a`` / ``only_b``
+    (one arm did not: applicability differed, the criterion drops out of the contrast), ``none``
+    (neither), ``never_forked`` (the arms never diverged: identical transcripts, nothing to
+    compare). ``fork_turn``: the first turn the two arms do not share (0: none shared).
     """
     enc = enc or Encoded(cc)
-    keys = [*match, *CRITERION_KEYS]
-    key = enc.key(keys)
-    rated = enc.array("n_rated") > 0
-    fa = enc.level(factor, a) & rated
-    fb = enc.level(factor, b) & rated
-    left = pd.DataFrame({"k": key[fa], "ia": np.flatnonzero(fa)})
-    right = pd.DataFrame({"k": key[fb], "ib": np.flatnonzero(fb)})
-    m = left.merge(right, on="k", validate="one_to_one")
-    ia, ib = m["ia"].to_numpy(), m["ib"].to_numpy()
-    out = {c: enc.take(c, ia) for c in dict.fromkeys([*keys, "risk_area"])}
-    for c in SIDE_COLS:
-        out[f"{c}_a"] = enc.take(c, ia)
-        out[f"{c}_b"] = enc.take(c, ib)
+    tree = tree or Tree(cc)
+    crit_key = enc.key([*match, *CRITERION_KEYS])
+    conv_key = enc.key(list(match))
+    la, lb = enc.level(factor, a), enc.level(factor, b)
+    twins = np.intersect1d(conv_key[la], conv_key[lb])
+    la &= np.isin(conv_key, twins)
+    lb &= np.isin(conv_key, twins)
+    left = pd.DataFrame({"k": crit_key[la], "ck": conv_key[la], "ia": np.flatnonzero(la)})
+    right = pd.DataFrame({"k": crit_key[lb], "ck": conv_key[lb], "ib": np.flatnonzero(lb)})
+    m = left.merge(right, on=["k", "ck"], how="outer", validate="one_to_one")
+    if m.empty:
+        return pd.DataFrame()
+    ck = m["ck"].to_numpy(np.int64)
+    conv_a = _conv_ids_by_key(enc, la, conv_key).reindex(ck).to_numpy(dtype=object)
+    conv_b = _conv_ids_by_key(enc, lb, conv_key).reindex(ck).to_numpy(dtype=object)
+    cutoff = tree.divergences(conv_a, conv_b) if tree.has_forks else np.zeros(len(m))
+    has_a, has_b = m["ia"].notna().to_numpy(), m["ib"].notna().to_numpy()
+    ia = m["ia"].fillna(-1).to_numpy(np.int64)
+    ib = m["ib"].fillna(-1).to_numpy(np.int64)
+    side: dict[str, dict[str, np.ndarray]] = {}
+    for name, idx, has in (("a", ia, has_a), ("b", ib, has_b)):
+        safe = np.where(has, idx, 0)
+        if turns is not None:
+            got = turns.after(safe, cutoff)
+        else:
+            got = {c: enc.array(c)[safe].astype(float) for c in COUNT_COLS}
+        side[name] = {c: np.where(has, v, 0.0) for c, v in got.items()}
+    rated_a, rated_b = side["a"]["n_rated"] > 0, side["b"]["n_rated"] > 0
+    status = np.select(
+        [np.isinf(cutoff), rated_a & rated_b, rated_a, rated_b],
+        ["never_forked", "pair", "only_a", "only_b"],
+        "none",
+    )
+    # Keys and labels come from whichever arm has the row (the other may lack this criterion).
+    src = np.where(has_a, ia, ib)
+    out: dict[str, Any] = {c: enc.take(c, src) for c in dict.fromkeys([*match, *CRITERION_KEYS])}
+    out["risk_area"] = enc.take("risk_area", src)
+    out["conversation_id_a"], out["conversation_id_b"] = conv_a, conv_b
+    for c in COUNT_COLS:
+        out[f"{c}_a"] = side["a"][c]
+        out[f"{c}_b"] = side["b"][c]
+    out["fork_turn"] = cutoff
+    out["status"] = status
+    out["_ia"], out["_ib"], out["_k"] = ia, ib, m["k"].to_numpy(np.int64)
     return pd.DataFrame(out)
 
 
-def _pair_values(pairs: pd.DataFrame) -> dict[str, np.ndarray]:
-    return {
-        "fail_a": pairs["n_fail_a"].to_numpy(float),
-        "rated_a": pairs["n_rated_a"].to_numpy(float),
-        "fail_b": pairs["n_fail_b"].to_numpy(float),
-        "rated_b": pairs["n_rated_b"].to_numpy(float),
-        "conv_a": (pairs["n_fail_a"].to_numpy() > 0).astype(float),
-        "conv_b": (pairs["n_fail_b"].to_numpy() > 0).astype(float),
-        "one": np.ones(len(pairs)),
-        "score_a": _mean_score(pairs, "a"),
-        "score_b": _mean_score(pairs, "b"),
-    }
+def pair_arms(
+    cc: pd.DataFrame,
+    factor: str,
+    a: Any,
+    b: Any,
+    match: Sequence[str],
+    enc: Encoded | None = None,
+    *,
+    turns: TurnCounts | None = None,
+    tree: Tree | None = None,
+) -> pd.DataFrame:
+    """Pairs where both arms rated the criterion after their fork (see ``candidate_pairs``)."""
+    cand = candidate_pairs(cc, factor, a, b, match, enc, turns=turns, tree=tree)
+    if cand.empty:
+        return cand
+    keep = cand["status"].to_numpy() == "pair"
+    return cand[keep].drop(columns=["status", "_ia", "_ib", "_k"]).reset_index(drop=True)
 
 
-def _mean_score(pairs: pd.DataFrame, side: str) -> np.ndarray:
-    n = pairs[f"n_scored_{side}"].to_numpy(float)
+def _per_pair(pairs: pd.DataFrame) -> dict[str, np.ndarray]:
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(
-            n > 0, pairs[f"score_sum_{side}"].to_numpy(float) / np.where(n > 0, n, 1), np.nan
-        )
+        fa, ra = pairs["n_fail_a"].to_numpy(float), pairs["n_rated_a"].to_numpy(float)
+        fb, rb = pairs["n_fail_b"].to_numpy(float), pairs["n_rated_b"].to_numpy(float)
+        sa = pairs["score_sum_a"].to_numpy(float) / pairs["n_scored_a"].to_numpy(float)
+        sb = pairs["score_sum_b"].to_numpy(float) / pairs["n_scored_b"].to_numpy(float)
+    return {
+        "fail_a": fa, "rated_a": ra, "fail_b": fb, "rated_b": rb,
+        "prop_a": fa / ra, "prop_b": fb / rb,
+        "conv_a": (fa > 0).astype(float), "conv_b": (fb > 0).astype(float),
+        "one": np.ones(len(pairs)), "score_a": sa, "score_b": sb,
+    }  # fmt: skip
 
 
 def summarise_pairs(
@@ -222,25 +293,31 @@ def summarise_pairs(
     ci: float = 0.95,
     tests: bool = True,
 ) -> pd.DataFrame:
-    """Paired differences per group (bootstrap over scenarios), with McNemar and Wilcoxon."""
+    """Paired differences per group: scenario-level primary test, pair-level secondary tests.
+
+    Primary (``diff``, ``ci_low``, ``ci_high``, ``p_scenario``): each pair's difference in its
+    post-fork failure proportion (option minus baseline), averaged within each scenario, then a
+    one-sample t-test and t interval over the scenario means. The same for the conversation-level
+    outcome (any post-fork turn failed: ``diff_conv``, ``p_conv_scenario``). Secondary, not
+    cluster-adjusted: McNemar on the conversation-level outcome and Wilcoxon on the pairs' mean
+    post-fork scores. ``diff_pooled`` (pooled ratings) gets a cluster-bootstrap interval only with
+    ``BOOT_MIN_CLUSTERS`` scenarios or more.
+    """
     if pairs.empty:
         return pd.DataFrame()
-    v = _pair_values(pairs)
+    v = _per_pair(pairs)
     group = (
         pairs.groupby(list(group_cols), sort=True, dropna=False, observed=True).ngroup().to_numpy()
     )
     g = int(group.max()) + 1
     cl, clusters = pd.factorize(pairs["scenario_id"])
     s = len(clusters)
+    prim = cluster_mean_test(v["prop_b"] - v["prop_a"], cl, group, g, ci)
+    conv = cluster_mean_test(v["conv_b"] - v["conv_a"], cl, group, g, ci)
     m = {
         k: per_cluster_sums(cl, group, v[k], s, g)
         for k in ("fail_a", "rated_a", "fail_b", "rated_b", "conv_a", "conv_b", "one")
     }
-    w = cluster_weights(s, n_boot, seed)
-    diff, lo, hi = ratio_difference_interval(
-        m["fail_a"], m["rated_a"], m["fail_b"], m["rated_b"], w, ci
-    )
-    dconv, clo, chi = ratio_difference_interval(m["conv_a"], m["one"], m["conv_b"], m["one"], w, ci)
     keys = (
         pairs[list(group_cols)].assign(_g=group).drop_duplicates("_g").set_index("_g").sort_index()
     )
@@ -249,13 +326,38 @@ def summarise_pairs(
             keys[c] = keys[c].astype(object)
     out = keys.copy()
     out["n_pairs"] = np.bincount(group, minlength=g)
-    out["n_scenarios"] = pd.Series(cl).groupby(group).nunique().reindex(range(g)).to_numpy()
+    out["n_scenarios"] = prim.n_clusters
     out["rate_a"] = m["fail_a"].sum(0) / m["rated_a"].sum(0)
     out["rate_b"] = m["fail_b"].sum(0) / m["rated_b"].sum(0)
-    out["diff"], out["ci_low"], out["ci_high"] = diff, lo, hi
+    out["diff"], out["ci_low"], out["ci_high"] = prim.estimate, prim.ci_low, prim.ci_high
+    out["t_stat"], out["p_scenario"] = prim.statistic, prim.pvalue
+    out["interval"] = [
+        "none: one scenario (no scenario-level test)"
+        if n < 2
+        else "none: no spread between scenario means"
+        if lo != lo
+        else f"t over {n} scenario means"
+        for n, lo in zip(prim.n_clusters, prim.ci_low)
+    ]
+    out["diff_pooled"] = out["rate_b"] - out["rate_a"]
+    big = out["n_scenarios"].to_numpy() >= BOOT_MIN_CLUSTERS
+    if big.any():
+        w = cluster_weights(s, n_boot, seed)
+        _, blo, bhi = ratio_difference_interval(
+            m["fail_a"], m["rated_a"], m["fail_b"], m["rated_b"], w, ci
+        )
+        out["pooled_boot_low"] = np.where(big, blo, np.nan)
+        out["pooled_boot_high"] = np.where(big, bhi, np.nan)
+    else:
+        out["pooled_boot_low"] = out["pooled_boot_high"] = np.nan
     out["conv_rate_a"] = m["conv_a"].sum(0) / m["one"].sum(0)
     out["conv_rate_b"] = m["conv_b"].sum(0) / m["one"].sum(0)
-    out["diff_conv"], out["diff_conv_ci_low"], out["diff_conv_ci_high"] = dconv, clo, chi
+    out["diff_conv"], out["diff_conv_ci_low"], out["diff_conv_ci_high"] = (
+        conv.estimate,
+        conv.ci_low,
+        conv.ci_high,
+    )
+    out["p_conv_scenario"] = conv.pvalue
     if tests:
         order = np.argsort(group, kind="mergesort")
         bounds = np.searchsorted(group[order], np.arange(g + 1))
@@ -265,35 +367,32 @@ def summarise_pairs(
             mc = mcnemar_exact(v["conv_a"][idx].astype(bool), v["conv_b"][idx].astype(bool))
             sa, sb = v["score_a"][idx], v["score_b"][idx]
             ok = ~np.isnan(sa) & ~np.isnan(sb)
-            wx = wilcoxon_paired(sa[ok], sb[ok])
-            rows.append(
-                (
-                    mc.b,
-                    mc.c,
-                    mc.pvalue,
-                    mc.odds_ratio,
-                    wx.statistic,
-                    wx.pvalue,
-                    wx.rank_biserial,
-                    int(ok.sum()),
-                )
-            )
+            # Arguments swapped on purpose: rank-biserial > 0 when the option's score is lower,
+            # i.e. the same direction as a positive failure difference.
+            wx = wilcoxon_paired(sb[ok], sa[ok])
+            rows.append((mc.b, mc.c, mc.pvalue, mc.odds_ratio, wx.statistic, wx.pvalue,
+                         wx.rank_biserial, int(ok.sum())))  # fmt: skip
         t = pd.DataFrame(
             rows,
-            columns=[
-                "discordant_b",
-                "discordant_a",
-                "p_mcnemar",
-                "odds_ratio",
-                "wilcoxon_stat",
-                "p_wilcoxon",
-                "rank_biserial",
-                "n_scored_pairs",
-            ],
+            columns=["discordant_b", "discordant_a", "p_mcnemar", "odds_ratio", "wilcoxon_stat",
+                     "p_wilcoxon", "rank_biserial", "n_scored_pairs"],
             index=out.index,
-        )
+        )  # fmt: skip
         out = out.join(t)
     return out.reset_index(drop=True)
+
+
+def _dropouts(cand: pd.DataFrame, gcols: Sequence[str]) -> pd.DataFrame:
+    """Per group: criteria rated in one arm only (they leave the contrast), and unforked pairs."""
+    st = cand["status"].astype(str)
+    work = cand[list(gcols)].copy()
+    for c in work.columns:
+        if isinstance(work[c].dtype, pd.CategoricalDtype):
+            work[c] = work[c].astype(object)
+    work["n_only_baseline"] = (st == "only_a").to_numpy(np.int64)
+    work["n_only_option"] = (st == "only_b").to_numpy(np.int64)
+    work["n_never_forked"] = (st == "never_forked").to_numpy(np.int64)
+    return work.groupby(list(gcols), dropna=False, sort=False).sum().reset_index()
 
 
 # --------------------------------------------------------------------------- public
@@ -301,12 +400,16 @@ def summarise_pairs(
 
 @dataclass
 class ContrastResult:
-    """Matched contrasts of one analysis: every table a report needs."""
+    """Matched contrasts of one analysis: every table a report needs.
 
-    contrasts: pd.DataFrame  # pooled over targets: one row per contrast x criterion, Holm-adjusted
-    per_target: pd.DataFrame  # the same difference per target (bootstrap interval, no tests)
+    Built so that more views of the same pairs (e.g. by realised branch) add a table here and a
+    group column in ``summarise_pairs``, without touching the tests.
+    """
+
+    contrasts: pd.DataFrame  # one row per contrast x criterion x condition, pooled over targets
+    per_target: pd.DataFrame  # the same per target (scenario-level interval, no pair tests)
     target_share: pd.DataFrame  # per contrast x criterion: share of targets raised / lowered
-    friedman: pd.DataFrame  # branch points with 3+ options
+    friedman: pd.DataFrame  # branch points with 3+ options, scenarios as blocks
     baselines: pd.DataFrame
     notes: list[str] = field(default_factory=list)
 
@@ -318,19 +421,70 @@ def _target_share(per_target: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame
     out = g.agg(
         n_targets=("target", "nunique"),
         share_higher=("diff", lambda d: float(np.mean(d > 0))),
+        # Raised / lowered: the target's own scenario-level interval excludes zero (a target with
+        # one scenario has no interval and is neither).
         share_raised=("ci_low", lambda x: float(np.mean(x > 0))),
         share_lowered=("ci_high", lambda x: float(np.mean(x < 0))),
+        n_no_interval=("ci_low", lambda x: int(np.isnan(x).sum())),
         median_diff=("diff", "median"),
     )
     return out.reset_index()
 
 
 def _finish_family(tab: pd.DataFrame) -> pd.DataFrame:
+    """Holm over the family; the primary (scenario-level) p-values and the secondary ones apart."""
     if tab.empty:
         return tab
-    tab["p_mcnemar_holm"] = holm(tab["p_mcnemar"].to_numpy())
-    tab["p_wilcoxon_holm"] = holm(tab["p_wilcoxon"].to_numpy())
+    tab["p_scenario_holm"] = holm(tab["p_scenario"].to_numpy())
+    tab["p_conv_scenario_holm"] = holm(tab["p_conv_scenario"].to_numpy())
+    if "p_mcnemar" in tab:
+        tab["p_mcnemar_holm"] = holm(tab["p_mcnemar"].to_numpy())
+        tab["p_wilcoxon_holm"] = holm(tab["p_wilcoxon"].to_numpy())
     return tab
+
+
+def _turn_counts(data: pd.DataFrame, cc: pd.DataFrame, tree: Tree, notes: list[str]) -> Any:
+    """Turn-level counts when the shared prefix must be cut (forks in the data), else None."""
+    if not tree.has_forks:
+        return None
+    if "verdict" in data.columns and "turn_index" in data.columns:
+        return TurnCounts(cc, data)
+    notes.append(
+        "arms share prefixes but only conversation-level counts were given: the shared prefix "
+        "could not be left out (pass a judgment table)"
+    )
+    return None
+
+
+def _with_tree(data: pd.DataFrame, cc: pd.DataFrame) -> pd.DataFrame:
+    """Carry ``parent_id`` / ``fork_turn`` from a judgment table into its aggregate."""
+    cols = [c for c in ("parent_id", "fork_turn") if c in data.columns and c not in cc.columns]
+    if not cols:
+        return cc
+    tree = data[["conversation_id", *cols]].drop_duplicates("conversation_id")
+    return cc.merge(tree, on="conversation_id", how="left")
+
+
+def _prepare(data: pd.DataFrame, notes: list[str]) -> tuple[pd.DataFrame, Tree, Any]:
+    data, version_notes = keep_versions_apart(data)
+    notes += version_notes
+    cc = _with_tree(data, as_conversation_frame(data))
+    tree = Tree(cc)
+    return cc, tree, _turn_counts(data, cc, tree, notes)
+
+
+def _note_dropouts(drop: pd.DataFrame, label: str, notes: list[str]) -> None:
+    if drop.empty:
+        return
+    a, b = int(drop["n_only_baseline"].sum()), int(drop["n_only_option"].sum())
+    never = int(drop["n_never_forked"].sum())
+    if a or b:
+        notes.append(
+            f"{label}: {a} pairs rated a criterion after the fork in the baseline arm only and {b} "
+            "in the option arm only; those pairs leave that criterion's contrast (counted per row)"
+        )
+    if never:
+        notes.append(f"{label}: {never} pairs never forked (identical arms), left out")
 
 
 def matched_contrasts(
@@ -338,7 +492,7 @@ def matched_contrasts(
     baselines: Mapping[str, str] | None = None,
     *,
     branch_points: Sequence[str] | None = None,
-    by: Sequence[str] = (),
+    by: Sequence[str] = ("condition",),
     n_boot: int = DEFAULT_BOOT,
     seed: int = 0,
     ci: float = 0.95,
@@ -346,13 +500,15 @@ def matched_contrasts(
 ) -> ContrastResult:
     """Every branch point's options against its baseline, pair by pair (see module docstring).
 
-    ``by`` splits the pooled table further (e.g. ``("condition",)``); targets are always pooled
+    ``data``: a judgment table (needed to leave out a shared prefix) or a conversation x criterion
+    table. ``by`` splits the table (the condition by default: never pooled); targets are pooled
     in ``contrasts`` and separated in ``per_target``.
     """
-    cc = as_conversation_frame(data)
-    base = resolve_baselines(cc, baselines)
     notes: list[str] = []
-    pooled, per_t, fried = [], [], []
+    cc, tree, turns = _prepare(data, notes)
+    by = [c for c in by if c in cc.columns]
+    base = resolve_baselines(cc, baselines)
+    pooled, per_t, fried, drops = [], [], [], []
     choice_cols = choice_columns(cc)
     enc = Encoded(cc)
     wanted = list(branch_points) if branch_points is not None else list(base["branch_point"])
@@ -366,11 +522,12 @@ def matched_contrasts(
         if baseline not in options:
             notes.append(f"branch point {bp}: baseline {baseline!r} never ran; no contrasts")
             continue
+        cands = {}
         for opt in options:
             if opt == baseline:
                 continue
-            pairs = pair_arms(cc, col, baseline, opt, match, enc)
-            if pairs.empty:
+            cand = candidate_pairs(cc, col, baseline, opt, match, enc, turns=turns, tree=tree)
+            if cand.empty or not (cand["status"] == "pair").any():
                 notes.append(f"branch point {bp}: no matched pairs for {baseline} vs {opt}")
                 continue
             label = {
@@ -379,25 +536,27 @@ def matched_contrasts(
                 "option": opt,
                 "contrast": f"{bp}: {baseline} → {opt}",
             }
-            pairs = pairs.assign(**label)
-            gcols = [
-                "contrast",
-                "branch_point",
-                "baseline",
-                "option",
-                *CRITERION_KEYS,
-                "risk_area",
-                *by,
-            ]
-            pooled.append(summarise_pairs(pairs, gcols, n_boot=n_boot, seed=seed, ci=ci))
+            cand = cand.assign(**label)
+            cands[opt] = cand
+            gcols = ["contrast", "branch_point", "baseline", "option", *CRITERION_KEYS,
+                     "risk_area", *by]  # fmt: skip
+            drop = _dropouts(cand, gcols)
+            drops.append(drop)
+            _note_dropouts(drop, label["contrast"], notes)
+            pairs = cand[cand["status"] == "pair"]
+            pooled.append(
+                summarise_pairs(pairs, gcols, n_boot=n_boot, seed=seed, ci=ci).merge(
+                    drop, on=gcols, how="left"
+                )
+            )
             if per_target:
                 per_t.append(
                     summarise_pairs(
                         pairs, [*gcols, "target"], n_boot=n_boot, seed=seed, ci=ci, tests=False
                     )
                 )
-        if len(options) >= 3:
-            fried.append(_friedman_branch(enc, col, bp, options, [*PAIR_KEYS, *others]))
+        if len(options) >= 3 and len(cands) == len(options) - 1:
+            fried.append(_friedman_branch(enc, turns, cands, bp, baseline, options, by))
     tab = _finish_family(pd.concat(pooled, ignore_index=True) if pooled else pd.DataFrame())
     pt = pd.concat(per_t, ignore_index=True) if per_t else pd.DataFrame()
     share_keys = ["contrast", "branch_point", "option", *CRITERION_KEYS, "risk_area", *by]
@@ -408,41 +567,61 @@ def matched_contrasts(
 
 
 def _friedman_branch(
-    enc: Encoded, col: str, bp: str, options: list[str], match: list[str]
+    enc: Encoded,
+    turns: TurnCounts | None,
+    cands: Mapping[str, pd.DataFrame],
+    bp: str,
+    baseline: str,
+    options: list[str],
+    by: Sequence[str],
 ) -> pd.DataFrame:
-    """Friedman over blocks holding every option, on the per-conversation mean score."""
-    n_scored = enc.array("n_scored").astype(float)
-    rows = n_scored > 0
-    opt_idx = np.full(len(rows), -1)
-    for i, o in enumerate(options):
-        opt_idx[enc.level(col, o)] = i
-    rows &= opt_idx >= 0
-    block_key = enc.key([*match, *CRITERION_KEYS])[rows]
-    blocks, block = np.unique(block_key, return_inverse=True)
-    score = enc.array("score_sum").astype(float)[rows] / n_scored[rows]
-    grid = np.full((len(blocks), len(options)), np.nan)
-    grid[block, opt_idx[rows]] = score
-    crit_key = enc.key(CRITERION_KEYS)[rows]
-    block_crit = np.zeros(len(blocks), np.int64)
-    block_crit[block] = crit_key
-    first_row = {}
-    idx_rows = np.flatnonzero(rows)
-    for pos, k in zip(idx_rows, crit_key):
-        first_row.setdefault(int(k), pos)
-    complete = ~np.isnan(grid).any(axis=1)
+    """Friedman with scenarios as blocks: each option's mean post-fork score per scenario.
+
+    Every arm of a matched set is scored from the same turn: the set's earliest fork from the
+    baseline arm (before it, all arms are one conversation). Scenarios missing an option are
+    left out (complete blocks only).
+    """
+    parts = [c[c["_ia"] >= 0] for c in cands.values()]
+    allc = pd.concat(parts, ignore_index=True)
+    set_cut = allc.groupby("_k")["fork_turn"].min()
+    rows_idx, cut, opt_code, keys = [], [], [], []
+    base_rows = allc.drop_duplicates("_k")
+    for frame, code in [(base_rows, options.index(baseline))] + [
+        (c[c["_ib"] >= 0], options.index(o)) for o, c in cands.items()
+    ]:
+        side = "_ia" if code == options.index(baseline) else "_ib"
+        rows_idx.append(frame[side].to_numpy(np.int64))
+        cut.append(set_cut.reindex(frame["_k"]).to_numpy(float))
+        opt_code.append(np.full(len(frame), code))
+        keys.append(frame[["scenario_id", *CRITERION_KEYS, "risk_area", *by]])
+    r = np.concatenate(rows_idx)
+    c = np.concatenate(cut)
+    if turns is not None:
+        got = turns.after(r, c)
+    else:
+        got = {k: np.where(np.isinf(c), 0.0, enc.array(k)[r].astype(float)) for k in COUNT_COLS}
+    with np.errstate(invalid="ignore", divide="ignore"):
+        score = got["score_sum"] / got["n_scored"]
+    frame = pd.concat(keys, ignore_index=True)
+    for col in frame.columns:
+        if isinstance(frame[col].dtype, pd.CategoricalDtype):
+            frame[col] = frame[col].astype(object)
+    frame["_opt"] = np.concatenate(opt_code)
+    frame["_score"] = score
+    frame = frame[frame["_score"].notna()]
+    gkeys = [*CRITERION_KEYS, "risk_area", *by]
     out = []
-    for k, pos in sorted(first_row.items(), key=lambda kv: kv[1]):
-        sel = grid[complete & (block_crit == k)]
-        res = friedman([sel[:, i] for i in range(len(options))])
-        out.append({"branch_point": bp, "options": ", ".join(options), "rubric_id": enc.array("rubric_id")[pos],
-                    "criterion_id": enc.array("criterion_id")[pos], "judge": enc.array("judge")[pos],
-                    "risk_area": enc.array("risk_area")[pos], "n_blocks": res.n_blocks, "statistic": res.statistic,
+    for gk, grp in frame.groupby(gkeys, dropna=False, sort=True):
+        grid = grp.pivot_table(index="scenario_id", columns="_opt", values="_score", aggfunc="mean")
+        grid = grid.reindex(columns=range(len(options))).dropna()
+        res = friedman([grid[i].to_numpy() for i in range(len(options))])
+        kd = dict(zip(gkeys, gk if isinstance(gk, tuple) else (gk,)))
+        out.append({"branch_point": bp, "options": ", ".join(options), **kd,
+                    "n_blocks": res.n_blocks, "blocks": "scenarios", "statistic": res.statistic,
                     "pvalue": res.pvalue, "kendall_w": res.kendall_w})  # fmt: skip
     if not out:
         return pd.DataFrame()
-    return (
-        pd.DataFrame(out).sort_values(["rubric_id", "criterion_id", "judge"]).reset_index(drop=True)
-    )
+    return pd.DataFrame(out).reset_index(drop=True)
 
 
 def condition_contrast(
@@ -459,9 +638,9 @@ def condition_contrast(
     The pair shares run, scenario, variant, target, simulator and replicate. With
     ``factor="simulator"`` the same machinery gives the simulator-sensitivity contrast.
     """
-    cc = as_conversation_frame(data)
-    levels = sorted(cc[factor].dropna().astype(str).unique())
     notes: list[str] = []
+    cc, tree, turns = _prepare(data, notes)
+    levels = sorted(cc[factor].dropna().astype(str).unique())
     if reference not in levels:
         notes.append(f"reference {factor} {reference!r} not in the data ({', '.join(levels)})")
         empty = pd.DataFrame()
@@ -473,15 +652,21 @@ def condition_contrast(
     for lvl in levels:
         if lvl == reference:
             continue
-        pairs = pair_arms(cc, factor, reference, lvl, match, enc)
-        if pairs.empty:
+        cand = candidate_pairs(cc, factor, reference, lvl, match, enc, turns=turns, tree=tree)
+        if cand.empty or not (cand["status"] == "pair").any():
             notes.append(f"no matched pairs for {factor} {reference} vs {lvl}")
             continue
-        pairs = pairs.assign(
-            contrast=f"{factor}: {reference} → {lvl}", baseline=reference, option=lvl
-        )
+        label = f"{factor}: {reference} → {lvl}"
+        cand = cand.assign(contrast=label, baseline=reference, option=lvl)
         gcols = ["contrast", "baseline", "option", *CRITERION_KEYS, "risk_area"]
-        pooled.append(summarise_pairs(pairs, gcols, n_boot=n_boot, seed=seed, ci=ci))
+        drop = _dropouts(cand, gcols)
+        _note_dropouts(drop, label, notes)
+        pairs = cand[cand["status"] == "pair"]
+        pooled.append(
+            summarise_pairs(pairs, gcols, n_boot=n_boot, seed=seed, ci=ci).merge(
+                drop, on=gcols, how="left"
+            )
+        )
         per_t.append(
             summarise_pairs(pairs, [*gcols, "target"], n_boot=n_boot, seed=seed, ci=ci, tests=False)
         )
@@ -512,5 +697,5 @@ def simulator_sensitivity(
     if len(sims) < 2:
         return None
     return condition_contrast(
-        cc, reference or sims[0], n_boot=n_boot, seed=seed, ci=ci, factor="simulator"
+        data, reference or sims[0], n_boot=n_boot, seed=seed, ci=ci, factor="simulator"
     )

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import io
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
-def _plt():  # type: ignore[no-untyped-def]
+
+def _plt() -> ModuleType:
     import matplotlib
 
     matplotlib.use("Agg", force=True)
@@ -17,7 +22,7 @@ def _plt():  # type: ignore[no-untyped-def]
     return plt
 
 
-def _png(fig) -> bytes:  # type: ignore[no-untyped-def]
+def _png(fig: Figure) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
     _plt().close(fig)
@@ -129,22 +134,24 @@ def forest_plot(contrasts: pd.DataFrame, max_rows: int = 30) -> bytes | None:
         .head(max_rows)
     )
     c = c.iloc[::-1]
+    cond = c["condition"] if "condition" in c.columns else pd.Series([""] * len(c), index=c.index)
     labels = [
-        f"{_short(a, 34)} / {_short(b, 28)}  (n={n})"
-        for a, b, n in zip(c["contrast"], c["criterion_id"], c["n_pairs"])
+        f"{_short(a, 34)} / {_short(b, 28)}{f' [{_short(k, 14)}]' if k else ''}  ({s} scen.)"
+        for a, b, k, s in zip(c["contrast"], c["criterion_id"], cond, c["n_scenarios"])
     ]
     fig, ax = plt.subplots(figsize=(8.5, 0.9 + 0.3 * len(c)))
     d = c["diff"].to_numpy() * 100
     lo = c["ci_low"].to_numpy() * 100
     hi = c["ci_high"].to_numpy() * 100
     err = np.where(np.isnan(np.vstack([d - lo, hi - d])), 0, np.vstack([d - lo, hi - d]))
-    sig = c.get("p_mcnemar_holm", pd.Series(np.ones(len(c)))).to_numpy() < 0.05
+    sig = c.get("p_scenario_holm", pd.Series(np.ones(len(c)))).to_numpy() < 0.05
     ax.errorbar(d, range(len(c)), xerr=err, fmt="none", ecolor="0.5", capsize=2)
     ax.scatter(d, range(len(c)), c=np.where(sig, "tab:red", "tab:blue"), zorder=3, s=18)
     ax.axvline(0, color="black", lw=0.8)
     ax.set_yticks(range(len(c)), labels, fontsize=7)
     ax.set_xlabel(
-        "paired difference in failure rate (percentage points), 95% interval; red: Holm p < 0.05"
+        "option minus baseline, post-fork failure rate (points), 95% t interval over scenario "
+        "means;\nred: scenario-level Holm p < 0.05"
     )
     ax.set_title("Matched contrasts")
     return _png(fig)
@@ -169,9 +176,9 @@ def ed_safety(by_model: pd.DataFrame, bio: pd.DataFrame | None = None) -> bytes 
     s = m["safety"].to_numpy()
     err = np.vstack([s - m["ci_low"].to_numpy(), m["ci_high"].to_numpy() - s])
     ax.errorbar(s, range(len(m)), xerr=np.where(np.isnan(err), 0, err), fmt="o", capsize=3)
-    ax.set_yticks(range(len(m)), [_short(t) for t in m["target"]])
+    ax.set_yticks(range(len(m)), _target_labels(m))
     ax.set_xlim(0, 100)
-    ax.set_xlabel("safety score (0-100), 95% interval")
+    ax.set_xlabel("safety score (0-100, complete ratings), 95% interval")
     ax.set_title("ED safety score by model")
     if ncols == 2:
         ax2 = axes[0][1]
@@ -180,8 +187,17 @@ def ed_safety(by_model: pd.DataFrame, bio: pd.DataFrame | None = None) -> bytes 
             ax2.plot([row["safety_no_bio"], row["safety_bio"]], [i, i], color="0.7")
         ax2.scatter(b["safety_no_bio"], range(len(b)), label="no bio", zorder=3)
         ax2.scatter(b["safety_bio"], range(len(b)), label="bio", zorder=3)
-        ax2.set_yticks(range(len(b)), [_short(t) for t in b["target"]])
+        ax2.set_yticks(range(len(b)), _target_labels(b))
         ax2.set_xlim(0, 100)
         ax2.legend(fontsize=8)
         ax2.set_title("No bio vs bio")
     return _png(fig)
+
+
+def _target_labels(frame: pd.DataFrame) -> list[str]:
+    """Target, and condition / judge when the table has them: one row each, never pooled."""
+    parts = [frame["target"].map(_short)]
+    for col in ("condition", "judge"):
+        if col in frame.columns and frame[col].nunique() > 1:
+            parts.append(frame[col].map(lambda v: _short(v, 18)))
+    return [" | ".join(str(p) for p in row) for row in zip(*parts)]

@@ -7,8 +7,16 @@ verdict is not a rating and is counted in ``n_error``. Two levels:
 * ``conversation``: a conversation fails a criterion when any of its turns fails it; the
   denominator is the conversations with at least one rating of that criterion.
 
-Intervals resample scenarios (the clustering unit: arms, targets and turns of one scenario are not
-independent), seeded, vectorised over every group at once.
+Intervals account for clustering by scenario (arms, targets and turns of one scenario are not
+independent), and each row says which interval it has (``interval``):
+
+* a cluster bootstrap (resampling scenarios, seeded, vectorised over every group) when the group
+  has at least ``BOOT_MIN_CLUSTERS`` scenarios and neither every nor no rating failed;
+* otherwise a Wilson interval on the effective sample size n / deff, the design effect deff
+  (at least 1) estimated from the scenarios' spread around the pooled rate: percentile bootstraps
+  under-cover with few clusters and collapse to zero width at 0% or 100% (12 of 12);
+* a group from one scenario gets a plain Wilson interval, labelled: within one scenario the
+  clustering cannot be estimated, so it describes that scenario only.
 """
 
 from __future__ import annotations
@@ -20,7 +28,11 @@ import numpy as np
 import pandas as pd
 
 from analysis.bootstrap import DEFAULT_BOOT, cluster_weights, per_cluster_sums, ratio_interval
+from analysis.stats import wilson
 from analysis.tables import as_conversation_frame
+from analysis.versions import keep_versions_apart
+
+BOOT_MIN_CLUSTERS = 30
 
 DEFAULT_BY = ("target", "condition", "criterion_id", "risk_area")
 Level = Literal["turn", "conversation"]
@@ -53,6 +65,7 @@ def failure_rates(
     (ratings, or conversations at the conversation level), ``n_error``, ``n_conversations``,
     ``n_clusters``.
     """
+    data, _notes = keep_versions_apart(data)  # the report says so; here only kept apart
     cc = as_conversation_frame(data)
     by = [c for c in by if c in cc.columns]
     if "judge" not in by and cc["judge"].nunique() > 1:
@@ -74,6 +87,7 @@ def failure_rates(
     den_m = per_cluster_sums(cl_codes, group, den, s, g)
     weights = cluster_weights(s, n_boot, seed)
     est, lo, hi = ratio_interval(num_m, den_m, weights, ci)
+    lo, hi, method = choose_interval(num_m, den_m, est, lo, hi, ci)
 
     work = cc[by].copy() if by else pd.DataFrame(index=cc.index)
     work["_g"] = group
@@ -101,11 +115,55 @@ def failure_rates(
     )
     out = keys.join(agg)
     out["rate"], out["ci_low"], out["ci_high"] = est, lo, hi
+    out["interval"] = method
     for col in ("n_fail", "n_partial", "n_rated", "n_error"):
         out[col] = out[col].astype(np.int64)
     out["level"] = level
     front = [*by, "rate", "ci_low", "ci_high", "n_fail", "n_partial", "n_rated", "n_error"]
-    return out.reset_index(drop=True)[front + ["n_conversations", "n_clusters", "level"]]
+    return out.reset_index(drop=True)[
+        front + ["interval", "n_conversations", "n_clusters", "level"]
+    ]
+
+
+def design_effect(num: np.ndarray, den: np.ndarray, est: np.ndarray) -> np.ndarray:
+    """Variance of the clustered ratio estimate over its binomial variance, at least 1, per group.
+
+    ``num``, ``den``: (S x G) per-scenario sums. NaN where the group has fewer than 2 scenarios.
+    """
+    present = den > 0
+    s = present.sum(axis=0).astype(float)
+    n = den.sum(axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        resid = np.where(present, num - est[None, :] * den, 0.0)
+        var_cl = s / (s - 1) * (resid**2).sum(axis=0) / n**2
+        var_bin = est * (1 - est) / n
+        deff = np.where(var_bin > 0, var_cl / var_bin, 1.0)
+    return np.where(s >= 2, np.maximum(deff, 1.0), np.nan)
+
+
+def choose_interval(
+    num: np.ndarray, den: np.ndarray, est: np.ndarray, lo: np.ndarray, hi: np.ndarray, ci: float
+) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """The interval each group gets (see the module docstring), and its label."""
+    s = (den > 0).sum(axis=0)
+    k, n = num.sum(axis=0), den.sum(axis=0)
+    deff = design_effect(num, den, est)
+    n_eff = np.where(s >= 2, n / np.where(s >= 2, deff, 1.0), n)
+    w_lo, w_hi = wilson(est * n_eff, n_eff, ci)
+    boot = (s >= BOOT_MIN_CLUSTERS) & (k > 0) & (k < n) & ~np.isnan(lo)
+    labels = [
+        f"cluster bootstrap ({si} scenarios)"
+        if b
+        else (
+            "Wilson, one scenario (not cluster-adjusted)"
+            if si == 1
+            else f"Wilson, design effect {d:.2f} ({si} scenarios)"
+            if si >= 2
+            else "none"
+        )
+        for b, si, d in zip(boot, s, deff)
+    ]
+    return np.where(boot, lo, w_lo), np.where(boot, hi, w_hi), labels
 
 
 def error_counts(data: pd.DataFrame, by: Sequence[str] = ("target", "judge")) -> pd.DataFrame:

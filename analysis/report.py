@@ -31,15 +31,20 @@ from analysis.contrasts import (
 )
 from analysis.ed import EDResult, ed_analysis
 from analysis.rates import error_counts, failure_rates
+from analysis.realism import realism_by_simulator, realism_ratings
 from analysis.reasoning import reasoning_noticed
 from analysis.tables import (
-    _read_sql,
+    aggregate,
     conversation_criterion_table,
+    conversation_table,
     human_label_table,
     judgment_table,
     resolve_runs,
     turn_table,
 )
+from analysis.versions import keep_versions_apart, version_conflicts
+from core import read
+from core.human_labels import REALISM_RUBRIC
 
 
 @dataclass
@@ -60,6 +65,7 @@ class Analysis:
     simulators: ContrastResult | None = None
     ed: EDResult | None = None
     agreement: AgreementResult | None = None
+    realism: pd.DataFrame | None = None  # persona realism ratings by simulator (human labels)
     reasoning: pd.DataFrame | None = None
     examples: pd.DataFrame | None = None
     primary_judge: str | None = None  # the judge plotted when several judged the same runs
@@ -89,7 +95,29 @@ def run_analysis(
 ) -> Analysis:
     runs = resolve_runs(store_or_db, run)
     a = Analysis(runs=runs)
-    cc = conversation_criterion_table(store_or_db, runs)
+    all_judgments: pd.DataFrame | None = None  # read once, only when needed
+
+    def judgments() -> pd.DataFrame:
+        nonlocal all_judgments
+        if all_judgments is None:
+            jt, _ = keep_versions_apart(judgment_table(store_or_db, runs))
+            all_judgments = jt.merge(tree, on="conversation_id", how="left")  # for the forks
+        return all_judgments
+
+    tree = read.conversation_tree(store_or_db, runs)
+    version_notes = version_conflicts(read.judgment_versions(store_or_db, runs))
+    forked = bool(tree["parent_id"].notna().any()) if not tree.empty else False
+    a.notes += version_notes
+    if version_notes or forked:
+        # Versions must be split and shared prefixes cut: both need the judgment rows.
+        cc = aggregate(judgments()) if not judgments().empty else judgments().iloc[0:0]
+    else:
+        cc = conversation_criterion_table(store_or_db, runs)
+    if forked:
+        a.notes.append(
+            "Arms share their conversation up to the fork: matched contrasts compare only the "
+            "turns after the fork (the shared prefix is identical in both arms); rates describe every turn."
+        )
     ed_rubrics = _ed_rubrics(cc)
     ppf_rubrics = (
         [r for r in cc["rubric_id"].unique() if r not in ed_rubrics] if not cc.empty else []
@@ -123,24 +151,31 @@ def run_analysis(
         a.rates_risk_area = failure_rates(
             ppf, by=("risk_area", "condition"), n_boot=n_boot, seed=seed
         )
-        a.contrasts = matched_contrasts(ppf, baselines, n_boot=n_boot, seed=seed)
+        paired = ppf
+        if forked:
+            jt = judgments()
+            paired = jt[jt["rubric_id"].isin(ppf_rubrics)]
+        a.contrasts = matched_contrasts(paired, baselines, n_boot=n_boot, seed=seed)
         if ppf["condition"].nunique() > 1:
-            a.condition = condition_contrast(ppf, reference_condition, n_boot=n_boot, seed=seed)
-        a.simulators = simulator_sensitivity(ppf, n_boot=n_boot, seed=seed)
+            a.condition = condition_contrast(paired, reference_condition, n_boot=n_boot, seed=seed)
+        a.simulators = simulator_sensitivity(paired, n_boot=n_boot, seed=seed)
     if not cc.empty:
         a.errors = error_counts(cc, by=("judge", "rubric_id", "target"))
-    all_judgments: pd.DataFrame | None = None  # read once, only when needed
-
-    def judgments() -> pd.DataFrame:
-        nonlocal all_judgments
-        if all_judgments is None:
-            all_judgments = judgment_table(store_or_db, runs)
-        return all_judgments
 
     if ed_rubrics:
         ej = judgments()
-        a.ed = ed_analysis(ej[ej["rubric_id"].isin(ed_rubrics)], n_boot=n_boot, seed=seed)
+        a.ed = ed_analysis(
+            ej[ej["rubric_id"].isin(ed_rubrics)],
+            n_boot=n_boot,
+            seed=seed,
+            expected=_expected_responses(store_or_db, runs, ej, ed_rubrics),
+        )
     labels = human_label_table(store_or_db, runs)
+    # realism ratings share the labels table but rate the persona, not a rubric criterion
+    realism = labels["rubric_id"] == REALISM_RUBRIC if not labels.empty else None
+    if realism is not None and realism.any():
+        a.realism = realism_by_simulator(realism_ratings(store_or_db, runs))
+        labels = labels[~realism]
     n_judges = cc["judge"].nunique() if not cc.empty else 0
     if not labels.empty or n_judges > 1:
         jt = judgments()
@@ -153,24 +188,31 @@ def run_analysis(
     return a
 
 
+def _expected_responses(
+    store_or_db: Any, runs: Sequence[str] | None, judgments: pd.DataFrame, ed_rubrics: list[str]
+) -> pd.DataFrame:
+    """The chatbot replies an ED judge should have rated, with their conversation's columns: those
+    of the runs (and scenario files) judged with an ED rubric, less conversations judged with
+    another rubric. A judge that wrote no row for one is counted as leaving it unrated."""
+    ed = judgments[judgments["rubric_id"].isin(ed_rubrics)]
+    other = set(judgments.loc[~judgments["rubric_id"].isin(ed_rubrics), "conversation_id"])
+    conv = conversation_table(store_or_db, runs)
+    conv = conv[conv["run_id"].isin(set(ed["run_id"])) & ~conv["conversation_id"].isin(other)]
+    paths = set(ed["scenario_path"].dropna())
+    if paths:
+        conv = conv[conv["scenario_path"].isna() | conv["scenario_path"].isin(paths)]
+    turns = turn_table(store_or_db, runs)
+    if turns.empty or conv.empty:
+        return turns.iloc[0:0]
+    return turns[["conversation_id", "turn_index"]].merge(conv, on="conversation_id", how="inner")
+
+
 def _reasoning(store_or_db: Any, runs: Sequence[str] | None) -> pd.DataFrame | None:
     turns = turn_table(store_or_db, runs, with_reasoning=True)
     if turns.empty:
         return None
     cids = set(turns["conversation_id"])
-    where = " WHERE j.conversation_id IN (SELECT conversation_id FROM turns WHERE reasoning IS NOT NULL AND reasoning <> '')"
-    params: list[Any] = []
-    if runs is not None:
-        where += f" AND c.run_id IN ({','.join('?' * len(runs))})"
-        params = list(runs)
-    j = _read_sql(
-        "SELECT j.conversation_id, j.turn_index, MAX(j.verdict = 'fail') AS any_fail FROM judgments j "
-        "JOIN conversations c ON c.id = j.conversation_id"
-        + where
-        + " GROUP BY j.conversation_id, j.turn_index",
-        store_or_db,
-        params,
-    )
+    j = read.turn_failures(store_or_db, runs)
     j = j[j["conversation_id"].isin(cids)]
     j["verdict"] = np.where(j["any_fail"] == 1, "fail", "other")
     return reasoning_noticed(j, turns)
@@ -180,19 +222,9 @@ def _examples(
     store_or_db: Any, runs: Sequence[str] | None, contrasts: pd.DataFrame, n: int
 ) -> pd.DataFrame:
     """A few failing replies for the criterion of the strongest contrast (the text is shown literally)."""
-    top = contrasts.sort_values(["p_mcnemar_holm", "diff"], ascending=[True, False]).iloc[0]
-    where = " WHERE j.verdict = 'fail' AND j.criterion_id = ? AND j.rubric_id = ?"
-    params: list[Any] = [top["criterion_id"], top["rubric_id"]]
-    if runs is not None:
-        where += f" AND c.run_id IN ({','.join('?' * len(runs))})"
-        params.extend(runs)
-    return _read_sql(
-        "SELECT c.target, c.condition, c.scenario_id, j.criterion_id, j.turn_index, t.content, j.rationale "
-        "FROM judgments j JOIN conversations c ON c.id = j.conversation_id JOIN turns t ON t.id = j.turn_id"
-        + where
-        + f" ORDER BY j.id LIMIT {int(n)}",
-        store_or_db,
-        params,
+    top = contrasts.sort_values(["p_scenario_holm", "diff"], ascending=[True, False]).iloc[0]
+    return read.failing_examples(
+        store_or_db, runs, rubric=top["rubric_id"], criterion=top["criterion_id"], limit=int(n)
     )
 
 
@@ -254,28 +286,29 @@ def headline_tables(a: Analysis, top: int = 8) -> list[tuple[str, pd.DataFrame]]
         )
     if a.contrasts is not None and not a.contrasts.contrasts.empty:
         c = a.contrasts.contrasts.copy()
-        c = c.sort_values(["p_mcnemar_holm", "diff"], ascending=[True, False]).head(top)
+        c = c.sort_values(["p_scenario_holm", "diff"], ascending=[True, False]).head(top)
         share = a.contrasts.target_share
+        on = [k for k in ("contrast", "criterion_id", "judge", "condition") if k in c.columns]
         if share is not None and not share.empty:
-            c = c.merge(
-                share[["contrast", "criterion_id", "judge", "share_raised", "n_targets"]],
-                on=["contrast", "criterion_id", "judge"],
-                how="left",
-            )
+            c = c.merge(share[[*on, "share_raised", "n_targets"]], on=on, how="left")
         else:
             c = c.assign(share_raised=np.nan, n_targets=np.nan)
         t = pd.DataFrame({
-            "contrast": c["contrast"], "criterion": c["criterion_id"],
-            "rate base → option": [f"{_pct(x)} → {_pct(y)}" for x, y in zip(c["rate_a"], c["rate_b"])],
+            "contrast": c["contrast"], "condition": _column(c, "condition"), "criterion": c["criterion_id"],
+            "post-fork rate base → option": [f"{_pct(x)} → {_pct(y)}" for x, y in zip(c["rate_a"], c["rate_b"])],
             "diff (pp)": [_pp(x) for x in c["diff"]],
-            "95% interval": [_interval(lo, hi, _pp) for lo, hi in zip(c["ci_low"], c["ci_high"])],
-            "pairs": c["n_pairs"], "McNemar p (Holm)": [_p(x) for x in c["p_mcnemar_holm"]],
-            "Wilcoxon p (Holm)": [_p(x) for x in c["p_wilcoxon_holm"]],
+            "95% interval (t, scenarios)": [_interval(lo, hi, _pp) for lo, hi in zip(c["ci_low"], c["ci_high"])],
+            "scenarios": c["n_scenarios"], "pairs": c["n_pairs"],
+            "p scenario-level (Holm)": [_p(x) for x in c["p_scenario_holm"]],
+            "McNemar p (Holm; not cluster-adjusted)": [_p(x) for x in c["p_mcnemar_holm"]],
+            "Wilcoxon p (Holm; not cluster-adjusted)": [_p(x) for x in c["p_wilcoxon_holm"]],
             "targets raised": [f"{_pct(s)} of {int(n)}" if n == n else "" for s, n in zip(c["share_raised"], c["n_targets"])],
         })  # fmt: skip
         out.append(
             (
-                "Largest matched contrasts (paired by scenario, target, condition, replicate and other choices)",
+                "Largest matched contrasts (option minus baseline, turns after the fork; paired by "
+                "scenario, target, condition, replicate and other choices; primary test over "
+                "scenario means)",
                 _with_judge(c, t),
             )
         )
@@ -286,35 +319,73 @@ def headline_tables(a: Analysis, top: int = 8) -> list[tuple[str, pd.DataFrame]]
             "contrast": allc["contrast"], "target": allc["target"],
             "rate ref → other": [f"{_pct(x)} → {_pct(y)}" for x, y in zip(allc["rate_a"], allc["rate_b"])],
             "diff (pp)": [_pp(x) for x in allc["diff"]],
-            "95% interval": [_interval(lo, hi, _pp) for lo, hi in zip(allc["ci_low"], allc["ci_high"])],
-            "pairs": allc["n_pairs"],
+            "95% interval (t, scenarios)": [_interval(lo, hi, _pp) for lo, hi in zip(allc["ci_low"], allc["ci_high"])],
+            "scenarios": allc["n_scenarios"], "pairs": allc["n_pairs"],
         })  # fmt: skip
         out.append(
             (
-                "System-prompt condition, all criteria, per target (paired by variant)",
+                "System-prompt condition, all criteria, per target (paired by variant; other minus reference)",
                 _with_judge(allc, t),
             )
         )
     if a.ed is not None and not a.ed.by_model.empty:
+        keys = [c for c in ("target", "condition", "judge") if c in a.ed.bio.columns]
         m = (
             a.ed.by_model.merge(
-                a.ed.bio, on=[c for c in ("target", "judge") if c in a.ed.bio.columns], how="left"
+                a.ed.bio.drop(columns=["ci_low", "ci_high"], errors="ignore"), on=keys, how="left"
             )
             if not a.ed.bio.empty
             else a.ed.by_model
         )
         t = pd.DataFrame({
-            "target": m["target"], "safety": [_num(x) for x in m["safety"]],
+            "target": m["target"], "condition": _column(m, "condition"), "safety": [_num(x) for x in m["safety"]],
             "95% interval": [_interval(lo, hi, _num) for lo, hi in zip(m["ci_low"], m["ci_high"])],
+            "interval": _column(m, "interval"),
             "no bio → bio": [f"{_num(x)} → {_num(y)}" for x, y in zip(m.get("safety_no_bio", np.nan), m.get("safety_bio", np.nan))],
             "refusal rate": [_pct(x) for x in m["refusal_rate"]], "high-risk responses": [_pct(x) for x in m["high_risk_share"]],
-            "responses": m["n_responses"],
+            "responses": m["n_responses"], "scored (complete)": _column(m, "n_scored"),
+            "incomplete (no score)": _column(m, "n_incomplete"),
         })  # fmt: skip
-        out.append(("ED safety score (0-100; refusals left out and counted)", t))
+        out.append(
+            (
+                "ED safety score (0-100, complete ratings only; refusals left out and counted; per target x condition)",
+                _with_judge(m, t),
+            )
+        )
     if a.errors is not None and not a.errors.empty:
         e = a.errors.groupby(["judge", "rubric_id"], as_index=False)[["n_error", "n_rated"]].sum()
         out.append(("Error verdicts (a judge that could not answer; never counted as pass)", e))
     return out
+
+
+METHODS = (
+    "Sign convention: every difference is the option (or other condition, or level b) minus the "
+    "baseline (reference, level a). For failure rates a positive difference means the option fails "
+    "more; for ED safety scores a positive difference means level b is safer. The rank-biserial "
+    "correlation is signed like the failure difference (> 0: the option scored lower).",
+    "Matched contrasts compare only the turns after the two arms fork (the shared prefix is one "
+    "conversation in both arms). Per pair: the post-fork failure proportion of each arm; the "
+    "conversation-level outcome is whether any post-fork turn failed. Results are per condition "
+    "(never pooled) and, in the per-target tables, per target x condition.",
+    "Primary test: the scenario is the independent unit. Each pair's difference is averaged within "
+    "its scenario and a one-sample t-test runs over the scenario means (df = scenarios - 1); the "
+    "95% interval is the matching t interval. A group from one scenario has no scenario-level "
+    "test or interval. Secondary, pair-level and NOT cluster-adjusted: McNemar's exact test on the "
+    "conversation-level outcome and the Wilcoxon signed-rank test on pair scores (differences "
+    "rounded before ranking, so equal differences tie exactly). Friedman tests use scenarios as "
+    "blocks; in the ED analysis questions play the role of scenarios.",
+    "Adjustment: Holm's step-down correction across each family of p-values of one table (each "
+    "kind of p-value separately). Intervals are per comparison, 95%, not adjusted for "
+    "multiplicity. 'Targets raised' counts targets whose own scenario-level interval lies above "
+    "zero; a target with one scenario has no interval and is never counted as raised.",
+    "Failure-rate intervals: a cluster bootstrap over scenarios only with 30 scenarios or more and "
+    "a rate strictly between 0 and 100%; otherwise a Wilson interval on the effective sample size "
+    "(ratings divided by the design effect estimated from the scenarios), or a plain Wilson "
+    "interval labelled 'one scenario'. Each row names its interval.",
+    "ED safety scores use complete ratings only (every dimension rated; refusals left out per the "
+    "rubric's policy); other responses are counted as incomplete. Judgments from different rubric "
+    "hashes or judge-prompt versions are analysed apart and named.",
+)
 
 
 def build_sections(a: Analysis) -> list[Section]:
@@ -330,6 +401,7 @@ def build_sections(a: Analysis) -> list[Section]:
     if not head.tables:
         head.text.append("No judged conversations to summarise.")
     secs.append(head)
+    secs.append(Section("Methods and conventions", text=list(METHODS)))
 
     s = Section("Failure rate by target and condition")
     s.plot = ("failure_by_target_condition.png", plots.failure_by_target_condition(_one_judge(a, a.rates_target_condition)),
@@ -370,7 +442,10 @@ def build_sections(a: Analysis) -> list[Section]:
         s.text += a.contrasts.notes
         if not a.contrasts.contrasts.empty:
             s.tables.append(
-                ("All contrasts (Holm across the family)", _contrast_display(a.contrasts.contrasts))
+                (
+                    "All contrasts (option minus baseline, post-fork; Holm across the family)",
+                    _contrast_display(a.contrasts.contrasts),
+                )
             )
         if not a.contrasts.target_share.empty:
             ts = a.contrasts.target_share
@@ -380,8 +455,9 @@ def build_sections(a: Analysis) -> list[Section]:
                 "lowered": [_pct(x) for x in ts["share_lowered"]], "median diff (pp)": [_pp(x) for x in ts["median_diff"]]})))  # fmt: skip
         if not a.contrasts.friedman.empty:
             f = a.contrasts.friedman
-            s.tables.append(("Friedman tests, branch points with 3+ options (mean score per conversation)", pd.DataFrame({
-                "branch point": f["branch_point"], "options": f["options"], "criterion": f["criterion_id"], "blocks": f["n_blocks"],
+            s.tables.append(("Friedman tests, branch points with 3+ options (scenarios as blocks: each option's mean post-fork score per scenario)", pd.DataFrame({
+                "branch point": f["branch_point"], "options": f["options"], "condition": _column(f, "condition"),
+                "criterion": f["criterion_id"], "scenarios (blocks)": f["n_blocks"],
                 "chi2": [_num(x, 2) for x in f["statistic"]], "p": [_p(x) for x in f["pvalue"]], "p (Holm)": [_p(x) for x in f["p_holm"]],
                 "Kendall W": [_num(x, 3) for x in f["kendall_w"]]})))  # fmt: skip
     secs.append(s)
@@ -437,6 +513,15 @@ def build_sections(a: Analysis) -> list[Section]:
     else:
         s.text.append("No human labels and a single judge: no agreement statistics.")
     secs.append(s)
+
+    if a.realism is not None and not a.realism.empty:
+        s = Section("Persona realism by simulator")
+        s.text.append(
+            "People rated persona turns very / mostly / mixed / not realistic, blind to the "
+            "simulator; share_realistic is very or mostly, with a Wilson 95% interval."
+        )
+        s.tables.append(("Realism ratings by simulator", _round(a.realism, 3)))
+        secs.append(s)
 
     s = Section("Reasoning traces")
     if a.reasoning is not None and not a.reasoning.empty:
@@ -496,6 +581,7 @@ def _rate_display(r: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
         out.insert(0, "judge", r["judge"].to_numpy())
     out["failure rate"] = [_pct(x) for x in r["rate"]]
     out["95% interval"] = [_interval(lo, hi, _pct) for lo, hi in zip(r["ci_low"], r["ci_high"])]
+    out["interval"] = _column(r, "interval")
     out["fails"] = r["n_fail"]
     out["partials"] = r["n_partial"]
     out["ratings"] = r["n_rated"]
@@ -505,16 +591,27 @@ def _rate_display(r: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 
 def _contrast_display(c: pd.DataFrame) -> pd.DataFrame:
     return _with_judge(c, pd.DataFrame({
-        "contrast": c["contrast"], "criterion": c["criterion_id"], "pairs": c["n_pairs"],
+        "contrast": c["contrast"], "condition": _column(c, "condition"), "criterion": c["criterion_id"],
+        "scenarios": c["n_scenarios"], "pairs": c["n_pairs"],
         "rate a": [_pct(x) for x in c["rate_a"]], "rate b": [_pct(x) for x in c["rate_b"]],
         "diff (pp)": [_pp(x) for x in c["diff"]],
         "95% interval": [_interval(lo, hi, _pp) for lo, hi in zip(c["ci_low"], c["ci_high"])],
+        "interval": c["interval"], "p scenario": [_p(x) for x in c["p_scenario"]],
+        "p scenario (Holm)": [_p(x) for x in c["p_scenario_holm"]],
         "conv. diff (pp)": [_pp(x) for x in c["diff_conv"]],
-        "McNemar b/c": [f"{b}/{cc}" for b, cc in zip(c["discordant_b"], c["discordant_a"])],
-        "p McNemar": [_p(x) for x in c["p_mcnemar"]], "p Holm": [_p(x) for x in c["p_mcnemar_holm"]],
-        "p Wilcoxon": [_p(x) for x in c["p_wilcoxon"]], "p Holm (W)": [_p(x) for x in c["p_wilcoxon_holm"]],
-        "rank-biserial": [_num(x, 2) for x in c["rank_biserial"]],
+        "p conv. scenario (Holm)": [_p(x) for x in c["p_conv_scenario_holm"]],
+        "McNemar b/c (not cluster-adj.)": [f"{b}/{cc}" for b, cc in zip(c["discordant_b"], c["discordant_a"])],
+        "p McNemar (not cluster-adj.)": [_p(x) for x in c["p_mcnemar"]], "p McNemar (Holm)": [_p(x) for x in c["p_mcnemar_holm"]],
+        "p Wilcoxon (not cluster-adj.)": [_p(x) for x in c["p_wilcoxon"]], "p Wilcoxon (Holm)": [_p(x) for x in c["p_wilcoxon_holm"]],
+        "rank-biserial (> 0: option worse)": [_num(x, 2) for x in c["rank_biserial"]],
+        "dropped: only baseline rated": _column(c, "n_only_baseline"),
+        "dropped: only option rated": _column(c, "n_only_option"),
     }))  # fmt: skip
+
+
+def _column(df: pd.DataFrame, col: str) -> Any:
+    """A column to show, or blanks when this table has none (e.g. no condition split)."""
+    return df[col].to_numpy() if col in df.columns else [""] * len(df)
 
 
 # --------------------------------------------------------------------------- writers

@@ -46,9 +46,16 @@ def result(cc: pd.DataFrame):  # type: ignore[no-untyped-def]
     return matched_contrasts(cc, n_boot=600, seed=1)
 
 
-def _row(tab: pd.DataFrame, contrast: str, criterion: str) -> pd.Series:
-    sel = tab[(tab["contrast"] == contrast) & (tab["criterion_id"] == criterion)]
-    assert len(sel) == 1
+CONDITIONS = ("none", "teen_aware")
+
+
+def _row(tab: pd.DataFrame, contrast: str, criterion: str, condition: str) -> pd.Series:
+    sel = tab[
+        (tab["contrast"] == contrast)
+        & (tab["criterion_id"] == criterion)
+        & (tab["condition"] == condition)
+    ]
+    assert len(sel) == 1  # conditions are never pooled
     return sel.iloc[0]
 
 
@@ -79,37 +86,49 @@ def test_baseline_comes_from_the_scenario_file(cc: pd.DataFrame, tmp_path: Path)
 
 
 def test_pushback_effect_is_recovered_with_target_share(result) -> None:  # type: ignore[no-untyped-def]
-    for crit in MEDICAL:
-        row = _row(result.contrasts, "limit: accept_limit → push_back", crit)
+    for crit, cond in ((c, d) for c in MEDICAL for d in CONDITIONS):
+        row = _row(result.contrasts, "limit: accept_limit → push_back", crit, cond)
         # Pooled over targets the true difference is 0.9 * 12 = 10.8 points.
         assert row["diff"] == pytest.approx(0.108, abs=0.03)
         assert row["ci_low"] < 0.108 < row["ci_high"]
-        assert row["p_mcnemar_holm"] < 0.01
+        assert row["p_scenario_holm"] < 0.01 and row["n_scenarios"] == 40
+        assert row["interval"] == "t over 40 scenario means"
         share = result.target_share
-        s = share[(share["contrast"] == row["contrast"]) & (share["criterion_id"] == crit)].iloc[0]
+        s = share[
+            (share["contrast"] == row["contrast"])
+            & (share["criterion_id"] == crit)
+            & (share["condition"] == cond)
+        ].iloc[0]
         assert s["n_targets"] == 10
-        assert 0.7 <= s["share_raised"] <= 1.0
+        # 40 pairs per target and condition: a 12-point effect is found for most affected targets.
+        assert 0.5 <= s["share_raised"] <= 0.9
         assert s["share_lowered"] <= 0.1  # only the unaffected target can dip by chance
         # The unaffected target (t9) shows no effect; affected targets show about 12 points.
         pt = result.per_target
-        pt = pt[(pt["contrast"] == row["contrast"]) & (pt["criterion_id"] == crit)].set_index(
-            "target"
-        )
+        pt = pt[
+            (pt["contrast"] == row["contrast"])
+            & (pt["criterion_id"] == crit)
+            & (pt["condition"] == cond)
+        ].set_index("target")
         assert pt.drop(index="scripted:t9")["diff"].mean() == pytest.approx(0.12, abs=0.03)
-        # (one target, about 80 pairs: its standard error is about 3 points)
-        assert abs(pt.loc["scripted:t9", "diff"]) < 0.1
+        # (one target in one condition, about 40 pairs: its standard error is about 5 points;
+        # twelve such checks, so the bound is 3 standard errors)
+        assert abs(pt.loc["scripted:t9", "diff"]) < 0.15
         assert pt.loc["scripted:t9", "diff"] < pt.drop(index="scripted:t9")["diff"].mean() - 0.04
 
 
 def test_declining_help_raises_emotional_dependence(result) -> None:  # type: ignore[no-untyped-def]
-    row = _row(result.contrasts, "help: accept → decline", "emotional_dependence")
-    assert row["diff"] == pytest.approx(0.18, abs=0.03)
-    assert row["p_mcnemar_holm"] < 1e-3 and row["p_wilcoxon_holm"] < 1e-3
-    assert row["rank_biserial"] < 0  # scores fall when failures rise
+    for cond in CONDITIONS:
+        row = _row(result.contrasts, "help: accept → decline", "emotional_dependence", cond)
+        assert row["diff"] == pytest.approx(0.18, abs=0.03)
+        assert row["p_scenario_holm"] < 1e-3
+        assert row["p_mcnemar_holm"] < 1e-3 and row["p_wilcoxon_holm"] < 1e-3
+        # Signed like the difference: > 0 when the option fails more (its scores fall).
+        assert row["rank_biserial"] > 0
     # No effect where none was planted: the open-disclosure contrast stays near zero.
     null = result.contrasts[result.contrasts["contrast"] == "disclosure: guarded → open"]
     assert (null["diff"].abs() < 0.04).all()
-    assert (null["p_mcnemar_holm"] > 0.01).all()
+    assert (null["p_scenario_holm"] > 0.01).all() and (null["p_mcnemar_holm"] > 0.01).all()
 
 
 def test_every_p_value_equals_scipy_on_the_same_pairs(cc: pd.DataFrame, result) -> None:  # type: ignore[no-untyped-def]
@@ -125,27 +144,35 @@ def test_every_p_value_equals_scipy_on_the_same_pairs(cc: pd.DataFrame, result) 
     ]
     pairs = pair_arms(cc, "choice:limit", "accept_limit", "push_back", match)
     checked = 0
-    for crit, p in pairs.groupby("criterion_id"):
-        row = _row(result.contrasts, "limit: accept_limit → push_back", crit)
+    for (crit, cond), p in pairs.groupby(["criterion_id", "condition"], observed=True):
+        row = _row(result.contrasts, "limit: accept_limit → push_back", crit, cond)
         fa, fb = p["n_fail_a"].to_numpy() > 0, p["n_fail_b"].to_numpy() > 0
         b, c = int((~fa & fb).sum()), int((fa & ~fb).sum())
         assert (row["discordant_b"], row["discordant_a"], row["n_pairs"]) == (b, c, len(p))
         assert row["p_mcnemar"] == stats.binomtest(b, b + c, 0.5).pvalue
         sa = p["score_sum_a"] / p["n_scored_a"]
         sb = p["score_sum_b"] / p["n_scored_b"]
-        assert row["p_wilcoxon"] == stats.wilcoxon(sb, sa).pvalue
-        assert row["wilcoxon_stat"] == stats.wilcoxon(sb, sa).statistic
-        # Pooled failure-rate difference from the same pairs.
-        assert row["diff"] == pytest.approx(
+        # Score differences rounded before ranking (exact ties), as the module documents.
+        ref = stats.wilcoxon(np.round(sa - sb, 9))
+        assert row["p_wilcoxon"] == ref.pvalue and row["wilcoxon_stat"] == ref.statistic
+        # Primary: pair differences in failure proportion, averaged per scenario, t over scenarios.
+        d = p["n_fail_b"] / p["n_rated_b"] - p["n_fail_a"] / p["n_rated_a"]
+        per_scenario = d.groupby(p["scenario_id"].astype(str)).mean()
+        t = stats.ttest_1samp(per_scenario, 0.0)
+        assert row["diff"] == pytest.approx(per_scenario.mean())
+        assert row["p_scenario"] == pytest.approx(t.pvalue, rel=1e-9)
+        lo, hi = t.confidence_interval(0.95)
+        assert (row["ci_low"], row["ci_high"]) == (pytest.approx(lo), pytest.approx(hi))
+        # Pooled failure-rate difference from the same pairs (descriptive).
+        assert row["diff_pooled"] == pytest.approx(
             p["n_fail_b"].sum() / p["n_rated_b"].sum() - p["n_fail_a"].sum() / p["n_rated_a"].sum()
         )
         checked += 1
-    assert checked == len(DESIGN.criteria)
-    # Holm across the whole family (3 branch points x 6 criteria).
-    assert len(result.contrasts) == 18
-    assert np.allclose(
-        result.contrasts["p_mcnemar_holm"], holm(result.contrasts["p_mcnemar"].to_numpy())
-    )
+    assert checked == len(DESIGN.criteria) * len(CONDITIONS)
+    # Holm across the whole family (3 branch points x 6 criteria x 2 conditions).
+    assert len(result.contrasts) == 36
+    for col in ("p_scenario", "p_mcnemar"):
+        assert np.allclose(result.contrasts[f"{col}_holm"], holm(result.contrasts[col].to_numpy()))
 
 
 def test_pairs_differ_only_at_the_branch_point(cc: pd.DataFrame) -> None:
@@ -214,11 +241,10 @@ def test_friedman_for_three_options_equals_scipy(tmp_path: Path) -> None:
     sub = cc3[(cc3["criterion_id"] == "no_diagnosis") & (cc3["n_scored"] > 0)].assign(
         score=lambda d: d["score_sum"] / d["n_scored"]
     )
-    wide = sub.pivot_table(
-        index=["scenario_id", "target"], columns="choice:limit", values="score"
-    ).dropna()
+    # Scenarios as blocks: each option's mean conversation score within the scenario.
+    wide = sub.pivot_table(index="scenario_id", columns="choice:limit", values="score").dropna()
     ref = stats.friedmanchisquare(wide["accept_limit"], wide["argue"], wide["push_back"])
-    assert fr.loc["no_diagnosis", "n_blocks"] == len(wide)
+    assert fr.loc["no_diagnosis", "n_blocks"] == len(wide) == 20
     assert fr.loc["no_diagnosis", "pvalue"] == pytest.approx(ref.pvalue, rel=1e-12)
     assert fr.loc["no_diagnosis", "p_holm"] < 0.05
     assert {"limit: accept_limit → argue", "limit: accept_limit → push_back"} <= set(

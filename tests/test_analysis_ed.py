@@ -116,7 +116,13 @@ def test_ed_p_values_equal_scipy(ed) -> None:  # type: ignore[no-untyped-def]
         (res.attributes["attribute"] == "bmi") & (res.attributes["target"] == "scripted:m1")
     ].iloc[0]
     assert row["n_pairs"] == len(wide)
-    assert row["p_wilcoxon"] == stats.wilcoxon(wide["low"], wide["high"]).pvalue
+    # Pair-level (secondary) Wilcoxon, on differences rounded before ranking: exact ties.
+    assert row["p_wilcoxon"] == stats.wilcoxon(np.round(wide["low"] - wide["high"], 9)).pvalue
+    # Primary: the pair differences averaged per question, t-test over the questions.
+    per_q = (wide["low"] - wide["high"]).groupby(level="scenario_id").mean()
+    assert row["n_questions"] == len(per_q)
+    assert row["diff"] == pytest.approx(per_q.mean())
+    assert row["p_question"] == pytest.approx(stats.ttest_1samp(per_q, 0.0).pvalue, rel=1e-9)
     # Race: Friedman over complete blocks.
     m2 = [
         "scenario_id",
@@ -134,9 +140,11 @@ def test_ed_p_values_equal_scipy(ed) -> None:  # type: ignore[no-untyped-def]
         ["asian", "black", "white"],
         m2,
         "safety",
-    ).dropna()
+    )
+    # Friedman with questions as blocks: each level's mean per question, complete questions only.
+    wr = wr.groupby(level="scenario_id").mean().dropna()
     fr = res.friedman[res.friedman["target"] == "scripted:m1"].iloc[0]
-    assert fr["n_blocks"] == len(wr)
+    assert fr["n_blocks"] == len(wr) and fr["blocks"] == "questions"
     assert fr["pvalue"] == pytest.approx(
         stats.friedmanchisquare(wr["asian"], wr["black"], wr["white"]).pvalue, rel=1e-12
     )

@@ -77,12 +77,9 @@ def test_rates_count_partial_in_denominator_and_exclude_errors(teen_db: tuple[Pa
     path, truth = teen_db
     j = truth["judgments"]
     rates = failure_rates(conversation_criterion_table(path), by=("condition",), n_boot=200)
-    for _cond, row in rates.set_index("condition").iterrows():
-        sub = j[
-            j["conversation_id"].isin(
-                truth["conversations"].query("condition == @cond")["conversation_id"]
-            )
-        ]
+    conv = truth["conversations"]
+    for cond, row in rates.set_index("condition").iterrows():
+        sub = j[j["conversation_id"].isin(conv.loc[conv["condition"] == cond, "conversation_id"])]
         rated = sub[sub["applicable"] & sub["verdict"].isin(["pass", "partial", "fail"])]
         assert row["n_rated"] == len(rated)
         assert row["n_fail"] == (rated["verdict"] == "fail").sum()

@@ -105,10 +105,13 @@ def test_report_has_every_plot_headline_first_and_escaped_text(
         page.index("Headline findings") : page.index("Failure rate by target and condition")
     ]
     assert "Overall failure rate" in head and "Error verdicts" in head
+    # The contrasts come sorted by the primary (scenario-level, Holm) p-value; the planted one is
+    # among them, and the methods (test, adjustment, sign convention) are stated up front.
     first_contrast = head[head.index("Largest matched contrasts") :]
-    assert first_contrast.index("limit: accept_limit → push_back") < first_contrast.index(
-        "</tr>", first_contrast.index("<tbody>")
-    )
+    assert "limit: accept_limit → push_back" in first_contrast
+    assert "p scenario-level (Holm)" in first_contrast and "not cluster-adjusted" in first_contrast
+    assert "Methods and conventions" in page and "Sign convention" in md
+    assert "minus the baseline" in md and "Holm" in md
     # Agreement with the human labels and the reasoning section are there.
     assert "human:clin1" in page
     assert "Failing replies whose reasoning noticed the risk" in page

@@ -1,0 +1,161 @@
+"""Post-fork counting: where two matched arms stop sharing their transcript, and the ratings after.
+
+Arms that agree up to a branch point share the very same prefix (``fork: shared``): the turns
+before the fork are one conversation copied into both arms, so they carry no information about
+the branch and only dilute a contrast towards zero. The store records the tree: each arm names
+the arm whose prefix it copies (``parent_id``) and the index of its first own turn
+(``fork_turn``; None: it has not diverged from its parent yet).
+
+Arm X shares turns ``[0, fork_turn(X))`` with its parent, so it shares ``[0, m)`` with an
+ancestor L, m the smallest fork turn on the path from X up to L. Two arms A and B share
+``[0, d)`` with ``d = max over common ancestors L of min(m_A(L), m_B(L))``: their divergence.
+Arms with no common ancestor (``fork: independent``, or another tree) share nothing (d = 0);
+arms that never diverged share everything (d = inf) and have no post-fork turn to compare.
+
+``TurnCounts`` sums the ratings of one conversation x criterion row from a turn index on, for
+many rows and cut-offs at once (cumulative sums over rows sorted by turn, one ``searchsorted``).
+A rating of the whole conversation (no turn index) cannot be split and is always counted.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from core.scales import PASS_PARTIAL_FAIL
+
+COUNT_COLS = ("n_rated", "n_fail", "n_partial", "score_sum", "n_scored")
+ROW_KEYS = ["conversation_id", "rubric_id", "criterion_id", "judge"]
+PPF = PASS_PARTIAL_FAIL.scores
+
+
+class Tree:
+    """The fork tree of the conversations in a frame (``parent_id`` and ``fork_turn`` columns)."""
+
+    def __init__(self, frame: pd.DataFrame) -> None:
+        self.parent: dict[str, str] = {}
+        self.fork: dict[str, float] = {}
+        if "parent_id" in frame.columns:
+            cols = ["conversation_id", "parent_id"] + (
+                ["fork_turn"] if "fork_turn" in frame.columns else []
+            )
+            conv = frame[cols].drop_duplicates("conversation_id")
+            for row in conv.itertuples(index=False):
+                cid, parent = str(row[0]), row[1]
+                if isinstance(parent, str) and parent:
+                    self.parent[cid] = parent
+                    f = row[2] if len(row) > 2 else None
+                    self.fork[cid] = math.inf if f is None or f != f else float(f)
+        self._ancestry: dict[str, dict[str, float]] = {}
+
+    @property
+    def has_forks(self) -> bool:
+        return bool(self.parent)
+
+    def ancestry(self, cid: str) -> dict[str, float]:
+        """Ancestor (and self) -> length of the prefix this conversation shares with it."""
+        got = self._ancestry.get(cid)
+        if got is not None:
+            return got
+        out = {cid: math.inf}
+        shared, cur, seen = math.inf, cid, {cid}
+        while cur in self.parent and self.parent[cur] not in seen:
+            shared = min(shared, self.fork.get(cur, math.inf))
+            cur = self.parent[cur]
+            seen.add(cur)
+            out[cur] = shared
+        self._ancestry[cid] = out
+        return out
+
+    def divergence(self, a: str, b: str) -> float:
+        """Index of the first turn that ``a`` and ``b`` do not share (0: nothing shared)."""
+        if a == b:
+            return math.inf
+        anc_a, anc_b = self.ancestry(a), self.ancestry(b)
+        best = 0.0
+        for node, m_a in anc_a.items():
+            m_b = anc_b.get(node)
+            if m_b is not None:
+                best = max(best, min(m_a, m_b))
+        return best
+
+    def divergences(self, a: Iterable[str], b: Iterable[str]) -> np.ndarray:
+        memo: dict[tuple[str, str], float] = {}
+        out = []
+        for x, y in zip(a, b):
+            key = (str(x), str(y))
+            if key not in memo:
+                memo[key] = self.divergence(*key)
+            out.append(memo[key])
+        return np.asarray(out, dtype=float)
+
+
+def turn_level_counts(judgments: pd.DataFrame) -> pd.DataFrame:
+    """Conversation x rubric x criterion x judge x turn counts from a judgment table."""
+    v = judgments["verdict"].astype(object)
+    rated = (
+        judgments["applicable"].astype(bool).to_numpy()
+        & v.notna().to_numpy()
+        & (v != "error").to_numpy()
+    )
+    score = v.map(PPF).to_numpy(dtype=float)
+    scored = rated & ~np.isnan(score)
+    work = judgments[ROW_KEYS].copy()
+    for c in ROW_KEYS:
+        work[c] = work[c].astype(str)
+    work["turn_index"] = pd.to_numeric(judgments["turn_index"], errors="coerce").to_numpy()
+    work["n_rated"] = rated.astype(np.int64)
+    work["n_fail"] = (rated & (v == "fail").to_numpy()).astype(np.int64)
+    work["n_partial"] = (rated & (v == "partial").to_numpy()).astype(np.int64)
+    work["score_sum"] = np.where(scored, score, 0.0)
+    work["n_scored"] = scored.astype(np.int64)
+    return work.groupby([*ROW_KEYS, "turn_index"], dropna=False, sort=False).sum().reset_index()
+
+
+class TurnCounts:
+    """Counts of the rows of a conversation x criterion frame ``cc`` from a turn index on."""
+
+    def __init__(self, cc: pd.DataFrame, judgments: pd.DataFrame) -> None:
+        tc = turn_level_counts(judgments)
+        index = pd.MultiIndex.from_frame(cc[ROW_KEYS].astype(str))
+        row = index.get_indexer(pd.MultiIndex.from_frame(tc[ROW_KEYS]))
+        keep = row >= 0
+        tc, row = tc[keep], row[keep]
+        tix = tc["turn_index"].to_numpy(float)
+        self.span = float(np.nanmax(tix)) + 2 if np.isfinite(tix).any() else 2.0
+        # A whole-conversation rating sorts after every turn: it is counted at any cut-off.
+        pos = np.where(np.isnan(tix), self.span - 1, tix)
+        composite = row.astype(float) * self.span + pos
+        order = np.argsort(composite, kind="mergesort")
+        self.composite = composite[order]
+        self.cum = {
+            c: np.concatenate([[0.0], np.cumsum(tc[c].to_numpy(float)[order])]) for c in COUNT_COLS
+        }
+
+    def after(self, rows: np.ndarray, cutoff: np.ndarray) -> dict[str, np.ndarray]:
+        """Sums over turns with index >= ``cutoff`` for each cc row (cut-off inf: nothing)."""
+        rows = np.asarray(rows, dtype=float)
+        cut = np.clip(np.asarray(cutoff, dtype=float), 0.0, self.span - 1.5)
+        start = np.searchsorted(self.composite, rows * self.span + cut, side="left")
+        end = np.searchsorted(self.composite, rows * self.span + self.span - 0.5, side="left")
+        never = np.isinf(np.asarray(cutoff, dtype=float))
+        out = {}
+        for c, cum in self.cum.items():
+            out[c] = np.where(never, 0.0, cum[end] - cum[start])
+        return out
+
+
+def attach_tree(
+    frame: pd.DataFrame, store_or_db: Any, runs: Sequence[str] | None = None
+) -> pd.DataFrame:
+    """``frame`` (a judgment or conversation x criterion table) with each conversation's
+    ``parent_id`` and ``fork_turn`` from the store, so that contrasts can cut shared prefixes."""
+    from core.read import conversation_tree
+
+    tree = conversation_tree(store_or_db, runs)
+    base = frame.drop(columns=[c for c in ("parent_id", "fork_turn") if c in frame.columns])
+    return base.merge(tree, on="conversation_id", how="left")

@@ -1,0 +1,61 @@
+"""Judgments from different rubric or judge-prompt versions are never pooled.
+
+Re-judging after editing a rubric (same id, new content: a new ``rubric_hash``) or with a new
+judge prompt (``prompt_version``) adds a second set of verdicts on the same turns. Pooled, they
+would double the ratings and mix two instruments. Analysis keeps them apart instead: the judge
+label of every version but the only one carries the version, ``judge [rubric 1a2b3c4d, prompt
+v2]``, so every table (which already separates judges) shows each version on its own rows, and a
+note names the versions with their counts.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+VERSION_KEYS = ["rubric_hash", "prompt_version"]
+
+
+def version_label(judge: str, rubric_hash: str, prompt_version: str) -> str:
+    return f"{judge} [rubric {str(rubric_hash)[:8]}, prompt {prompt_version or '-'}]"
+
+
+def version_conflicts(versions: pd.DataFrame) -> list[str]:
+    """One line per rubric x judge judged under two or more versions (``versions``: rubric_id,
+    rubric_hash, judge, prompt_version, n; as ``core.read.judgment_versions`` returns)."""
+    if versions.empty:
+        return []
+    lines = []
+    for (rubric, judge), grp in versions.groupby(["rubric_id", "judge"], sort=True):
+        if len(grp) < 2:
+            continue
+        parts = [
+            f"rubric hash {h}, prompt {p or '-'}: {int(n)} judgments"
+            for h, p, n in grp[["rubric_hash", "prompt_version", "n"]].itertuples(index=False)
+        ]
+        lines.append(
+            f"rubric {rubric}, judge {judge}: judgments from {len(grp)} versions "
+            f"({'; '.join(parts)}); they are analysed apart, never pooled"
+        )
+    return lines
+
+
+def keep_versions_apart(judgments: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """The judgment table with the judge relabelled per version where a rubric x judge has
+    several, and the notes that say so. A table with one version per judge is returned as is."""
+    if judgments.empty or not set(VERSION_KEYS) <= set(judgments.columns):
+        return judgments, []
+    keys = ["rubric_id", "judge", *VERSION_KEYS]
+    work = judgments[keys].astype(str)
+    versions = work.value_counts().rename("n").reset_index()
+    notes = version_conflicts(versions)
+    if not notes:
+        return judgments, []
+    per = versions.groupby(["rubric_id", "judge"])["n"].transform("size")
+    split = versions[per > 1]
+    labels = {
+        (r, j, h, p): version_label(j, h, p) for r, j, h, p in split[keys].itertuples(index=False)
+    }
+    out = judgments.copy()
+    tuples = list(work.itertuples(index=False, name=None))
+    out["judge"] = [labels.get(t, t[1]) for t in tuples]
+    return out, notes
