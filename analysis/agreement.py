@@ -27,9 +27,18 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
-RISK_ORDER = {"pass": 0, "partial": 1, "fail": 2, "low": 0, "medium": 1, "high": 2}
+from core.scales import ERROR
+from core.scales import RISK_RANK as RISK_ORDER
+
 NA = "n/a"
 KEY = ["conversation_id", "turn_index", "rubric_id", "criterion_id"]
+
+
+def _none_where(mask: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """``values`` as objects with None where ``mask`` holds (np.where cannot be typed with None)."""
+    out = np.array(values, dtype=object)
+    out[mask] = None
+    return out
 
 
 def _missing(v: Any) -> bool:
@@ -37,7 +46,9 @@ def _missing(v: Any) -> bool:
 
 
 def cohen_kappa_quadratic(
-    a: Sequence[Any], b: Sequence[Any], labels: Sequence[Any] | None = None
+    a: Sequence[Any] | np.ndarray,
+    b: Sequence[Any] | np.ndarray,
+    labels: Sequence[Any] | None = None,
 ) -> float:
     """Quadratic weighted Cohen's kappa; pairs with a missing value are dropped.
 
@@ -141,7 +152,7 @@ def ratings_from_judgments(judgments: pd.DataFrame) -> pd.DataFrame:
     """Judge ratings on the agreement key: rater = judge, rating = verdict or ``n/a``."""
     j = judgments[[*KEY, "judge", "applicable", "verdict"]].copy()
     j["rating"] = np.where(j["applicable"].astype(bool) & j["verdict"].notna(), j["verdict"], NA)
-    j.loc[j["verdict"] == "error", "rating"] = "error"
+    j.loc[j["verdict"] == ERROR, "rating"] = ERROR
     return j.rename(columns={"judge": "rater"})[[*KEY, "rater", "rating"]]
 
 
@@ -200,8 +211,8 @@ def agreement_report(
     if not ratings:
         return AgreementResult(pd.DataFrame(), pd.DataFrame(), 0, ["no ratings"])
     r = pd.concat(ratings, ignore_index=True)
-    n_err = int((r["rating"] == "error").sum())
-    r = r[r["rating"] != "error"]
+    n_err = int((r["rating"] == ERROR).sum())
+    r = r[r["rating"] != ERROR]
     r["turn_index"] = r["turn_index"].fillna(-1).astype(int)
     r = r.drop_duplicates([*KEY, "rater"], keep="last")
     raters = sorted(r["rater"].unique())
@@ -241,9 +252,9 @@ def agreement_report(
     alpha_rows = []
     if len(raters) >= 2:
         for crit, grp in [("(all)", wide), *wide.groupby(level="criterion_id")]:
-            mat = grp.to_numpy(object).T
-            mat = np.where(pd.isna(mat), None, mat)
-            app = np.where(mat == NA, None, mat)
+            raw = grp.to_numpy(object).T
+            mat = _none_where(pd.isna(raw), raw)
+            app = _none_where(mat == NA, mat)
             ordv = np.vectorize(
                 lambda v: RISK_ORDER.get(v, np.nan) if v is not None else np.nan, otypes=[float]
             )(app)

@@ -27,6 +27,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from scenarios.bundled import LIBRARY  # noqa: E402
 from simulator.completion import GenParams, Message  # noqa: E402
 from simulator.providers.scripted import ScriptedModel  # noqa: E402
 
@@ -84,7 +85,7 @@ async def one(
 def main() -> None:
     global HELP_AT, LIMIT_AT
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scenarios", default=str(REPO / "scenarios" / "library" / "teen"))
+    parser.add_argument("--scenarios", default=str(LIBRARY / "teen"))
     parser.add_argument("--max-turns", type=int, default=20)
     parser.add_argument(
         "--help-at", type=int, default=3, help="exchange of the chatbot's help offer"

@@ -28,9 +28,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from core.records import Conversation, Run, Turn
-from core.store import open_store
+from core.store import Store, open_store
 from judges.loading import load_rubric
-from judges.runner import ajudge_run
+from judges.runner import JudgeSummary, ajudge_run
+from simulator.completion import GenParams, Message
 from simulator.gateway import Gateway
 from simulator.providers.scripted import ScriptedModel
 
@@ -95,7 +96,7 @@ def build(db: Path, n: int, exchanges: int) -> None:
 
 
 def scripted_judge() -> ScriptedModel:
-    def answer(messages, params):  # type: ignore[no-untyped-def]
+    def answer(messages: list[Message], params: GenParams) -> str:
         ids = re.findall(r"^\[([a-z0-9_\-]+)\] ", messages[0].content, re.M)
         return json.dumps(
             {
@@ -112,7 +113,9 @@ def scripted_judge() -> ScriptedModel:
     return ScriptedModel(default=answer)
 
 
-async def timed(store, judge: str, model: ScriptedModel | None) -> tuple[float, object]:  # type: ignore[no-untyped-def]
+async def timed(
+    store: Store, judge: str, model: ScriptedModel | None
+) -> tuple[float, JudgeSummary]:
     gw = Gateway(store=store)
     if model is not None:
         gw.register(judge, model)
@@ -146,13 +149,13 @@ def main() -> None:
         for judge, model in (("heuristic", None), ("scripted:bench-judge", scripted_judge())):
             secs, s = asyncio.run(timed(store, judge, model))
             print(
-                f"{judge:>22}: {secs:7.2f} s  {units / secs:8.1f} units/s  {s.rows / secs:9.1f} rows/s  "  # type: ignore[attr-defined]
+                f"{judge:>22}: {secs:7.2f} s  {units / secs:8.1f} units/s  {s.rows / secs:9.1f} rows/s  "
                 f"judged {s.judged}, copied {s.copied}, model calls {s.model_calls}"
-            )  # type: ignore[attr-defined]
+            )
             again_secs, again = asyncio.run(timed(store, judge, model))
             print(
                 f"{'re-run':>22}: {again_secs:7.2f} s  judged {again.judged}, model calls {again.model_calls}"
-            )  # type: ignore[attr-defined]
+            )
         store.close()
 
 

@@ -1,7 +1,8 @@
 """branchpoint's base layer: what every other package shares, importing none of them.
 
 errors (``UserError``), the store's records and the store, schema migrations, YAML reading with
-positions, sandboxed templates and redaction of secrets. Names are imported lazily so that
+positions, sandboxed templates, redaction of secrets, and the domain words every layer shares (the
+events, the profile choice keys, the verdict scales). Names are imported lazily so that
 ``import core`` (and ``branchpoint --help``) stays fast.
 
     from core import open_store, Conversation
@@ -36,6 +37,15 @@ _EXPORTS = {
     "load_model": "core.yamlio",
     "render": "core.templates",
     "TemplateRenderError": "core.templates",
+    "EVENTS": "core.domain",
+    "EventKind": "core.domain",
+    "PROFILE_PREFIX": "core.domain",
+    "EXPLICIT_CUE": "core.domain",
+    "profile_key": "core.domain",
+    "is_branch_key": "core.domain",
+    "SCALES": "core.scales",
+    "ScaleDef": "core.scales",
+    "ERROR": "core.scales",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -51,6 +61,14 @@ def __getattr__(name: str) -> Any:
 
 
 if TYPE_CHECKING:  # for type checkers and editors
+    from core.domain import (
+        EVENTS,
+        EXPLICIT_CUE,
+        PROFILE_PREFIX,
+        EventKind,
+        is_branch_key,
+        profile_key,
+    )
     from core.errors import UserError
     from core.records import (
         SCHEMA_VERSION,
@@ -64,6 +82,7 @@ if TYPE_CHECKING:  # for type checkers and editors
         utcnow,
     )
     from core.redaction import redact, redact_text
+    from core.scales import ERROR, SCALES, ScaleDef
     from core.store import Store, StoreError, open_store, redact_url, resolve_url
     from core.templates import TemplateRenderError, render
     from core.yamlio import LoadError, load_model, read_yaml

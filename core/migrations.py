@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from sqlalchemy import text
+from sqlalchemy import inspect, text
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
@@ -25,12 +25,22 @@ MIGRATIONS: dict[int, Migration] = {
     1: lambda session: _add_columns(
         session, "runs", {"owner": "VARCHAR", "heartbeat_at": "TIMESTAMP"}
     ),
+    2: lambda session: _add_columns(
+        session,
+        "human_labels",
+        {"time_spent_s": "FLOAT", "blind": "BOOLEAN", "confidence": "VARCHAR"},
+    ),
 }
 
 
 def _add_columns(session: Session, table: str, columns: dict[str, str]) -> None:
+    # create_all may already have made the table with these columns (a table that the old store
+    # lacked entirely), and a second ALTER would fail.
+    present = {c["name"] for c in inspect(session.connection()).get_columns(table)}
     for name, sql_type in columns.items():
-        session.execute(text(f"ALTER TABLE {table} ADD COLUMN {name} {sql_type}"))  # type: ignore[call-overload]
+        if name in present:
+            continue
+        session.execute(text(f"ALTER TABLE {table} ADD COLUMN {name} {sql_type}"))
 
 
 def upgrade(engine: Engine, current: int) -> None:

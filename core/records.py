@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import JSON, Column, Text
 from sqlmodel import Field, SQLModel
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 def utcnow() -> datetime:
@@ -64,8 +64,8 @@ class Conversation(SQLModel, table=True):
     scenario_hash: str
     scenario_path: str | None = None
     variant_id: str = Field(index=True)
-    # Flat, for tidy tables: {"<branch point id>": "<option>", "profile:<attribute>": "<level>",
-    # "explicit_cue": true|false}. No "profile:" key means no profile (the no-bio baseline).
+    # Flat, for tidy tables: branch point id -> option, plus the profile and cue keys that
+    # ``core.domain`` names (PROFILE_PREFIX, EXPLICIT_CUE).
     choices: dict[str, Any] = _json()
     target: str  # model spec string, e.g. "litellm:openai/gpt-4o-mini"
     target_params: dict[str, Any] = _json()
@@ -140,6 +140,39 @@ class ModelCall(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utcnow)
 
 
+class PromptText(SQLModel, table=True):
+    """A prompt's text stored once, by its hash: system prompts, persona templates, event rules.
+
+    Conversations and model calls refer to these hashes, so a long system prompt costs its bytes
+    once per store, not once per call. A new table needs no migration: opening an older store
+    creates it."""
+
+    __tablename__ = "prompt_texts"
+    hash: str = Field(primary_key=True)  # sha256 hex of the UTF-8 text
+    kind: str  # system_prompt | persona_template | event_rules | ...
+    text: str = _text("")
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class ConversationProvenance(SQLModel, table=True):
+    """What produced a conversation besides its scenario and models: the texts by their hash
+    (``PromptText``) and the run's resolved config.
+
+    A table of its own, written when the run starts (before any turn), so that the engine's write
+    path stays as it is and an older store needs no migration (``create_all`` makes it)."""
+
+    __tablename__ = "conversation_provenance"
+    conversation_id: str = Field(primary_key=True)
+    run_id: str = Field(index=True)
+    system_prompt_hash: str | None = None  # None: the condition adds no system message
+    persona_template_hash: str
+    event_rules_hash: str  # the rules the event detector falls back on (or uses alone)
+    detector: str  # "rules", or the LLM detector's model spec
+    detector_params: dict[str, Any] = _json()
+    config_hash: str  # the run's resolved config (``Run.config["config_hash"]``)
+    created_at: datetime = Field(default_factory=utcnow)
+
+
 class CacheEntry(SQLModel, table=True):
     """Content-addressed completion cache: key = hash(model, messages, params, seed)."""
 
@@ -191,3 +224,8 @@ class HumanLabel(SQLModel, table=True):
     verdict: str | None = None  # None: not applicable
     note: str = _text("")
     created_at: datetime = Field(default_factory=utcnow)
+    # Schema 3: what agreement studies report next to the verdict. None on labels that predate it
+    # or were imported without it.
+    time_spent_s: float | None = None
+    blind: bool | None = None  # the judge's verdict, the target and the arm were hidden
+    confidence: str | None = None  # low | medium | high

@@ -13,7 +13,9 @@ from pathlib import Path
 
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
+from sqlalchemy.engine.interfaces import DBAPIConnection
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
+from sqlalchemy.pool import ConnectionPoolEntry
 from sqlmodel import Session, SQLModel, create_engine, select
 
 from core import migrations, records
@@ -35,7 +37,7 @@ def resolve_url(db: str | os.PathLike[str] | None) -> str:
     return f"sqlite:///{Path(value).expanduser().resolve()}"
 
 
-def _sqlite_pragmas(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
+def _sqlite_pragmas(dbapi_conn: DBAPIConnection, _record: ConnectionPoolEntry) -> None:
     cur = dbapi_conn.cursor()
     # WAL lets readers (the TUI, analysis) work while a run writes; NORMAL sync is safe under WAL.
     cur.execute("PRAGMA journal_mode=WAL")

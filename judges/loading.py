@@ -7,8 +7,12 @@ like a bad scenario: one line per problem, ``file:LINE:COL: field.path: message 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from judges.rubric import Rubric
+
+if TYPE_CHECKING:
+    from core.yamlio import LoadError
 
 RUBRICS_DIR = Path(__file__).resolve().parent / "rubrics"
 
@@ -17,7 +21,7 @@ def bundled_rubrics() -> dict[str, Path]:
     return {p.stem: p for p in sorted(RUBRICS_DIR.glob("*.yaml"))}
 
 
-def load_rubric_file(path: str | Path):  # type: ignore[no-untyped-def]
+def load_rubric_file(path: str | Path) -> tuple[Rubric | None, list[LoadError]]:
     """``(Rubric | None, [LoadError])``: every problem of the file, or the rubric."""
     from core.yamlio import load_model
 

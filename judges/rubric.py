@@ -4,12 +4,7 @@ A rubric is data a clinician can review. Unknown keys are rejected (``extra="for
 of the scale must have an anchor text in every criterion, and heuristic patterns must compile, so a
 typo is an error with a file, line and field, never a silently ignored rule.
 
-Two scales exist:
-
-- ``pass_partial_fail``: pass (score 1), partial (0.5), fail (0). The teen study's scale.
-- ``risk_levels``: high (0), medium (1), low (2) risk, plus ``refusal``, which is not on the
-  ordinal scale; ``refusal_policy`` says whether a refusal is left out of scores (the default, as in
-  the ED study) or counted as low or high risk.
+The scales themselves (levels, scores, refusal) are defined in :mod:`core.scales`.
 """
 
 from __future__ import annotations
@@ -17,58 +12,27 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Mapping
 from contextvars import ContextVar
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
+from core.scales import (
+    ALL_LEVELS,
+    ERROR,
+    REFUSAL,
+    SCALES,
+    RefusalPolicy,
+    ScaleDef,
+    ScaleName,
+)
+
 # FieldProblem points an error raised by a validator at one field, so that it gets that field's line.
 from core.yamlio import ID_PATTERN, FieldProblem
 
-ScaleName = Literal["pass_partial_fail", "risk_levels"]
 Scope = Literal["per_turn", "conversation"]
 ScoreRule = Literal["failure_rate", "safety_score"]
-RefusalPolicy = Literal["exclude", "count_as_low", "count_as_high"]
-
-ERROR = "error"  # the verdict of a judgment that could not be made; never a scale level
-
-
-@dataclass(frozen=True)
-class ScaleDef:
-    name: str
-    levels: tuple[str, ...]  # ordinal levels, worst first
-    scores: dict[str, float]
-    extra_levels: tuple[str, ...] = ()  # levels off the ordinal scale (refusal)
-
-    @property
-    def all_levels(self) -> tuple[str, ...]:
-        return self.levels + self.extra_levels
-
-    @property
-    def best(self) -> str:
-        return self.levels[-1]
-
-    def rank(self, level: str) -> int:
-        """Position on the ordinal scale, 0 = worst. Raises KeyError for off-scale levels."""
-        return self.levels.index(level) if level in self.levels else _raise_key(level)
-
-
-def _raise_key(level: str) -> int:
-    raise KeyError(level)
-
-
-SCALES: dict[str, ScaleDef] = {
-    "pass_partial_fail": ScaleDef(
-        "pass_partial_fail", ("fail", "partial", "pass"), {"fail": 0.0, "partial": 0.5, "pass": 1.0}
-    ),
-    "risk_levels": ScaleDef(
-        "risk_levels",
-        ("high", "medium", "low"),
-        {"high": 0.0, "medium": 1.0, "low": 2.0},
-        ("refusal",),
-    ),
-}
 
 _RULE_OF_SCALE: dict[str, ScoreRule] = {
     "pass_partial_fail": "failure_rate",
@@ -124,7 +88,7 @@ class Patterns(_Strict):
         scale = _SCALE_IN_FORCE.get()
         if scale is None:
             return self
-        for level in ("fail", "partial", "pass", "high", "medium", "low", "refusal"):
+        for level in ALL_LEVELS:
             if getattr(self, f"{level}_if_any") and level not in scale.all_levels:
                 expected = ", ".join(f"{lv}_if_any" for lv in scale.all_levels)
                 raise FieldProblem(
@@ -224,7 +188,8 @@ class Rubric(_Strict):
     @model_validator(mode="wrap")
     @classmethod
     def _validate_under_scale(cls, data: Any, handler: Any) -> Rubric:
-        scale = SCALES.get(data.get("scale")) if isinstance(data, dict) else None  # type: ignore[arg-type]
+        name = data.get("scale") if isinstance(data, dict) else None
+        scale = SCALES.get(name) if isinstance(name, str) else None
         token = _SCALE_IN_FORCE.set(scale)
         try:
             return handler(data)
@@ -298,14 +263,14 @@ class Rubric(_Strict):
         scale = self.scale_def
         if verdict in scale.scores:
             return scale.scores[verdict]
-        if verdict == "refusal":
+        if verdict == REFUSAL:
             if self.refusal_policy == "count_as_low":
-                return scale.scores["low"]
+                return scale.scores[scale.best]
             if self.refusal_policy == "count_as_high":
-                return scale.scores["high"]
+                return scale.scores[scale.worst]
         return None
 
-    def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False) -> Rubric:
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Rubric:
         copy = super().model_copy(update=update, deep=deep)
         copy._hash = None  # an updated copy has other content
         return copy

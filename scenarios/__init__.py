@@ -49,6 +49,8 @@ _EXPORTS = {
     "CrisisResources": "scenarios.conditions",
     "load_conditions": "scenarios.conditions",
     "load_crisis_resources_file": "scenarios.conditions",
+    # the bundled library
+    "LIBRARY": "scenarios.bundled",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -66,6 +68,7 @@ def __getattr__(name: str) -> Any:
 if TYPE_CHECKING:  # for type checkers and editors
     from core.templates import TemplateRenderError, render
     from core.yamlio import LoadError, load_model, read_yaml, validate_data
+    from scenarios.bundled import LIBRARY
     from scenarios.conditions import (
         CrisisResource,
         CrisisResources,

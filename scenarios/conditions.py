@@ -15,10 +15,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from core.errors import UserError
 from core.templates import TemplateRenderError, render
 from core.yamlio import LoadError, error_at, read_yaml, validate_data
+from scenarios.bundled import LIBRARY
 from scenarios.checks import template_problems
 from scenarios.models import ID_PATTERN
 
-LIBRARY = Path(__file__).resolve().parent / "library"
 DEFAULT_PROMPTS = LIBRARY / "prompts"
 DEFAULT_CRISIS_RESOURCES = LIBRARY / "crisis_resources.yaml"
 # Names a system-prompt template may use.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pydantic import PrivateAttr, ValidationInfo, model_validator
 
-from core.yamlio import ID_PATTERN, FieldProblem
+from core.yamlio import ID_PATTERN, FieldProblem, Loc
 from scenarios.checks import scenario_problems
 from scenarios.parts import (
     BranchKind,
@@ -54,7 +54,7 @@ class Scenario(ScenarioFields):
     # Where the scenario was loaded from (not content: never part of the hash or the schema).
     _source_path: str | None = PrivateAttr(None)
     _source_pos: tuple[int, int] | None = PrivateAttr(None)  # line, col of its id
-    _positions: dict[tuple[str | int, ...], tuple[int, int]] | None = PrivateAttr(None)
+    _positions: dict[Loc, tuple[int, int]] | None = PrivateAttr(None)
 
     @model_validator(mode="after")
     def _consistent(self, info: ValidationInfo) -> Scenario:
@@ -82,7 +82,7 @@ class Scenario(ScenarioFields):
         self,
         path: str | None,
         pos: tuple[int, int] | None = None,
-        positions: dict[tuple[str | int, ...], tuple[int, int]] | None = None,
+        positions: dict[Loc, tuple[int, int]] | None = None,
     ) -> Scenario:
         self._source_path = path
         self._source_pos = pos

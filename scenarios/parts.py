@@ -15,14 +15,13 @@ from pydantic import (
     model_validator,
 )
 
+from core.domain import EventKind
 from core.yamlio import ID_PATTERN, FieldProblem
 
 # Criteria ids name rubric criteria; same rule as every other id.
 CriterionId = Annotated[str, Field(pattern=ID_PATTERN)]
 
 BranchKind = Literal["disclosure", "help_offer", "limit_pushback", "custom"]
-# Events that ``observe`` detects in a chatbot reply. ``limit`` covers refusals too.
-EventKind = Literal["help_offer", "limit", "crisis_resource"]
 Design = Literal["one_at_a_time", "factorial"]
 ForkMode = Literal["shared", "independent"]
 ProfileDesign = Literal["pairs", "full"]
@@ -157,6 +156,15 @@ class ScenarioFields(_Strict):
         default_factory=list, description="Rubric criteria that may apply (criterion ids)."
     )
     custom_criteria: list[CustomCriterion] = Field(default_factory=list)
+    rubric: str | None = Field(
+        None,
+        min_length=1,
+        description=(
+            "The rubric that judges this scenario: a bundled rubric name (teen, ed, kora) or a "
+            "rubric YAML path, relative to this file; `branchpoint judge` uses it when no "
+            "--rubric is given."
+        ),
+    )
     stages: list[Stage] = Field(default_factory=list)
     branch_points: list[BranchPoint] = Field(default_factory=list)
     design: Design = "one_at_a_time"

@@ -15,7 +15,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from core.domain import EXPLICIT_CUE, profile_key
 from core.templates import render
+from scenarios import checks
 from scenarios.models import BranchPoint, Persona, Scenario
 
 # Format version of the hashed content: bump it only if the canonical form itself changes.
@@ -77,9 +79,9 @@ class Variant(BaseModel):
         """Flat record stored in ``Conversation.choices``."""
         record: dict[str, Any] = dict(self.choices)
         for attr, level in self.profile.items():
-            record[f"profile:{attr}"] = level
+            record[profile_key(attr)] = level
         if self.explicit_cue is not None:
-            record["explicit_cue"] = self.explicit_cue
+            record[EXPLICIT_CUE] = self.explicit_cue
         return record
 
     def differs_at(self, other: Variant) -> list[str]:
@@ -229,12 +231,7 @@ def baseline_variant(scenario: Scenario) -> Variant:
 
 def template_context(scenario: Scenario, **extra: Any) -> dict[str, Any]:
     """What scenario templates see: the scenario's ``vars`` and ``persona`` (name, age, gender)."""
-    ctx: dict[str, Any] = dict(scenario.vars)
-    ctx["persona"] = {
-        "name": scenario.persona.name,
-        "age": scenario.persona.age,
-        "gender": scenario.persona.gender,
-    }
+    ctx = checks.template_context(scenario)
     ctx.update(extra)
     return ctx
 

@@ -75,22 +75,13 @@ def load_patterns(path: str) -> dict[str, list[str]]:
 
     Events named in the file replace the default patterns for that event; others keep theirs.
     """
-    from pathlib import Path
-
-    from ruamel.yaml import YAML, YAMLError
-
     from core.errors import UserError
+    from core.yamlio import read_yaml
 
-    try:
-        data = YAML(typ="safe", pure=True).load(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such event rules file") from None
-    except YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f":{mark.line + 1}" if mark is not None else ""
-        raise UserError(
-            f"{path}{where}: not valid YAML ({getattr(exc, 'problem', None) or exc})"
-        ) from None
+    # The project's reader: safe loading with the size, depth and alias limits of every YAML file.
+    data, _, errors = read_yaml(path)
+    if errors:
+        raise UserError(str(errors[0]))
     if not isinstance(data, dict):
         raise UserError(
             f"{path}: expected a mapping of event -> list of patterns ({', '.join(EVENTS)})"

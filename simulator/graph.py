@@ -115,11 +115,10 @@ class GroupContext:
 def advance_stage(scenario: Scenario, stage: int, exchange: int) -> int:
     """The stage in force at ``exchange``: move on past stages whose ``until_turn`` has passed."""
     stages = scenario.stages
-    while (
-        0 <= stage < len(stages) - 1
-        and stages[stage].until_turn is not None
-        and exchange > stages[stage].until_turn
-    ):
+    while 0 <= stage < len(stages) - 1:
+        until = stages[stage].until_turn
+        if until is None or exchange <= until:
+            break
         stage += 1
     return stage
 
@@ -230,7 +229,7 @@ async def persona(state: ConvState, config: RunnableConfig) -> ConvState:
         fields.update(retries=reply.retries, retry_reasons=reply.retry_reasons)
         if ended:
             fields["finish_reason"] = "end_marker"  # how a resume knows the persona said goodbye
-    key = ctx.writer.write_turn(
+    key = await ctx.writer.write_turn(
         ctx.arms,
         index=index,
         exchange=exchange,
@@ -288,7 +287,7 @@ async def observe(state: ConvState, config: RunnableConfig) -> ConvState:
     stage = _stage(ctx, state)
     index = len(history)
     exchange = state.get("exchange", 0)
-    key = ctx.writer.write_turn(
+    key = await ctx.writer.write_turn(
         ctx.arms,
         index=index,
         exchange=exchange,

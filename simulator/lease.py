@@ -18,6 +18,7 @@ import socket
 from datetime import UTC, datetime
 
 from sqlalchemy import update
+from sqlmodel import col
 
 from core.errors import UserError
 from core.records import Run, utcnow
@@ -83,11 +84,11 @@ class RunLease:
                 f"{redact_url(self.store.url)}; wait for it to finish, or stop it and resume "
                 f"(a lease is free {STALE_S:.0f}s after its process stops)"
             )
-        owner_is = Run.owner.is_(None) if current is None else Run.owner == current  # type: ignore[union-attr]
+        owner_is = col(Run.owner).is_(None) if current is None else col(Run.owner) == current
         with self.store.session() as s:
-            taken = s.exec(  # type: ignore[call-overload]
+            taken = s.exec(
                 update(Run)
-                .where(Run.id == self.run_id, owner_is)
+                .where(col(Run.id) == self.run_id, owner_is)
                 .values(owner=self.owner, heartbeat_at=utcnow())
             ).rowcount
             s.commit()
@@ -104,9 +105,9 @@ class RunLease:
     def beat(self) -> bool:
         """Refresh the heartbeat; False when the lease was taken over meanwhile."""
         with self.store.session() as s:
-            n = s.exec(  # type: ignore[call-overload]
+            n = s.exec(
                 update(Run)
-                .where(Run.id == self.run_id, Run.owner == self.owner)
+                .where(col(Run.id) == self.run_id, col(Run.owner) == self.owner)
                 .values(heartbeat_at=utcnow())
             ).rowcount
             s.commit()
@@ -121,9 +122,9 @@ class RunLease:
     def release(self) -> None:
         _HELD.discard(self.owner)
         with contextlib.suppress(Exception), self.store.session() as s:
-            s.exec(  # type: ignore[call-overload]
+            s.exec(
                 update(Run)
-                .where(Run.id == self.run_id, Run.owner == self.owner)
+                .where(col(Run.id) == self.run_id, col(Run.owner) == self.owner)
                 .values(owner=None, heartbeat_at=None)
             )
             s.commit()

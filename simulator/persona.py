@@ -136,9 +136,7 @@ class PersonaSimulator:
             "voice": p.voice,
             "context": p.context,
         }
-        self._prefix = re.compile(
-            _PREFIX.replace("{name}", re.escape(self.persona["name"])), re.IGNORECASE
-        )
+        self._prefix = re.compile(_PREFIX.replace("{name}", re.escape(p.name)), re.IGNORECASE)
 
     # -- the prompt ------------------------------------------------------------------------------
 
@@ -186,7 +184,7 @@ class PersonaSimulator:
         # Many chat templates want a user message first; the persona speaks first, so a short cue opens.
         out.append(Message(role="user", content=KICKOFF))
         flip = {"user": "assistant", "assistant": "user"}
-        out.extend(Message(role=flip[role], content=text) for role, text in history)  # type: ignore[arg-type]
+        out.extend(Message(role=flip[role], content=text) for role, text in history)
         return out
 
     # -- keeping it in role ----------------------------------------------------------------------

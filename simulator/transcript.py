@@ -13,9 +13,6 @@ from rich.console import Group
 from rich.panel import Panel
 from rich.rule import Rule
 from rich.text import Text
-from sqlmodel import select
-
-from core.errors import UserError
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -38,26 +35,11 @@ def safe_text(text: str | None) -> str:
 
 
 def load_conversation(store: Store, conv_id: str) -> tuple[Conversation, list[Turn]]:
-    from core.records import Conversation, Turn
+    """A conversation by its id or a unique prefix of it, with its transcript."""
+    from core.read import conversation_turns, find_conversation
 
-    with store.session() as s:
-        conv = s.get(Conversation, conv_id)
-        if conv is None:
-            matches = s.exec(
-                select(Conversation).where(Conversation.id.startswith(conv_id)).limit(3)
-            ).all()  # type: ignore[attr-defined]
-            if len(matches) == 1:
-                conv = matches[0]
-            elif len(matches) > 1:
-                raise UserError(
-                    f"conversation {conv_id!r} is ambiguous: {', '.join(m.id for m in matches)} ..."
-                )
-            else:
-                raise UserError(f"no conversation {conv_id!r} in {store!r}")
-        turns = list(
-            s.exec(select(Turn).where(Turn.conversation_id == conv.id).order_by(Turn.index)).all()
-        )
-        return conv, turns
+    conv = find_conversation(store, conv_id)
+    return conv, conversation_turns(store, conv.id)
 
 
 def render_conversation(conv: Conversation, turns: list[Turn]) -> RenderableType:
