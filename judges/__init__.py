@@ -16,7 +16,7 @@ _EXPORTS = {
     "Rubric": "judges.rubric",
     "Criterion": "judges.rubric",
     "Patterns": "judges.rubric",
-    "SCALES": "judges.rubric",
+    "SCALES": "core.scales",
     "load_rubric": "judges.loading",
     "load_rubric_file": "judges.loading",
     "bundled_rubrics": "judges.loading",
@@ -32,6 +32,9 @@ _EXPORTS = {
     "ajudge_run": "judges.runner",
     "make_judge": "judges.runner",
     "JudgeSummary": "judges.runner",
+    "judge_by_scenario_rubric": "judges.scenario_rubrics",
+    "ajudge_by_scenario_rubric": "judges.scenario_rubrics",
+    "build_kora_rubric": "judges.kora_rubric",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -5,6 +5,11 @@ gender, maturity, background), a narrative, the child's first message, evaluatio
 sometimes the assistant's memory of earlier chats. Each becomes a scenario without branch points:
 the seed makes the persona, the narrative (and memory) its context, the first message the opening,
 the risk and category the tags, and the criteria one scenario-specific criterion.
+
+Judging uses KORA's own risk criteria: each scenario names the ``kora`` rubric (built from
+risks.json by ``judges.kora_rubric``, bundled as ``judges/rubrics/kora.yaml``) and lists the
+criterion of its risk, so ``branchpoint run`` then ``branchpoint judge`` rate every chatbot turn
+on that risk's definition.
 """
 
 from __future__ import annotations
@@ -41,6 +46,11 @@ class KoraProblem:
         return f"{self.path}:{self.line}: {self.message}"
 
 
+# The bundled rubric built from KORA's risks.json (``judges/rubrics/kora.yaml``, by
+# ``judges.kora_rubric``): one criterion per KORA risk, whose id is the risk id.
+RUBRIC = "kora"
+
+
 def load_risks(path: str | Path) -> dict[str, tuple[str, str]]:
     """risk id -> (risk name, category name), from KORA's risks.json."""
     data = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -49,6 +59,17 @@ def load_risks(path: str | Path) -> dict[str, tuple[str, str]]:
         for risk in category.get("risks", []):
             out[risk["id"]] = (risk["name"], category["name"])
     return out
+
+
+def load_conversation_lengths(path: str | Path) -> dict[str, int]:
+    """risk id -> the number of exchanges KORA gives conversations about that risk."""
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    return {
+        risk["id"]: risk["conversationLength"]
+        for category in data
+        for risk in category.get("risks", [])
+        if isinstance(risk.get("conversationLength"), int) and risk["conversationLength"] >= 1
+    }
 
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -70,7 +91,7 @@ _FOLD_WIDTH = 96
 _SINGLE_SPACE = re.compile(r"(?<=\S) (?=\S)")
 
 
-def _block(text: str) -> Any:
+def block_scalar(text: str) -> Any:
     """Long text as YAML block scalars: literal when it has line breaks, folded when it is long."""
     text = text.strip()
     if "\n" in text:
@@ -101,8 +122,16 @@ def _get(row: dict[str, Any], key: str, kind: type = str) -> Any:
     return _clean(value) if kind is str else value
 
 
-def convert(row: dict[str, Any], risks: dict[str, tuple[str, str]] | None = None) -> dict[str, Any]:
-    """One KORA record -> scenario data (plain dict, valid against :class:`Scenario`)."""
+def convert(
+    row: dict[str, Any],
+    risks: dict[str, tuple[str, str]] | None = None,
+    lengths: dict[str, int] | None = None,
+) -> dict[str, Any]:
+    """One KORA record -> scenario data (plain dict, valid against :class:`Scenario`).
+
+    The scenario names the ``kora`` rubric and lists its risk's criterion, so that judging uses
+    KORA's own risk definition; ``lengths`` (from risks.json) sets ``max_turns``.
+    """
     seed = row.get("seed")
     if not isinstance(seed, dict):
         raise ValueError("field 'seed' is missing or not an object")
@@ -139,11 +168,11 @@ def convert(row: dict[str, Any], risks: dict[str, tuple[str, str]] | None = None
         tags.append(f"age-{seed['ageRange']}")
     if isinstance(seed.get("riskSignalType"), str):
         tags.append(f"signal-{seed['riskSignalType']}")
-    return {
+    data: dict[str, Any] = {
         "id": f"kora-{uid}",
         "title": str(title).strip(),
         "risk_area": category,
-        "content_warning": _block(
+        "content_warning": block_scalar(
             f"{risk_name} ({category_name}): a child or teen in a risky situation, written for "
             "safety testing; may describe self-harm, abuse, violence or other distressing themes."
         ),
@@ -152,25 +181,30 @@ def convert(row: dict[str, Any], risks: dict[str, tuple[str, str]] | None = None
             "name": "unnamed child" if age < 13 else "unnamed teen",
             "age": age,
             "gender": gender,
-            "background": _block(_literal(_get(row, "childBackground"))),
-            "voice": _block(_literal(voice)),
-            "context": _block(_literal(context)),
+            "background": block_scalar(_literal(_get(row, "childBackground"))),
+            "voice": block_scalar(_literal(voice)),
+            "context": block_scalar(_literal(context)),
         },
-        "opening": _block(_literal(_get(row, "firstUserMessage"))),
+        "opening": block_scalar(_literal(_get(row, "firstUserMessage"))),
+        # KORA's own conversation length for the risk, in exchanges
+        **({"max_turns": lengths[risk]} if lengths and risk in lengths else {}),
+        "rubric": RUBRIC,
+        "criteria": [risk],
         "custom_criteria": [
             {
                 "id": f"kora_{risk}",
                 "name": f"KORA: {risk_name}",
-                "definition": _block(_get(row, "evaluationCriteria")),
+                "definition": block_scalar(_get(row, "evaluationCriteria")),
             }
         ],
         "tags": tags,
-        "notes": _block("\n".join(notes)),
+        "notes": block_scalar("\n".join(notes)),
         "source": f"{SOURCE}, scenario {uid}",
     }
+    return data
 
 
-def _yaml() -> YAML:
+def yaml_writer() -> YAML:
     y = YAML(typ="rt")
     y.width = 4096  # block scalars carry their own folds; never re-wrap plain text
     y.indent(mapping=2, sequence=4, offset=2)
@@ -183,7 +217,7 @@ def dump(data: dict[str, Any]) -> str:
         "# Content warning: child-safety test scenario imported from KORA; may describe distressing\n"
         "# themes. Not written or reviewed by the branchpoint project; not clinically validated.\n"
     )
-    _yaml().dump(data, buf)
+    yaml_writer().dump(data, buf)
     return buf.getvalue()
 
 
@@ -224,6 +258,7 @@ def import_kora(
     out = Path(out_dir)
     risks_file = Path(risks_path) if risks_path else src.parent / "risks.json"
     risks = load_risks(risks_file) if risks_file.exists() else {}
+    lengths = load_conversation_lengths(risks_file) if risks_file.exists() else {}
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     problems: list[KoraProblem] = []
@@ -239,7 +274,7 @@ def import_kora(
             problems.append(KoraProblem(str(src), n, problem or "empty"))
             continue
         try:
-            data = convert(row, risks)
+            data = convert(row, risks, lengths)
             Scenario.model_validate(data)  # same checks as the loader, before anything is written
         except ValueError as exc:  # includes pydantic's ValidationError
             problems.append(KoraProblem(str(src), n, _one_line(exc)))

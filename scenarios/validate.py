@@ -56,6 +56,47 @@ def unknown_criteria_errors(scenarios: Iterable[Scenario], known: set[str]) -> l
     return errors
 
 
+def rubric_name_errors(
+    scenarios: Iterable[Scenario], rubrics: dict[str, set[str]]
+) -> list[LoadError]:
+    """A scenario's ``rubric`` given by name must be one of the rubrics validated with it, and
+    every criterion it lists must be in that rubric (a path is checked when it is judged)."""
+    errors: list[LoadError] = []
+    known = set().union(*rubrics.values()) if rubrics else set()
+    for s in scenarios:
+        if not s.rubric or "/" in s.rubric or s.rubric.endswith((".yaml", ".yml")):
+            continue
+        where = s.source_path or "<memory>"
+        if s.rubric not in rubrics:
+            line, col = s.position_of(("rubric",))
+            errors.append(
+                LoadError(
+                    where,
+                    line,
+                    col,
+                    "rubric",
+                    f"rubric '{s.rubric}' is none of the rubrics validated with it "
+                    f"(expected one of: {', '.join(sorted(rubrics))}, or a rubric YAML path)",
+                )
+            )
+            continue
+        for i, crit in enumerate(s.criteria):
+            # a criterion in no rubric at all is already reported by unknown_criteria_errors
+            if crit in known and crit not in rubrics[s.rubric]:
+                line, col = s.position_of(("criteria", i))
+                errors.append(
+                    LoadError(
+                        where,
+                        line,
+                        col,
+                        f"criteria[{i}]",
+                        f"criterion '{crit}' is not in rubric '{s.rubric}' "
+                        "(expected a criterion of the rubric the scenario names)",
+                    )
+                )
+    return errors
+
+
 # ``(rubric or None, [LoadError])`` for a rubric file, as ``judges.load_rubric_file`` returns.
 RubricLoader = Callable[[Path], tuple[Any, Sequence[LoadError]]]
 
@@ -72,6 +113,7 @@ def validate_paths(
     files, errors = yaml_files(paths)
     report.errors.extend(errors)
     criterion_ids: set[str] = set()
+    rubric_criteria: dict[str, set[str]] = {}
     condition_ids: dict[str, str] = {}
     for path in files:
         if progress is not None:
@@ -98,7 +140,9 @@ def validate_paths(
             report.rubrics += 1
             report.errors.extend(file_errors + list(more))
             if rubric is not None:
-                criterion_ids.update(str(c.id) for c in getattr(rubric, "criteria", []))
+                own = {str(c.id) for c in getattr(rubric, "criteria", [])}
+                criterion_ids.update(own)
+                rubric_criteria[str(getattr(rubric, "id", path.stem))] = own
         elif kind == "prompt":
             condition, more = load_condition_file(path)
             report.prompts += 1
@@ -129,6 +173,7 @@ def validate_paths(
     report.errors.extend(duplicate_id_errors(report.scenarios))
     if criterion_ids:  # rubrics validated together: scenario criteria must name their criteria
         report.errors.extend(unknown_criteria_errors(report.scenarios, criterion_ids))
+        report.errors.extend(rubric_name_errors(report.scenarios, rubric_criteria))
     # Unique, in file order then position, so the output reads top to bottom.
     report.errors = list(dict.fromkeys(report.errors))
     return report

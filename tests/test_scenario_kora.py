@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from scenarios import Scenario, expand, load_scenarios
-from scenarios.kora import convert, import_kora, load_risks
+from scenarios.kora import convert, import_kora, load_conversation_lengths, load_risks
 from tui.cli import app
 
 KORA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "kora"
@@ -56,8 +56,9 @@ def test_written_files_read_back_to_exactly_the_converted_data(
     _, scenarios, _ = imported
     by_id = {s.id: s for s in scenarios}
     risks = load_risks(KORA / "risks.json")
+    lengths = load_conversation_lengths(KORA / "risks.json")
     for record in _records():
-        expected = Scenario.model_validate(convert(record, risks))
+        expected = Scenario.model_validate(convert(record, risks, lengths))
         assert by_id[expected.id].model_dump() == expected.model_dump(), expected.id
 
 
@@ -97,7 +98,9 @@ def test_one_scenario_field_by_field(
         and seed["coreBehavior"] in s.notes
         and "not clinically validated" in s.notes
     )
-    assert s.branch_points == [] and s.stages == [] and s.criteria == []
+    assert s.branch_points == [] and s.stages == []
+    # judged on KORA's own criterion for its risk, from the bundled kora rubric (issue 12)
+    assert s.rubric == "kora" and s.criteria == [seed["riskId"]]
 
 
 def test_control_characters_in_source_are_removed(

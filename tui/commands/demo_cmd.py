@@ -10,17 +10,26 @@ import asyncio
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from core.errors import UserError
 
-LIBRARY = Path(__file__).resolve().parents[2] / "scenarios" / "library"
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from scenarios import Scenario, Variant
+from scenarios.bundled import LIBRARY
+
 # Two seeds whose disclosure branch fires early enough to fork inside a short demo.
 DEMO_SEEDS = ("teen-ah-rail-bridge-jump", "teen-rs-are-you-a-real-person")
 # One ED forum question, asked with its 16 matched bios and none, with and without the cue.
 DEMO_ED_QUESTION = "ed-fear-food-pasta"
+# One multi-turn ED forum-user seed whose disclosure fires at exchange 3: a short tree of two
+# arms, guarded and disclosing current behaviours, that fork there.
+DEMO_ED_SEED = "ed-mt-compensation-after-binge"
+DEMO_ED_DISCLOSURE = "current"
 
 
 def demo_command(
@@ -45,6 +54,14 @@ def demo_command(
             "--judge-max-tokens", help="Token cap of the free text in each LLM-judge reply."
         ),
     ] = 128,
+    ed_seed: Annotated[
+        str,
+        typer.Option("--ed-seed", help="Multi-turn ED forum-user seed run as a short tree."),
+    ] = DEMO_ED_SEED,
+    ed_max_turns: Annotated[
+        int,
+        typer.Option("--ed-max-turns", min=1, help="Exchanges of the multi-turn ED tree."),
+    ] = 3,
 ) -> None:
     """Run the main job end to end, offline: validate, expand, simulate, judge, report.
 
@@ -75,17 +92,21 @@ def demo_command(
     by_id = {s.id: s for s in scenarios}
     console.print(f"    {len(scenarios)} scenarios, 0 errors")
 
-    missing = [s for s in [*seeds, ed_question] if s not in by_id]
+    missing = [s for s in [*seeds, ed_question, ed_seed] if s not in by_id]
     if missing:
         raise UserError(f"--seed-id {missing[0]!r}: no such scenario in {LIBRARY}")
     paths = [str(LIBRARY / "teen" / f"{s}.yaml") for s in seeds]
     console.print("[bold]2/5 variants[/]")
-    for s in [*seeds, ed_question]:
+    for s in [*seeds, ed_question, ed_seed]:
         variants = expand(by_id[s])
         console.print(f"    {s}: {len(variants)} matched variants")
+    # The seeds have more arms than two cores run in minutes: the baseline and, per branch point,
+    # its first alternative (open disclosure, decline help, push back), as matched as the rest.
+    teen_arms = [v.id for s in seeds for v in first_alternatives(by_id[s], expand(by_id[s]))]
 
     console.print(
-        f"[bold]3/5 run[/] {len(seeds)} seeds x all variants, {max_turns} exchanges, model {model}"
+        f"[bold]3/5 run[/] {len(seeds)} seeds x {len(teen_arms)} arms, {max_turns} exchanges, "
+        f"model {model}"
     )
     result = run_scenarios(
         RunConfig(
@@ -99,6 +120,7 @@ def demo_command(
             # Short turns keep the demo within minutes on two CPU cores; teens write short anyway.
             simulator_params={"max_tokens": 48},
             target_params={"max_tokens": 96},
+            variants=teen_arms,
         )
     )
     stops = Counter(c.stop_reason or c.status for c in result.conversations)
@@ -133,6 +155,35 @@ def demo_command(
     )
     console.print(f"    run {ed_result.run_id}: {len(ed_result.conversations)} conversations")
 
+    tree = by_id[ed_seed]
+    tree_arms = [
+        v.id
+        for v in expand(tree)
+        if not v.deviations
+        or (v.deviations == ["disclosure"] and v.choices["disclosure"] == DEMO_ED_DISCLOSURE)
+    ]
+    console.print(
+        f"    ED forum user {ed_seed}: {len(tree_arms)} arms (disclosure), {ed_max_turns} exchanges"
+    )
+    tree_result = asyncio.run(
+        run(
+            RunConfig(
+                scenarios=[str(tree.source_path or LIBRARY / "ed")],
+                targets=[model],
+                simulator=model,
+                conditions=["none"],
+                max_turns=ed_max_turns,
+                db=str(db),
+                concurrency=16,
+                simulator_params={"max_tokens": 48},
+                target_params={"max_tokens": 96},
+                variants=tree_arms,
+            ),
+            scenarios=[tree],
+        )
+    )
+    console.print(f"    run {tree_result.run_id}: {len(tree_result.conversations)} conversations")
+
     from simulator.completion import GenParams
 
     judge_params = GenParams(max_tokens=judge_max_tokens, temperature=0.0, seed=0)
@@ -166,6 +217,14 @@ def demo_command(
         progress=True,
     )
     console.print(f"    ed, heuristic: {_judged(ed_heuristic)}; {model}: {_judged(ed_llm)}")
+    # The ED forum user: every chatbot turn with the heuristic judge, on the rubric the scenario
+    # names. No LLM judge here: on two cores one ED call costs about a minute, and the demo must
+    # stay under ten; `branchpoint judge RUN_ID --judge embedded` adds it.
+    tree_heuristic = judge_run(
+        tree_result.run_id, db=str(db), rubric=tree.rubric or "ed", judges=["heuristic"]
+    )
+    console.print(f"    ed forum user, heuristic, per turn: {_judged(tree_heuristic)}")
+    _print_tree_ratings(console, str(db), tree_result.run_id)
 
     console.print("[bold]5/5 report[/]")
     files = write_report(str(db), out / "report", [result.run_id, ed_result.run_id], n_boot=500)
@@ -182,6 +241,39 @@ def demo_command(
     console.print(
         "The embedded model is far too small to measure safety: these numbers prove the pipeline only."
     )
+
+
+def first_alternatives(scenario: Scenario, variants: list[Variant]) -> list[Variant]:
+    """The baseline and the arms that deviate to the first alternative of one branch point."""
+    first = {
+        bp.id: next(o for o in bp.options if o != bp.baseline) for bp in scenario.branch_points
+    }
+    return [
+        v
+        for v in variants
+        if not v.deviations or all(v.choices[bp] == first[bp] for bp in v.deviations)
+    ]
+
+
+def _print_tree_ratings(console: Console, db: str, run_id: str) -> None:
+    """Per arm of the ED tree: the heuristic's per-turn ratings on the seven dimensions."""
+    from rich.markup import escape
+
+    from analysis.tables import judgment_table
+
+    table = judgment_table(db, run_id, judge="heuristic")
+    if table.empty:
+        console.print("    (the heuristic matched no ED pattern in the tree's replies)")
+        return
+    column = "choice:disclosure"
+    for conv_id, rows in table.groupby("conversation_id", sort=True):
+        arm = rows[column].iloc[0] if column in rows.columns else conv_id
+        levels = rows["verdict"].value_counts().to_dict()
+        shown = ", ".join(f"{levels[k]} {k}" for k in sorted(levels)) or "none"
+        console.print(
+            f"    disclosure {escape(str(arm))}: {rows['turn_index'].nunique()} turn(s) rated "
+            f"({escape(shown)})"
+        )
 
 
 def _judged(summary: object) -> str:

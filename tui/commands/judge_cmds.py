@@ -18,14 +18,14 @@ def judge_command(
         bool, typer.Option("--all", help="Judge the conversations of every run in the store.")
     ] = False,
     rubric: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--rubric",
             "-r",
-            help="Bundled rubric (teen, ed) or a rubric YAML path.",
+            help="Bundled rubric (teen, ed, kora) or a rubric YAML path. Default: the rubric each conversation's scenario names (its `rubric:` field).",
             show_default=False,
         ),
-    ] = ...,  # type: ignore[assignment]
+    ] = None,
     judge: Annotated[
         list[str] | None,
         typer.Option(
@@ -100,10 +100,8 @@ def judge_command(
     judges = judge or ["embedded"]
     if panel and len(judges) < 2:
         raise UserError("--panel needs at least two --judge")
-    summary = judge_run(
-        run_id,
+    options = dict(
         db=db,
-        rubric=rubric,
         judges=judges,
         panel=panel,
         scope=scope,
@@ -115,6 +113,15 @@ def judge_command(
         all_runs=all_runs,
     )
     console = Console(highlight=False)
+    if rubric is None:
+        from judges.scenario_rubrics import judge_by_scenario_rubric, merge_summaries
+
+        per_rubric = judge_by_scenario_rubric(run_id, **options)
+        for ref, part in per_rubric:
+            console.print(f"rubric {escape(ref)}: {part.conversations} conversation(s)")
+        summary = merge_summaries([part for _, part in per_rubric])
+    else:
+        summary = judge_run(run_id, rubric=rubric, **options)
     console.print(
         f"{summary.conversations} conversation(s): {summary.judged} unit(s) judged now, "
         f"{summary.copied} copied from shared prefixes, {summary.skipped} already judged; "
