@@ -99,11 +99,11 @@ class ScenarioContext:
         if self._library is None:
             self._library = {}
             try:
+                from scenarios.bundled import LIBRARY
                 from scenarios.loader import load_scenarios
 
-                library = Path(__file__).resolve().parents[1] / "scenarios" / "library"
-                if library.is_dir():
-                    scenarios, _errors = load_scenarios(library)
+                if LIBRARY.is_dir():
+                    scenarios, _errors = load_scenarios(LIBRARY)
                     self._library = {s.id: s for s in scenarios}
             except Exception:
                 self._library = {}
@@ -244,157 +244,114 @@ class JudgingRunner:
     def _conversations(
         self, run_id: str | None, conversation_ids: Sequence[str] | None
     ) -> list[Any]:
-        from sqlmodel import select
-
         from core.errors import UserError
-        from core.records import Conversation, Run
+        from core.read import find_run, select_conversations
 
-        with self.store.session() as s:
-            if run_id is not None and s.get(Run, run_id) is None:
-                raise UserError(
-                    f"run {run_id!r} is not in the store (see the run ids that `branchpoint run` printed)"
-                )
-            q = select(Conversation)
-            if run_id is not None:
-                q = q.where(Conversation.run_id == run_id)
-            if conversation_ids:
-                q = q.where(Conversation.id.in_(list(conversation_ids)))  # type: ignore[attr-defined]
-            return list(s.exec(q.order_by(Conversation.created_at, Conversation.id)).all())
+        if run_id is not None and find_run(self.store, run_id) is None:
+            raise UserError(
+                f"run {run_id!r} is not in the store (see the run ids that `branchpoint run` printed)"
+            )
+        return select_conversations(self.store, run_id, conversation_ids)
 
     def _units(self, conversations: list[Any]) -> list[_Group]:
-        from sqlmodel import select
-
-        from core.records import Run, Turn
+        from core.read import find_run, turns_by_conversation
 
         run_paths: dict[str, list[str]] = {}
         groups: dict[str, _Group] = {}
         order: list[str] = []
         origin_of: dict[str, str] = {}
-        with self.store.session() as s:
-            for conv in conversations:
-                if conv.run_id not in run_paths:
-                    run = s.get(Run, conv.run_id)
-                    run_paths[conv.run_id] = _run_scenario_paths(run.config if run else {})
-                scenario = self.context.find(
-                    conv.scenario_id, [conv.scenario_path or "", *run_paths[conv.run_id]]
-                )
-                if scenario is None and conv.scenario_id not in self.summary.scenarios_not_found:
-                    self.summary.scenarios_not_found.append(conv.scenario_id)
-                criteria = self.rubric.select(list(getattr(scenario, "criteria", []) or []))
-                base = dict(
-                    conversation_id=conv.id,
-                    run_id=conv.run_id,
-                    scenario_id=conv.scenario_id,
-                    scenario_title=getattr(scenario, "title", None),
-                    persona_summary=persona_summary(scenario),
-                )
-                turns = list(
-                    s.exec(
-                        select(Turn).where(Turn.conversation_id == conv.id).order_by(Turn.index)
-                    ).all()
-                )
-                transcript = [
-                    TranscriptTurn(
-                        index=t.index, role=t.role, content=t.content or "", turn_id=t.id
-                    )
-                    for t in turns
-                ]
-                for t in turns:
-                    if t.origin_turn_id:
-                        origin_of[t.id] = t.origin_turn_id
-                if self.scope == "conversation":
-                    if conv.status not in FINAL_STATUSES:
-                        self.summary.not_final.append(conv.id)
-                        continue
-                    if not any(t.role == "assistant" and t.content.strip() for t in transcript):
-                        continue
-                    key = f"conv:{conv.id}"
-                    groups[key] = _Group([JudgingUnit(transcript=transcript, **base)], criteria)
-                    order.append(key)
+        transcripts = turns_by_conversation(self.store, [c.id for c in conversations])
+        for conv in conversations:
+            if conv.run_id not in run_paths:
+                run = find_run(self.store, conv.run_id)
+                run_paths[conv.run_id] = _run_scenario_paths(run.config if run else {})
+            scenario = self.context.find(
+                conv.scenario_id, [conv.scenario_path or "", *run_paths[conv.run_id]]
+            )
+            if scenario is None and conv.scenario_id not in self.summary.scenarios_not_found:
+                self.summary.scenarios_not_found.append(conv.scenario_id)
+            criteria = self.rubric.select(list(getattr(scenario, "criteria", []) or []))
+            base = dict(
+                conversation_id=conv.id,
+                run_id=conv.run_id,
+                scenario_id=conv.scenario_id,
+                scenario_title=getattr(scenario, "title", None),
+                persona_summary=persona_summary(scenario),
+            )
+            turns = transcripts[conv.id]
+            transcript = [
+                TranscriptTurn(index=t.index, role=t.role, content=t.content or "", turn_id=t.id)
+                for t in turns
+            ]
+            for t in turns:
+                if t.origin_turn_id:
+                    origin_of[t.id] = t.origin_turn_id
+            if self.scope == "conversation":
+                if conv.status not in FINAL_STATUSES:
+                    self.summary.not_final.append(conv.id)
                     continue
-                for pos, t in enumerate(turns):
-                    if t.role != "assistant" or not (t.content or "").strip():
-                        continue  # nothing to rate: the persona's turns, or an empty failed reply
-                    unit = JudgingUnit(
-                        turn_id=t.id, turn_index=t.index, transcript=transcript[: pos + 1], **base
-                    )
-                    root = t.id
-                    seen = {root}
-                    while root in origin_of and origin_of[root] not in seen:
-                        root = origin_of[root]
-                        seen.add(root)
-                    if root not in groups:
-                        groups[root] = _Group([], criteria)
-                        order.append(root)
-                    groups[root].units.append(unit)
+                if not any(t.role == "assistant" and t.content.strip() for t in transcript):
+                    continue
+                key = f"conv:{conv.id}"
+                groups[key] = _Group([JudgingUnit(transcript=transcript, **base)], criteria)
+                order.append(key)
+                continue
+            for pos, t in enumerate(turns):
+                if t.role != "assistant" or not (t.content or "").strip():
+                    continue  # nothing to rate: the persona's turns, or an empty failed reply
+                unit = JudgingUnit(
+                    turn_id=t.id, turn_index=t.index, transcript=transcript[: pos + 1], **base
+                )
+                root = t.id
+                seen = {root}
+                while root in origin_of and origin_of[root] not in seen:
+                    root = origin_of[root]
+                    seen.add(root)
+                if root not in groups:
+                    groups[root] = _Group([], criteria)
+                    order.append(root)
+                groups[root].units.append(unit)
         return [groups[k] for k in order]
 
     def _load_done(self, conversations: list[Any], names: list[tuple[str, str]]) -> None:
         """Which units each judge has verdicts for: keys only (a big store has millions of rows)."""
-        from sqlalchemy import case, func
-        from sqlmodel import select
-
-        from core.records import Judgment
+        from core.read import judged_units
 
         conv_ids = [c.id for c in conversations]
         judges = sorted({n for n, _ in names})
-        has_error = func.max(case((Judgment.verdict == ERROR, 1), else_=0))
         errored: list[tuple[str, str | None, str, str]] = []
-        with self.store.session() as s:
-            for i in range(0, len(conv_ids), 500):
-                chunk = conv_ids[i : i + 500]
-                q = (
-                    select(
-                        Judgment.conversation_id,
-                        Judgment.turn_id,
-                        Judgment.judge,
-                        Judgment.prompt_version,
-                        has_error,
-                    )
-                    .where(
-                        Judgment.conversation_id.in_(chunk),  # type: ignore[attr-defined]
-                        Judgment.rubric_hash == self.rubric_hash,
-                        Judgment.judge.in_(judges),  # type: ignore[attr-defined]
-                    )
-                    .group_by(
-                        Judgment.conversation_id,
-                        Judgment.turn_id,
-                        Judgment.judge,
-                        Judgment.prompt_version,
-                    )
-                )
-                for conv_id, turn_id, judge, version, err in s.exec(q).all():
-                    if (judge, version) not in names:
-                        continue
-                    if (self.scope == "conversation") != (turn_id is None):
-                        continue
-                    key = (conv_id, turn_id, judge, version)
-                    self._done.add(key)
-                    if err:
-                        errored.append(key)
+        for conv_id, turn_id, judge, version, err in judged_units(
+            self.store, conv_ids, self.rubric_hash, judges
+        ):
+            if (judge, version) not in names:
+                continue
+            if (self.scope == "conversation") != (turn_id is None):
+                continue
+            key = (conv_id, turn_id, judge, version)
+            self._done.add(key)
+            if err:
+                errored.append(key)
         if self.retry_errors and errored:
             self._delete(errored)
             self._done.difference_update(errored)
 
     def _stored(self, key: tuple[str, str | None, str, str]) -> list[CriterionVerdict]:
         """The stored verdicts of one judged unit (to copy them, or to give them to a panel)."""
-        from sqlmodel import select
-
-        from core.records import Judgment
+        from core.read import unit_judgments
 
         conv_id, turn_id, judge, version = key
-        with self.store.session() as s:
-            q = select(Judgment).where(
-                Judgment.conversation_id == conv_id,
-                Judgment.turn_id == turn_id if turn_id is not None else Judgment.turn_id.is_(None),  # type: ignore[union-attr]
-                Judgment.judge == judge,
-                Judgment.prompt_version == version,
-                Judgment.rubric_hash == self.rubric_hash,
-            )
-            return [_verdict_from_row(r) for r in s.exec(q.order_by(Judgment.criterion_id)).all()]
+        rows = unit_judgments(
+            self.store,
+            conv_id,
+            turn_id,
+            judge=judge,
+            prompt_version=version,
+            rubric_hash=self.rubric_hash,
+        )
+        return [_verdict_from_row(r) for r in rows]
 
     def _delete(self, keys: list[tuple[str, str | None, str, str]]) -> None:
-        from sqlmodel import delete
+        from sqlmodel import col, delete
 
         from core.records import Judgment
 
@@ -402,13 +359,13 @@ class JudgingRunner:
             for conv_id, turn_id, judge, version in keys:
                 s.exec(
                     delete(Judgment).where(
-                        Judgment.conversation_id == conv_id,  # type: ignore[arg-type]
-                        Judgment.turn_id == turn_id
+                        col(Judgment.conversation_id) == conv_id,
+                        col(Judgment.turn_id) == turn_id
                         if turn_id is not None
-                        else Judgment.turn_id.is_(None),  # type: ignore[union-attr,arg-type]
-                        Judgment.judge == judge,  # type: ignore[arg-type]
-                        Judgment.prompt_version == version,  # type: ignore[arg-type]
-                        Judgment.rubric_hash == self.rubric_hash,  # type: ignore[arg-type]
+                        else col(Judgment.turn_id).is_(None),
+                        col(Judgment.judge) == judge,
+                        col(Judgment.prompt_version) == version,
+                        col(Judgment.rubric_hash) == self.rubric_hash,
                     )
                 )
             s.commit()
@@ -499,17 +456,9 @@ class JudgingRunner:
                 await self._ensure(panel, group, {j.name: r for j, r in zip(self.judges, results)})
 
     def _count_judge_calls(self) -> int:
-        from sqlalchemy import func
-        from sqlmodel import select
+        from core.read import model_call_count
 
-        from core.records import ModelCall
-
-        with self.store.session() as s:
-            return int(
-                s.exec(
-                    select(func.count()).select_from(ModelCall).where(ModelCall.purpose == "judge")
-                ).one()
-            )
+        return model_call_count(self.store, purpose="judge")
 
     async def run(
         self, run_id: str | None = None, conversation_ids: Sequence[str] | None = None

@@ -168,9 +168,13 @@ def _interrupt(session: Any, conversations: Sequence[Conversation], reason: str)
 
 def _redacted_config(config: RunConfig) -> dict[str, Any]:
     from core.redaction import redact
+    from simulator.provenance import config_hash
 
     data = config.model_dump()
     data.pop("resume", None)
+    # What decides the output (not the store, the run id or the concurrency), hashed: two runs
+    # with one hash were asked for the same thing.
+    data["config_hash"] = config_hash(config)
     return redact(data)
 
 

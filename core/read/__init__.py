@@ -1,0 +1,119 @@
+"""The one way to read the store: queries built with SQLAlchemy from ``core.records``.
+
+Judges, analysis, the command line and the terminal UI read through these functions; only the
+runner, the judges and the label editor write, and they write records directly. Every query runs
+on SQLite and PostgreSQL. Bulk reads return DataFrames (SQLite files are read through a read-only
+``sqlite3`` connection, so pandas gets raw values at millions of rows); reads of a few records
+return the records. ``fast`` holds the SQLite-only path for counting 15 million judgments.
+
+    from core.read import judgment_rows, find_conversation, conversation_turns
+    frame = judgment_rows("results.db", ["run-1"], rubric="teen")
+
+Names are imported lazily, like ``core``'s, so that importing the package loads no pandas.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+# One entry per public name: "name": "core.read.<module>". Add yours under your module's line.
+_EXPORTS = {
+    # source: where a read goes
+    "StoreRef": "core.read.source",
+    "sqlite_path": "core.read.source",
+    "read_frame": "core.read.source",
+    # runs
+    "run_table": "core.read.runs",
+    "find_run": "core.read.runs",
+    "run_conversations": "core.read.runs",
+    # conversations
+    "conversation_rows": "core.read.conversations",
+    "select_conversations": "core.read.conversations",
+    "find_conversation": "core.read.conversations",
+    "conversation_tree": "core.read.conversations",
+    # turns
+    "turn_rows": "core.read.turns",
+    "conversation_turns": "core.read.turns",
+    "turns_by_conversation": "core.read.turns",
+    "stored_turn_count": "core.read.turns",
+    # realisation: which branch options happened, derived from the persona turns
+    "realisation_rows": "core.read.realisation",
+    "realised_branches": "core.read.realisation",
+    # judgments
+    "judgment_rows": "core.read.judgments",
+    "iter_judgment_rows": "core.read.judgments",
+    "criterion_counts": "core.read.judgments",
+    "turn_failures": "core.read.judgments",
+    "failing_examples": "core.read.judgments",
+    "JudgedUnit": "core.read.judgments",
+    "judged_units": "core.read.judgments",
+    "unit_judgments": "core.read.judgments",
+    "judgment_versions": "core.read.judgments",
+    # human labels
+    "human_label_rows": "core.read.labels",
+    # model calls
+    "model_call_count": "core.read.calls",
+    # browse: the terminal UI's pages, transcripts, failure jumps, tree arms and live progress
+    "ConversationFilter": "core.read.browse",
+    "conversations_page": "core.read.browse",
+    "list_runs": "core.read.browse",
+    "get_transcript": "core.read.browse",
+    "find_failure": "core.read.browse",
+    "tree_arms": "core.read.browse",
+    "shared_prefix": "core.read.browse",
+    "run_progress": "core.read.browse",
+    # fast: the SQLite path for counting millions of judgments
+    "sqlite_criterion_counts": "core.read.fast",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'core.read' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+if TYPE_CHECKING:  # for type checkers and editors
+    from core.read.browse import (
+        ConversationFilter,
+        conversations_page,
+        find_failure,
+        get_transcript,
+        list_runs,
+        run_progress,
+        shared_prefix,
+        tree_arms,
+    )
+    from core.read.calls import model_call_count
+    from core.read.conversations import (
+        conversation_rows,
+        find_conversation,
+        select_conversations,
+    )
+    from core.read.fast import sqlite_criterion_counts
+    from core.read.judgments import (
+        JudgedUnit,
+        criterion_counts,
+        failing_examples,
+        iter_judgment_rows,
+        judged_units,
+        judgment_rows,
+        turn_failures,
+        unit_judgments,
+    )
+    from core.read.labels import human_label_rows
+    from core.read.realisation import realisation_rows, realised_branches
+    from core.read.runs import find_run, run_conversations, run_table
+    from core.read.source import StoreRef, read_frame, sqlite_path
+    from core.read.turns import (
+        conversation_turns,
+        stored_turn_count,
+        turn_rows,
+        turns_by_conversation,
+    )

@@ -1,0 +1,82 @@
+"""Conversations: as a table for analysis, as records for the judges and ``branchpoint show``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from sqlalchemy import select
+
+from core.errors import UserError
+from core.read.schema import CONVERSATIONS
+from core.read.source import StoreRef, read_frame
+from core.records import Conversation
+from core.store import Store
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+def conversation_rows(ref: StoreRef, runs: Sequence[str] | None = None) -> pd.DataFrame:
+    """One row per conversation: conversation_id, run_id, scenario_id, scenario_path, variant_id,
+    target, condition, simulator, replicate, conversation_status, n_turns and the stored
+    ``choices`` (JSON text on SQLite, parsed on other databases)."""
+    c = CONVERSATIONS.c
+    q = select(
+        c.id.label("conversation_id"),
+        c.run_id,
+        c.scenario_id,
+        c.scenario_path,
+        c.variant_id,
+        c.target,
+        c.condition,
+        c.simulator,
+        c.replicate,
+        c.status.label("conversation_status"),
+        c.n_turns,
+        c.choices,
+    )
+    if runs is not None:
+        q = q.where(c.run_id.in_(list(runs)))
+    return read_frame(q, ref)
+
+
+def select_conversations(
+    store: Store, run_id: str | None = None, ids: Sequence[str] | None = None
+) -> list[Conversation]:
+    """Conversations of a run (or of every run), optionally only ``ids``, oldest first."""
+    c = CONVERSATIONS.c
+    q = select(Conversation)
+    if run_id is not None:
+        q = q.where(c.run_id == run_id)
+    if ids:
+        q = q.where(c.id.in_(list(ids)))
+    with store.session() as s:
+        return list(s.scalars(q.order_by(c.created_at, c.id)).all())
+
+
+def find_conversation(store: Store, id_or_prefix: str) -> Conversation:
+    """The conversation with this id, or the only one whose id starts with it."""
+    with store.session() as s:
+        conv = s.get(Conversation, id_or_prefix)
+        if conv is not None:
+            return conv
+        q = select(Conversation).where(CONVERSATIONS.c.id.startswith(id_or_prefix)).limit(3)
+        matches = list(s.scalars(q).all())
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        raise UserError(
+            f"conversation {id_or_prefix!r} is ambiguous: {', '.join(m.id for m in matches)} ..."
+        )
+    raise UserError(f"no conversation {id_or_prefix!r} in {store!r}")
+
+
+def conversation_tree(ref: StoreRef, runs: Sequence[str] | None = None) -> pd.DataFrame:
+    """The fork tree: conversation_id, parent_id (the arm whose prefix it copies) and fork_turn
+    (its first own turn; None: not diverged from its parent). Analysis cuts shared prefixes."""
+    c = CONVERSATIONS.c
+    q = select(c.id.label("conversation_id"), c.parent_id, c.fork_turn)
+    if runs is not None:
+        q = q.where(c.run_id.in_(list(runs)))
+    return read_frame(q, ref)
