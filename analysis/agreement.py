@@ -219,6 +219,7 @@ def agreement_report(
     judges = [x for x in raters if not x.startswith("human:")]
     humans = [x for x in raters if x.startswith("human:")]
     pairs_to_do = [(j, h) for j in judges for h in humans]
+    pairs_to_do += list(combinations(humans, 2))  # annotator pairs: how much people agree
     if judge_vs_judge:
         pairs_to_do += list(combinations(judges, 2))
     if not humans:
@@ -229,7 +230,10 @@ def agreement_report(
         both = wide[[a, b]].dropna()
         if both.empty:
             continue
-        kind = "judge vs human" if b.startswith("human:") else "judge vs judge"
+        if a.startswith("human:"):
+            kind = "human vs human"
+        else:
+            kind = "judge vs human" if b.startswith("human:") else "judge vs judge"
         rows.append(
             {
                 "rater_a": a,

@@ -1,5 +1,6 @@
-"""The terminal UI (Textual): browse, step through and compare branches, label turns.
+"""The terminal interfaces: the ``branchpoint`` command (``tui.cli``, verbs in ``tui/commands``)
+and the Textual app (``tui.app``, ``branchpoint tui``): browse runs and conversations, read
+transcripts with their verdicts, compare matched arms, label blind, watch a run.
 
-Not built yet; no issue has asked for it so far. Human labels already have their table
-(``core.records.HumanLabel``), which is the only thing the UI will write.
+The app writes only human labels (``core.records.HumanLabel``).
 """

@@ -20,7 +20,17 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import typer
 
 from core.errors import UserError
-from tui.commands import analysis_cmds, demo_cmd, judge_cmds, run_cmds, scenario_cmds
+from tui.commands import (
+    analysis_cmds,
+    demo_cmd,
+    judge_cmds,
+    labels_cmds,
+    run_cmds,
+    runs_cmds,
+    scenario_cmds,
+    sweep_cmds,
+    tui_cmd,
+)
 
 app = typer.Typer(
     name="branchpoint",
@@ -31,7 +41,17 @@ app = typer.Typer(
     add_completion=False,
 )
 
-for module in (scenario_cmds, run_cmds, judge_cmds, analysis_cmds, demo_cmd):
+for module in (
+    scenario_cmds,
+    run_cmds,
+    sweep_cmds,
+    runs_cmds,
+    judge_cmds,
+    analysis_cmds,
+    tui_cmd,
+    labels_cmds,
+    demo_cmd,
+):
     module.register(app)
 
 

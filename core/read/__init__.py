@@ -54,6 +54,7 @@ _EXPORTS = {
     "human_label_rows": "core.read.labels",
     # model calls
     "model_call_count": "core.read.calls",
+    "run_costs": "core.read.costs",
     # browse: the terminal UI's pages, transcripts, failure jumps, tree arms and live progress
     "ConversationFilter": "core.read.browse",
     "conversations_page": "core.read.browse",
@@ -96,6 +97,7 @@ if TYPE_CHECKING:  # for type checkers and editors
         find_conversation,
         select_conversations,
     )
+    from core.read.costs import run_costs
     from core.read.fast import sqlite_criterion_counts
     from core.read.judgments import (
         JudgedUnit,

@@ -1,0 +1,171 @@
+"""Startup benchmark of ``branchpoint tui``: the first screen on a store of 35,000 conversations.
+
+    .venv/bin/python benchmarks/tui_startup.py [--db /tmp/branchpoint-bench/tui_startup.db]
+        [--rebuild] [--repeat 3]
+
+Builds (once, cached under /tmp) a synthetic teen store with ``analysis.testing.synthetic``:
+438 scenarios x 4 arms x 10 targets x 2 conditions = 35,040 conversations, 8 exchanges each
+(560,640 turns, 1.68 million judgments). Then, in a fresh Python process each time (so imports
+count), times from process start to the first page of conversations on screen (headless, 80x24),
+and prints which heavy packages that process had imported (none should be). It also times the
+work behind a few keys on that store: the next page, sort by failures, a filter on a failing
+criterion, opening a transcript, stepping one turn, and jumping to the next failure.
+Target: the first screen in under 2 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+DEFAULT_DB = Path("/tmp/branchpoint-bench/tui_startup.db")
+N_SCENARIOS = 438
+HEAVY = ("pandas", "numpy", "torch", "transformers", "litellm", "matplotlib", "scipy")
+
+
+def build(path: Path) -> None:
+    from analysis.testing.synthetic import TeenDesign, write_teen_store
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    write_teen_store(path, TeenDesign(n_scenarios=N_SCENARIOS), seed=0)
+    print(f"built {path} in {time.perf_counter() - t0:.1f} s")
+
+
+def child(db: str, started: float) -> None:
+    """Runs in the fresh process: open the app and wait for its first page."""
+    import asyncio
+
+    async def main() -> dict[str, object]:
+        from core.store import open_store
+        from tui.app.app import BranchpointApp
+
+        store = open_store(db, create=False)
+        app = BranchpointApp(store)
+        async with app.run_test(size=(80, 24)) as pilot:
+            while getattr(app.screen, "page", None) is None:
+                await pilot.pause(0.005)
+            await pilot.pause()
+            first = time.time() - started
+            heavy = sorted(m for m in HEAVY if m in sys.modules)
+            total = app.screen.page.total  # type: ignore[attr-defined]
+        store.close()
+        return {"first_screen_s": first, "heavy_imports": heavy, "conversations": total}
+
+    print(json.dumps(asyncio.run(main())))
+
+
+def key_timings(db: Path) -> dict[str, float]:
+    """Wall time of the queries behind the keys, on the same store (in this process)."""
+    from core.read.browse import (
+        ConversationFilter,
+        conversations_page,
+        find_failure,
+        get_transcript,
+    )
+    from core.store import open_store
+
+    store = open_store(db, create=False)
+    out: dict[str, float] = {}
+
+    def timed(name: str, fn):  # type: ignore[no-untyped-def]
+        t0 = time.perf_counter()
+        value = fn()
+        out[name] = time.perf_counter() - t0
+        return value
+
+    timed("page 2 (]) s", lambda: conversations_page(store, ConversationFilter(), 50, 50))
+    timed(
+        "sort by failures (s) s",
+        lambda: conversations_page(store, ConversationFilter(sort="failures"), 0, 50),
+    )
+    page = timed(
+        "filter fails:no_diagnosis s",
+        lambda: conversations_page(store, ConversationFilter(failing="no_diagnosis"), 0, 50),
+    )
+    cid = page.rows[0].id
+    timed("open a transcript s", lambda: get_transcript(store, cid))
+    timed("next failure (n) s", lambda: find_failure(store, cid, -1))
+    store.close()
+    return out
+
+
+async def _step_time(db: Path) -> tuple[float, float]:
+    """Seconds per ``j`` through the pilot, and per key that nothing is bound to (the pilot's own
+    round trip, to subtract)."""
+    from core.store import open_store
+    from tui.app.app import BranchpointApp
+
+    store = open_store(db, create=False)
+    cid = store.engine.connect().exec_driver_sql("SELECT id FROM conversations LIMIT 1").scalar()
+    app = BranchpointApp(store, conversation=cid)
+    async with app.run_test(size=(80, 24)) as pilot:
+        while not getattr(app.screen, "views", None):
+            await pilot.pause(0.01)
+        await pilot.pause(0.5)
+        t0 = time.perf_counter()
+        for _ in range(10):
+            await pilot.press("j")
+        step = (time.perf_counter() - t0) / 10
+        t0 = time.perf_counter()
+        for _ in range(10):
+            await pilot.press("x")
+        idle = (time.perf_counter() - t0) / 10
+    store.close()
+    return step, idle
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--db", type=Path, default=DEFAULT_DB)
+    parser.add_argument("--rebuild", action="store_true")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--child", nargs=2, metavar=("DB", "STARTED"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child[0], float(args.child[1]))
+        return
+    if args.rebuild or not args.db.exists():
+        args.db.unlink(missing_ok=True)
+        build(args.db)
+    env = dict(os.environ, LITELLM_LOCAL_MODEL_COST_MAP="True", HF_HUB_OFFLINE="1")
+    figures = []
+    for _ in range(args.repeat):
+        started = time.time()
+        result = subprocess.run(
+            [sys.executable, __file__, "--child", str(args.db), repr(started)],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=True,
+        )
+        figures.append(json.loads(result.stdout.strip().splitlines()[-1]))
+    times = sorted(float(f["first_screen_s"]) for f in figures)
+    print(f"store: {args.db} ({figures[0]['conversations']} conversations)")
+    print(
+        f"first screen (process start to first page, headless 80x24): "
+        f"median {times[len(times) // 2]:.2f} s, best {times[0]:.2f} s, worst {times[-1]:.2f} s "
+        f"over {len(times)} runs (target < 2 s)"
+    )
+    print(f"heavy packages imported by then: {figures[0]['heavy_imports'] or 'none'}")
+    for name, seconds in key_timings(args.db).items():
+        print(f"{name}: {seconds:.3f}")
+    import asyncio
+
+    step, idle = asyncio.run(_step_time(args.db))
+    print(
+        f"step one turn (j) through the pilot: {step * 1000:.0f} ms; an unbound key: "
+        f"{idle * 1000:.0f} ms; the step itself: {(step - idle) * 1000:.0f} ms"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,56 @@
+"""The live view follows a real run as the runner writes to the store."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+from fixtures.engine import engine_plugin
+from fixtures.engine.helpers import HERE, run_engine
+from fixtures.tui.helpers import settle
+from textual.widgets import DataTable
+
+from core.store import open_store
+from tui.app.app import BranchpointApp
+from tui.app.screens.live import LiveScreen
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_the_live_view_updates_as_rows_arrive(tmp_path: Path) -> None:
+    db = tmp_path / "live.db"
+    viewer = open_store(db)
+    app = BranchpointApp(viewer, live_run="")  # "": whichever run is running
+    seen: list[tuple[str, ...]] = []
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        screen = app.screen
+        assert isinstance(screen, LiveScreen)
+        assert "no run" in str(screen.query_one("#run").render())
+
+        def run() -> None:
+            writer = open_store(db)  # its own connection, as a separate runner process would have
+            run_engine(writer, HERE / "at_turn.yaml", bot=engine_plugin.make_bot(delay_s=0.25))
+            writer.close()
+
+        runner = threading.Thread(target=run)
+        runner.start()
+        table = screen.query_one("#targets", DataTable)
+        for _ in range(120):
+            await pilot.pause(0.25)
+            row = screen.cells.get("scripted:bot")
+            if row and (not seen or seen[-1] != row):
+                seen.append(row)
+            if not runner.is_alive() and row and row[1] == "2":
+                break
+        runner.join(60)
+        await pilot.pause(screen.INTERVAL_S + 0.2)
+        await settle(pilot)
+        final = screen.cells["scripted:bot"]
+        assert final[1] == "2" and final[3] == "0"  # both arms done, none failed
+        assert any(r[1] != "2" for r in seen), f"never saw the run in progress: {seen}"
+        assert table.row_count == 1  # updated in place, not rebuilt
+        assert "completed" in str(screen.query_one("#run").render())
+        assert screen.polls >= 3
+    viewer.close()

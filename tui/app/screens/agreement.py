@@ -1,0 +1,99 @@
+"""Agreement between people and judges on what has been labelled so far: per rater pair and
+criterion, quadratic weighted kappa, Krippendorff's alpha, and the direction of disagreement.
+
+The statistics are ``analysis.agreement``'s, the same as ``branchpoint report``. pandas and that
+module are imported here, in the worker, the first time this screen opens, never at app start;
+only the judgments of labelled conversations are read.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Header, Static
+
+from core.read.browse import criterion_labels, labelled_judgments
+from tui.app.context import AppContext
+from tui.app.safe_text import one_line
+
+# (column of analysis.agreement's pair table, heading); columns it lacks are left out
+COLUMNS = (
+    ("rater_a", "rater a"),
+    ("rater_b", "rater b"),
+    ("criterion_id", "criterion"),
+    ("n_items", "n"),
+    ("raw_agreement", "agree"),
+    ("kappa_quadratic", "kappa_w"),
+    ("alpha_nominal", "alpha"),
+    ("under", "under"),
+    ("over", "over"),
+)
+
+
+def cell(value: Any) -> Text:
+    if isinstance(value, float):
+        return Text("-" if math.isnan(value) else f"{value:.3f}")
+    return one_line(value, 28)
+
+
+class AgreementScreen(Screen[None]):
+    DEFAULT_CSS = """
+    AgreementScreen #summary { height: auto; padding: 0 1; background: $panel; }
+    AgreementScreen #pairs { height: 1fr; }
+    """
+    BINDINGS = [Binding("escape,q", "app.pop_screen", "back")]
+
+    def __init__(self, run_id: str | None = None) -> None:
+        super().__init__()
+        self.run_id = run_id
+        self.pairs: list[dict[str, Any]] = []
+
+    @property
+    def bp_app(self) -> AppContext:
+        return self.app  # type: ignore[return-value]
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static(Text("computing agreement ..."), id="summary")
+        yield DataTable(id="pairs", cursor_type="row", zebra_stripes=True)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.compute()
+
+    @work(thread=True, exclusive=True, group="agreement")
+    def compute(self) -> None:
+        import pandas as pd
+
+        from analysis.agreement import agreement_report
+
+        store = self.bp_app.store
+        labels = pd.DataFrame(criterion_labels(store, self.run_id))
+        judgments = pd.DataFrame(labelled_judgments(store, self.run_id))
+        if labels.empty or judgments.empty:
+            self.app.call_from_thread(self._show, [], "no human labels on judged turns yet")
+            return
+        result = agreement_report(judgments, labels, judge_vs_judge=False)
+        rows = result.pairs.to_dict("records") if not result.pairs.empty else []
+        note = (
+            f"{len(labels)} labels by {labels['annotator'].nunique()} annotator(s); "
+            "under/over: rater a saw less/more risk than rater b"
+        )
+        self.app.call_from_thread(self._show, rows, note)
+
+    def _show(self, rows: list[dict[str, Any]], note: str) -> None:
+        self.pairs = rows
+        self.query_one("#summary", Static).update(Text(note))
+        table = self.query_one("#pairs", DataTable)
+        table.clear(columns=True)
+        present = [(key, head) for key, head in COLUMNS if not rows or key in rows[0]]
+        for _, head in present:
+            table.add_column(head)
+        for row in rows:
+            table.add_row(*(cell(row.get(key)) for key, _ in present))

@@ -1,0 +1,285 @@
+"""``branchpoint labels export`` and ``branchpoint labels import``: human labels as CSV, so that
+clinicians who label in a spreadsheet count as much as those who use ``branchpoint tui``.
+
+Columns (a header row first; the order is free, unknown columns are an error):
+
+  conversation_id  required; must exist in the store
+  turn_index       the turn's index in the transcript; empty for the whole conversation
+  rubric_id        required: teen, ed, another rubric id, or realism (persona realism ratings)
+  criterion_id     required (for realism: persona_realism or conversation_realism)
+  annotator        required: who labelled
+  verdict          a level of the rubric's scale (pass/partial/fail; high/medium/low/refusal;
+                   very/mostly/mixed/not for realism); empty: not applicable
+  note, confidence (low/medium/high or empty), time_spent_s (seconds), blind (true/false or empty)
+
+An import is checked whole before anything is stored: every problem is one line
+``FILE:LINE:COL: field: problem (expected ...)`` and nothing is written. Importing a label again
+replaces the earlier one (one label per annotator and key).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from core.errors import UserError
+
+DbOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--db",
+        metavar="URL",
+        help="Store: a SQLite file or a database URL (default $BRANCHPOINT_DB or ./branchpoint.db).",
+    ),
+]
+REQUIRED = ("conversation_id", "rubric_id", "criterion_id", "annotator", "verdict")
+TRUE = {"true", "yes", "1"}
+FALSE = {"false", "no", "0"}
+MAX_SHOWN = 50
+
+
+class LabelFileError(UserError):
+    """Problems in a labels CSV, one line each."""
+
+
+def field_columns(line: str) -> list[int]:
+    """1-based column where each CSV field of ``line`` starts (quotes respected)."""
+    starts, quoted = [1], False
+    for i, ch in enumerate(line):
+        if ch == '"':
+            quoted = not quoted
+        elif ch == "," and not quoted:
+            starts.append(i + 2)
+    return starts
+
+
+def read_label_file(path: Path, known_conversations: Any) -> list[Any]:
+    """The rows of a labels CSV as ``LabelRow``; raises LabelFileError listing every problem.
+
+    ``known_conversations(ids) -> set`` says which conversation ids the store holds.
+    """
+    from core.human_labels import CONFIDENCE_LEVELS, LABEL_COLUMNS, REALISM_RUBRIC, LabelRow
+    from tui.app.label_scales import levels_for
+
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise LabelFileError(f"{path}: no such file") from None
+    except UnicodeDecodeError as exc:
+        raise LabelFileError(
+            f"{path}:1:1: file: not UTF-8 ({exc.reason}) (expected a UTF-8 CSV)"
+        ) from None
+    physical = text.splitlines()
+    reader = csv.reader(io.StringIO(text, newline=""))
+    problems: list[str] = []
+
+    def problem(line: int, col: int, field: str, what: str) -> None:
+        problems.append(f"{path}:{line}:{col}: {field}: {what}")
+
+    try:
+        header = next(reader)
+    except StopIteration:
+        raise LabelFileError(
+            f"{path}:1:1: header: empty file (expected a header row: {', '.join(LABEL_COLUMNS)})"
+        ) from None
+    header = [h.strip() for h in header]
+    cols = field_columns(physical[0]) if physical else [1]
+    for i, name in enumerate(header):
+        if name not in LABEL_COLUMNS:
+            problem(
+                1,
+                cols[min(i, len(cols) - 1)],
+                name or "header",
+                f"unknown column (expected one of {', '.join(LABEL_COLUMNS)})",
+            )
+    for name in REQUIRED:
+        if name not in header:
+            problem(1, 1, name, "missing column (expected it in the header row)")
+    if problems:
+        raise LabelFileError("\n".join(problems))
+
+    rows: list[tuple[int, list[int], dict[str, str]]] = []
+    last_line = reader.line_num
+    try:
+        for record in reader:
+            start = last_line + 1
+            last_line = reader.line_num
+            if not any(v.strip() for v in record):
+                continue
+            cols = field_columns(physical[start - 1]) if start - 1 < len(physical) else [1]
+            if len(record) != len(header):
+                problem(
+                    start,
+                    1,
+                    "row",
+                    f"{len(record)} fields (expected {len(header)}, as in the header)",
+                )
+                continue
+            rows.append((start, cols, dict(zip(header, record))))
+    except csv.Error as exc:
+        problem(reader.line_num, 1, "row", f"{exc} (expected valid CSV)")
+
+    known = known_conversations({r["conversation_id"].strip() for _, _, r in rows})
+    out = []
+    for line, cols, raw in rows:
+
+        def at(name: str, cols: list[int] = cols) -> int:
+            return cols[min(header.index(name), len(cols) - 1)]
+
+        values: dict[str, Any] = {k: v.strip() if k != "note" else v for k, v in raw.items()}
+        for name in ("conversation_id", "rubric_id", "criterion_id", "annotator"):
+            if not values[name]:
+                problem(line, at(name), name, "empty (expected a value)")
+        cid = values["conversation_id"]
+        if cid and cid not in known:
+            problem(
+                line,
+                at("conversation_id"),
+                "conversation_id",
+                f"{cid!r} is not in the store (expected a conversation id from this store)",
+            )
+        turn = values.get("turn_index", "")
+        values["turn_index"] = None
+        if turn:
+            if turn.isdigit():
+                values["turn_index"] = int(turn)
+            else:
+                problem(
+                    line,
+                    at("turn_index"),
+                    "turn_index",
+                    f"{turn!r} is not a turn index (expected a whole number >= 0, or empty)",
+                )
+        verdict = values["verdict"]
+        levels = levels_for(values["rubric_id"]) if values["rubric_id"] else ()
+        if verdict and verdict not in levels:
+            problem(
+                line,
+                at("verdict"),
+                "verdict",
+                f"{verdict!r} is not a level of {values['rubric_id']!r} (expected {' / '.join(levels)}, or empty for not applicable)",
+            )
+        if values["rubric_id"] == REALISM_RUBRIC and not verdict:
+            problem(
+                line,
+                at("verdict"),
+                "verdict",
+                "empty (expected a realism level: very / mostly / mixed / not)",
+            )
+        values["verdict"] = verdict or None
+        conf = values.get("confidence", "")
+        if conf and conf not in CONFIDENCE_LEVELS:
+            problem(
+                line,
+                at("confidence"),
+                "confidence",
+                f"{conf!r} (expected {' / '.join(CONFIDENCE_LEVELS)}, or empty)",
+            )
+        values["confidence"] = conf or None
+        spent = values.get("time_spent_s", "")
+        values["time_spent_s"] = None
+        if spent:
+            try:
+                values["time_spent_s"] = float(spent)
+                if not values["time_spent_s"] >= 0:
+                    raise ValueError
+            except ValueError:
+                problem(
+                    line,
+                    at("time_spent_s"),
+                    "time_spent_s",
+                    f"{spent!r} (expected seconds, a number >= 0, or empty)",
+                )
+        blind = values.get("blind", "").lower()
+        values["blind"] = True if blind in TRUE else False if blind in FALSE else None
+        if blind and blind not in TRUE | FALSE:
+            problem(line, at("blind"), "blind", f"{blind!r} (expected true or false, or empty)")
+        out.append(LabelRow(**values))
+    if problems:
+        shown = problems[:MAX_SHOWN]
+        if len(problems) > MAX_SHOWN:
+            shown.append(f"{path}: and {len(problems) - MAX_SHOWN} more problems")
+        raise LabelFileError("\n".join(shown))
+    return out
+
+
+def write_label_file(rows: Any, out: Path) -> int:
+    from core.human_labels import LABEL_COLUMNS
+
+    n = 0
+    with out.open("w", encoding="utf-8", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(LABEL_COLUMNS))
+        writer.writeheader()
+        for row in rows:
+            data = row.model_dump()
+            data = {
+                k: ("" if v is None else str(v).lower() if isinstance(v, bool) else v)
+                for k, v in data.items()
+            }
+            writer.writerow(data)
+            n += 1
+    return n
+
+
+labels_app = typer.Typer(
+    help="Human labels as CSV: export them, or import labels made in a spreadsheet.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
+
+
+@labels_app.command("export")
+def export_command(
+    out: Annotated[Path, typer.Option("--out", metavar="FILE.csv", help="File to write.")],
+    run: Annotated[
+        str | None, typer.Option("--run", metavar="RUN", help="Only this run's conversations.")
+    ] = None,
+    db: DbOpt = None,
+) -> None:
+    """Write every human label (and realism rating) as CSV, in the columns `labels import` reads."""
+    from core.human_labels import iter_labels
+    from core.store import open_store
+
+    if out.parent and not out.parent.exists():
+        raise UserError(f"--out {out}: no such directory {out.parent}")
+    store = open_store(db, create=False)
+    try:
+        n = write_label_file(iter_labels(store, run), out)
+    finally:
+        store.close()
+    typer.echo(f"wrote {n} labels to {out}")
+
+
+@labels_app.command("import")
+def import_command(
+    file: Annotated[
+        Path,
+        typer.Argument(
+            metavar="FILE.csv", help="Labels CSV (columns: see `branchpoint labels --help`)."
+        ),
+    ],
+    db: DbOpt = None,
+) -> None:
+    """Check a labels CSV whole and store its labels; on any problem, list them all and store none.
+
+    Columns: conversation_id, turn_index (empty: whole conversation), rubric_id, criterion_id,
+    annotator, verdict (empty: not applicable), note, confidence (low/medium/high), time_spent_s,
+    blind (true/false)."""
+    from core.human_labels import existing_conversations, save_labels
+    from core.store import open_store
+
+    store = open_store(db, create=False)
+    try:
+        rows = read_label_file(file, lambda ids: existing_conversations(store, ids))
+        n = save_labels(store, rows)
+    finally:
+        store.close()
+    typer.echo(f"imported {n} labels from {file}")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(labels_app, name="labels")
