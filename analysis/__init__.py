@@ -1,10 +1,11 @@
 """Analysis of judged conversations: failure rates, matched contrasts, the ED safety analysis,
 judge agreement and reports. Names are imported lazily so that ``import analysis`` stays light.
 
-    from analysis import judgment_table, failure_rates, matched_contrasts, write_report
+    from analysis import attach_tree, judgment_table, failure_rates, matched_contrasts
     jt = judgment_table("branchpoint.db", "RUN_ID")
     rates = failure_rates(jt)                       # target x condition x criterion x risk area
-    contrasts = matched_contrasts(jt).contrasts     # paired differences, McNemar, Wilcoxon, Holm
+    contrasts = matched_contrasts(attach_tree(jt, "branchpoint.db")).contrasts  # post-fork,
+    # option minus baseline; primary test over scenario means; McNemar / Wilcoxon secondary
 """
 
 from __future__ import annotations
@@ -18,10 +19,15 @@ _EXPORTS = {
     "human_label_table": "analysis.tables",
     "failure_rates": "analysis.rates",
     "matched_contrasts": "analysis.contrasts",
+    "attach_tree": "analysis.forks",
+    "keep_versions_apart": "analysis.versions",
     "condition_contrast": "analysis.contrasts",
     "simulator_sensitivity": "analysis.contrasts",
+    "realisation_table": "analysis.realisation",
+    "conclusions_by_simulator": "analysis.sensitivity",
     "ed_analysis": "analysis.ed",
     "safety_score": "analysis.ed",
+    "conversation_safety": "analysis.ed_turns",
     "cohen_kappa_quadratic": "analysis.agreement",
     "krippendorff_alpha": "analysis.agreement",
     "agreement_report": "analysis.agreement",

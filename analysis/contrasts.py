@@ -48,6 +48,13 @@ from analysis.bootstrap import (
     ratio_difference_interval,
 )
 from analysis.forks import COUNT_COLS, Tree, TurnCounts
+from analysis.realisation import (
+    arm_counts,
+    intention_to_treat_pairs,
+    per_protocol_pairs,
+    with_itt,
+    with_realisation,
+)
 from analysis.stats import cluster_mean_test, friedman, holm, mcnemar_exact, wilcoxon_paired
 from analysis.tables import CHOICE_PREFIX, as_conversation_frame, choice_column, choice_columns
 from analysis.versions import keep_versions_apart
@@ -412,6 +419,8 @@ class ContrastResult:
     friedman: pd.DataFrame  # branch points with 3+ options, scenarios as blocks
     baselines: pd.DataFrame
     notes: list[str] = field(default_factory=list)
+    # per contrast x condition: arms that realised their option, pairs realised in both (n of N)
+    realisation: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def _target_share(per_target: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
@@ -497,18 +506,22 @@ def matched_contrasts(
     seed: int = 0,
     ci: float = 0.95,
     per_target: bool = True,
+    realisation: pd.DataFrame | None = None,
 ) -> ContrastResult:
     """Every branch point's options against its baseline, pair by pair (see module docstring).
 
     ``data``: a judgment table (needed to leave out a shared prefix) or a conversation x criterion
     table. ``by`` splits the table (the condition by default: never pooled); targets are pooled
-    in ``contrasts`` and separated in ``per_target``.
+    in ``contrasts`` and separated in ``per_target``. ``realisation``
+    (``core.read.realisation_rows``): the headline figures use only pairs whose two arms realised
+    their option (per protocol), with the intention-to-treat figures beside them (``*_itt``,
+    ``analysis.realisation``); without it every arm counts as realised.
     """
     notes: list[str] = []
     cc, tree, turns = _prepare(data, notes)
     by = [c for c in by if c in cc.columns]
     base = resolve_baselines(cc, baselines)
-    pooled, per_t, fried, drops = [], [], [], []
+    pooled, per_t, fried, drops, arms = [], [], [], [], []
     choice_cols = choice_columns(cc)
     enc = Encoded(cc)
     wanted = list(branch_points) if branch_points is not None else list(base["branch_point"])
@@ -527,9 +540,11 @@ def matched_contrasts(
             if opt == baseline:
                 continue
             cand = candidate_pairs(cc, col, baseline, opt, match, enc, turns=turns, tree=tree)
-            if cand.empty or not (cand["status"] == "pair").any():
+            itt = intention_to_treat_pairs(cand, enc) if not cand.empty else cand
+            if itt.empty:
                 notes.append(f"branch point {bp}: no matched pairs for {baseline} vs {opt}")
                 continue
+            cand = with_realisation(cand, realisation, bp)
             label = {
                 "branch_point": bp,
                 "baseline": baseline,
@@ -543,13 +558,14 @@ def matched_contrasts(
             drop = _dropouts(cand, gcols)
             drops.append(drop)
             _note_dropouts(drop, label["contrast"], notes)
-            pairs = cand[cand["status"] == "pair"]
-            pooled.append(
-                summarise_pairs(pairs, gcols, n_boot=n_boot, seed=seed, ci=ci).merge(
-                    drop, on=gcols, how="left"
-                )
-            )
-            if per_target:
+            pairs = per_protocol_pairs(cand)
+            arms.append(arm_counts(cand, ["contrast", "branch_point", "baseline", "option", *by]))
+            if pairs.empty:
+                notes.append(f"{label['contrast']}: no pair realised in both arms (not realised)")
+            summary = summarise_pairs(pairs, gcols, n_boot=n_boot, seed=seed, ci=ci)
+            itt_summary = summarise_pairs(itt.assign(**label), gcols, n_boot=n_boot, seed=seed)
+            pooled.append(with_itt(summary, itt_summary, gcols).merge(drop, on=gcols, how="left"))
+            if per_target and not pairs.empty:
                 per_t.append(
                     summarise_pairs(
                         pairs, [*gcols, "target"], n_boot=n_boot, seed=seed, ci=ci, tests=False
@@ -558,12 +574,18 @@ def matched_contrasts(
         if len(options) >= 3 and len(cands) == len(options) - 1:
             fried.append(_friedman_branch(enc, turns, cands, bp, baseline, options, by))
     tab = _finish_family(pd.concat(pooled, ignore_index=True) if pooled else pd.DataFrame())
+    real = pd.concat(arms, ignore_index=True) if arms else pd.DataFrame()
+    if not tab.empty:
+        tab["p_scenario_itt_holm"] = holm(tab["p_scenario_itt"].to_numpy())
+        tab = tab.merge(real, on=[c for c in real.columns if c in tab.columns], how="left")
     pt = pd.concat(per_t, ignore_index=True) if per_t else pd.DataFrame()
     share_keys = ["contrast", "branch_point", "option", *CRITERION_KEYS, "risk_area", *by]
     fr = pd.concat(fried, ignore_index=True) if fried else pd.DataFrame()
     if not fr.empty:
         fr["p_holm"] = holm(fr["pvalue"].to_numpy())
-    return ContrastResult(tab, pt, _target_share(pt, share_keys), fr, base, notes)
+    out = ContrastResult(tab, pt, _target_share(pt, share_keys), fr, base, notes)
+    out.realisation = real
+    return out
 
 
 def _friedman_branch(

@@ -148,6 +148,12 @@ def forest_plot(contrasts: pd.DataFrame, max_rows: int = 30) -> bytes | None:
     ax.errorbar(d, range(len(c)), xerr=err, fmt="none", ecolor="0.5", capsize=2)
     ax.scatter(d, range(len(c)), c=np.where(sig, "tab:red", "tab:blue"), zorder=3, s=18)
     ax.axvline(0, color="black", lw=0.8)
+    # At least +-5 points wide: near-zero differences would otherwise get an axis of hundredths,
+    # which reads like fractions; ticks carry their unit.
+    reach = np.nanmax(np.abs(np.concatenate([d, lo, hi]))) if np.isfinite(d).any() else 0.0
+    half = max(5.0, float(reach) * 1.1 if np.isfinite(reach) else 5.0)
+    ax.set_xlim(-half, half)
+    ax.xaxis.set_major_formatter(_plt().FuncFormatter(lambda v, _pos: f"{v:+.0f} pp"))
     ax.set_yticks(range(len(c)), labels, fontsize=7)
     ax.set_xlabel(
         "option minus baseline, post-fork failure rate (points), 95% t interval over scenario "

@@ -31,8 +31,10 @@ from analysis.contrasts import (
 )
 from analysis.ed import EDResult, ed_analysis
 from analysis.rates import error_counts, failure_rates
+from analysis.realisation import NOT_REALISED, realisation_summary, unrecorded_note
 from analysis.realism import realism_by_simulator, realism_ratings
 from analysis.reasoning import reasoning_noticed
+from analysis.sensitivity import conclusions_by_simulator, summary_line
 from analysis.tables import (
     aggregate,
     conversation_criterion_table,
@@ -63,6 +65,10 @@ class Analysis:
     contrasts: ContrastResult | None = None
     condition: ContrastResult | None = None
     simulators: ContrastResult | None = None
+    # per branch point x option x target x condition x simulator: arms realised (n of N)
+    realisation: pd.DataFrame | None = None
+    # per contrast under each simulator against the reference one, and whether it moves
+    simulator_conclusions: pd.DataFrame | None = None
     ed: EDResult | None = None
     agreement: AgreementResult | None = None
     realism: pd.DataFrame | None = None  # persona realism ratings by simulator (human labels)
@@ -155,10 +161,25 @@ def run_analysis(
         if forked:
             jt = judgments()
             paired = jt[jt["rubric_id"].isin(ppf_rubrics)]
-        a.contrasts = matched_contrasts(paired, baselines, n_boot=n_boot, seed=seed)
+        realisation = read.realisation_rows(store_or_db, runs)
+        unrecorded = unrecorded_note(realisation)
+        if unrecorded:
+            a.notes.append(unrecorded)
+        a.realisation = realisation_summary(
+            realisation,
+            conversation_table(store_or_db, runs),
+            by=("target", "condition", "simulator"),
+        )
+        a.contrasts = matched_contrasts(
+            paired, baselines, n_boot=n_boot, seed=seed, realisation=realisation
+        )
         if ppf["condition"].nunique() > 1:
             a.condition = condition_contrast(paired, reference_condition, n_boot=n_boot, seed=seed)
         a.simulators = simulator_sensitivity(paired, n_boot=n_boot, seed=seed)
+        if a.simulators is not None:
+            a.simulator_conclusions = conclusions_by_simulator(
+                paired, realisation, baselines, n_boot=n_boot, seed=seed
+            )
     if not cc.empty:
         a.errors = error_counts(cc, by=("judge", "rubric_id", "target"))
 
@@ -296,9 +317,10 @@ def headline_tables(a: Analysis, top: int = 8) -> list[tuple[str, pd.DataFrame]]
         t = pd.DataFrame({
             "contrast": c["contrast"], "condition": _column(c, "condition"), "criterion": c["criterion_id"],
             "post-fork rate base → option": [f"{_pct(x)} → {_pct(y)}" for x, y in zip(c["rate_a"], c["rate_b"])],
-            "diff (pp)": [_pp(x) for x in c["diff"]],
+            "diff (pp, per protocol)": _realised_diff(c),
             "95% interval (t, scenarios)": [_interval(lo, hi, _pp) for lo, hi in zip(c["ci_low"], c["ci_high"])],
-            "scenarios": c["n_scenarios"], "pairs": c["n_pairs"],
+            "scenarios": c["n_scenarios"], "realised pairs": _realised_pairs(c),
+            "diff (pp, intention to treat)": [_pp(x) for x in _values(c, "diff_itt")],
             "p scenario-level (Holm)": [_p(x) for x in c["p_scenario_holm"]],
             "McNemar p (Holm; not cluster-adjusted)": [_p(x) for x in c["p_mcnemar_holm"]],
             "Wilcoxon p (Holm; not cluster-adjusted)": [_p(x) for x in c["p_wilcoxon_holm"]],
@@ -312,6 +334,8 @@ def headline_tables(a: Analysis, top: int = 8) -> list[tuple[str, pd.DataFrame]]
                 _with_judge(c, t),
             )
         )
+    if a.realisation is not None and not a.realisation.empty:
+        out.append((REALISATION_CAPTION, _realisation_display(a.realisation)))
     if a.condition is not None and not a.condition.per_target.empty:
         pt = a.condition.per_target
         allc = pt[pt["criterion_id"] == "(all criteria)"]
@@ -359,6 +383,13 @@ def headline_tables(a: Analysis, top: int = 8) -> list[tuple[str, pd.DataFrame]]
 
 
 METHODS = (
+    "Realised branches: an arm realised its option when the branch point fired and the option's "
+    "instruction was in force for at least one persona turn (derived from the stored turns). "
+    "Matched contrasts are per protocol: only pairs whose two arms both realised their option "
+    "('realised pairs', n of the pairs assigned). Beside them, labelled, the intention-to-treat "
+    "figure over every assigned pair, where a pair that never forked is one conversation in both "
+    "arms and enters with a difference of zero. A contrast without a realised pair is reported as "
+    "not realised, never as a zero effect.",
     "Sign convention: every difference is the option (or other condition, or level b) minus the "
     "baseline (reference, level a). For failure rates a positive difference means the option fails "
     "more; for ED safety scores a positive difference means level b is safer. The rank-biserial "
@@ -431,9 +462,13 @@ def build_sections(a: Analysis) -> list[Section]:
     why = "no matched pairs (a sweep needs arms that differ in one branch point only)"
     s.plot = (
         "forest_contrasts.png",
-        plots.forest_plot(_one_judge(a, a.contrasts.contrasts) if a.contrasts else None),
+        plots.forest_plot(
+            _realised_only(_one_judge(a, a.contrasts.contrasts)) if a.contrasts else None
+        ),
         why,
     )
+    if a.realisation is not None and not a.realisation.empty:
+        s.tables.append((REALISATION_CAPTION, _realisation_display(a.realisation)))
     if a.contrasts is not None:
         s.text += [
             f"Baseline of {b}: {o} ({src})."
@@ -479,8 +514,26 @@ def build_sections(a: Analysis) -> list[Section]:
         s.tables.append(("Failure-rate difference per target between simulators (all criteria)", pd.DataFrame({
             "contrast": allc["contrast"], "target": allc["target"], "diff (pp)": [_pp(x) for x in allc["diff"]],
             "95% interval": [_interval(lo, hi, _pp) for lo, hi in zip(allc["ci_low"], allc["ci_high"])], "pairs": allc["n_pairs"]})))  # fmt: skip
-    else:
+    if a.simulator_conclusions is not None:
+        sc = a.simulator_conclusions
+        s.text.append(summary_line(sc))
+        if not sc.empty:
+            s.tables.append(("Matched contrasts under each simulator (same cells; per protocol; does the conclusion move?)", pd.DataFrame({
+                "contrast": sc["contrast"], "condition": _column(sc, "condition"), "criterion": sc["criterion_id"],
+                "reference": sc["simulator_ref"], "other": sc["simulator_other"],
+                "diff (pp) reference": _realised_diff(sc.assign(diff=sc["diff_ref"], realisation=sc["realisation_ref"])),
+                "diff (pp) other": _realised_diff(sc.assign(diff=sc["diff_other"], realisation=sc["realisation_other"])),
+                "p (Holm) reference": [_p(x) for x in sc["p_scenario_holm_ref"]],
+                "p (Holm) other": [_p(x) for x in sc["p_scenario_holm_other"]],
+                "realised pairs ref / other": [f"{_int(x)} / {_int(y)}" for x, y in zip(sc["n_pairs_ref"], sc["n_pairs_other"])],
+                "conclusion": sc["verdict"]})))  # fmt: skip
+    if a.simulators is None:
         s.text.append("One simulator in the data: no sensitivity analysis across simulators.")
+    elif a.simulators.per_target.empty:
+        s.text.append(
+            "Several simulators, but no cell (run, scenario, variant, target, condition, "
+            "replicate) was played by more than one: nothing to pair."
+        )
     secs.append(s)
 
     s = Section("Eating-disorder safety scores")
@@ -511,7 +564,7 @@ def build_sections(a: Analysis) -> list[Section]:
         s.text.append(f"Error verdicts left out of agreement: {a.agreement.n_errors}.")
         s.text += a.agreement.notes
     else:
-        s.text.append("No human labels and a single judge: no agreement statistics.")
+        s.text.append(_no_agreement(a))
     secs.append(s)
 
     if a.realism is not None and not a.realism.empty:
@@ -545,6 +598,37 @@ def build_sections(a: Analysis) -> list[Section]:
         )
         secs.append(s)
     return secs
+
+
+def _no_agreement(a: Analysis) -> str:
+    """Why there are no agreement statistics, counting judges as the headline does."""
+    judges = _judges(a)
+    if len(judges) > 1:
+        return (
+            f"{len(judges)} judges rated these runs ({', '.join(judges)}), but no turn or "
+            "conversation was rated by two of them on the same criterion, and there are no human "
+            "labels: no agreement statistics."
+        )
+    return "No human labels and a single judge: no agreement statistics."
+
+
+def _judges(a: Analysis) -> list[str]:
+    frames = [a.errors, a.rates]
+    for df in frames:
+        if df is not None and not df.empty and "judge" in df.columns:
+            return sorted(str(j) for j in df["judge"].dropna().unique())
+    return []
+
+
+def _int(x: Any) -> str:
+    return "0" if x is None or x != x else str(int(x))
+
+
+def _realised_only(df: pd.DataFrame | None) -> pd.DataFrame | None:
+    """Contrasts with a per-protocol figure: a branch never realised has no point to plot."""
+    if df is None or "realisation" not in df.columns:
+        return df
+    return df[(df["realisation"] != NOT_REALISED).to_numpy()]
 
 
 def _one_judge(a: Analysis, df: pd.DataFrame | None) -> pd.DataFrame | None:
@@ -589,12 +673,47 @@ def _rate_display(r: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     return out
 
 
+REALISATION_CAPTION = (
+    "Realised branches: arms whose option came into force (its trigger fired and the persona "
+    "followed it for at least one turn), per branch point x option x target (n of N)"
+)
+
+
+def _realised_diff(c: pd.DataFrame) -> list[str]:
+    """The per-protocol difference, or "not realised" (never a zero effect)."""
+    state = _column(c, "realisation")
+    return [NOT_REALISED if r == NOT_REALISED else _pp(x) for x, r in zip(c["diff"], state)]
+
+
+def _realised_pairs(c: pd.DataFrame) -> list[str]:
+    """Pairs realised in both arms, of the pairs assigned (a table without realisation: pairs)."""
+    if "n_pairs_itt" not in c.columns:
+        return [str(n) for n in c["n_pairs"]]
+    return [
+        f"{int(n)} of {int(m)}" if m == m else str(int(n))
+        for n, m in zip(c["n_pairs"], c["n_pairs_itt"])
+    ]
+
+
+def _realisation_display(r: pd.DataFrame) -> pd.DataFrame:
+    return pd.DataFrame({
+        "branch point": r["branch_point"], "option": r["option"], "target": _column(r, "target"),
+        "condition": _column(r, "condition"), "simulator": _column(r, "simulator"),
+        "realised": r["realised"], "median first exchange": [_num(x, 1) for x in r["first_exchange"]],
+    })  # fmt: skip
+
+
 def _contrast_display(c: pd.DataFrame) -> pd.DataFrame:
     return _with_judge(c, pd.DataFrame({
         "contrast": c["contrast"], "condition": _column(c, "condition"), "criterion": c["criterion_id"],
-        "scenarios": c["n_scenarios"], "pairs": c["n_pairs"],
+        "scenarios": c["n_scenarios"], "realised pairs": _realised_pairs(c),
         "rate a": [_pct(x) for x in c["rate_a"]], "rate b": [_pct(x) for x in c["rate_b"]],
-        "diff (pp)": [_pp(x) for x in c["diff"]],
+        "diff (pp)": _realised_diff(c),
+        "diff (pp, intention to treat)": [_pp(x) for x in _values(c, "diff_itt")],
+        "95% interval (intention to treat)": [
+            _interval(lo, hi, _pp) for lo, hi in zip(_values(c, "ci_low_itt"), _values(c, "ci_high_itt"))
+        ],
+        "p scenario (Holm, intention to treat)": [_p(x) for x in _values(c, "p_scenario_itt_holm")],
         "95% interval": [_interval(lo, hi, _pp) for lo, hi in zip(c["ci_low"], c["ci_high"])],
         "interval": c["interval"], "p scenario": [_p(x) for x in c["p_scenario"]],
         "p scenario (Holm)": [_p(x) for x in c["p_scenario_holm"]],
@@ -607,6 +726,11 @@ def _contrast_display(c: pd.DataFrame) -> pd.DataFrame:
         "dropped: only baseline rated": _column(c, "n_only_baseline"),
         "dropped: only option rated": _column(c, "n_only_option"),
     }))  # fmt: skip
+
+
+def _values(df: pd.DataFrame, col: str) -> Any:
+    """A numeric column to format, or NaNs (shown blank) when this table has none."""
+    return df[col].to_numpy() if col in df.columns else [np.nan] * len(df)
 
 
 def _column(df: pd.DataFrame, col: str) -> Any:

@@ -18,6 +18,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from core.domain import EXPLICIT_CUE, profile_key
+from core.scales import PASS_PARTIAL_FAIL, RISK_LEVELS
+
 NOW = "2026-01-01 00:00:00.000000"
 
 TEEN_CRITERIA: dict[str, str] = {
@@ -80,6 +83,10 @@ class TeenDesign:
     p_error: float = 0.01
     scenario_sd: float = 0.05  # scenario-level random effect on the failure probability
     reasoning: bool = False  # store reasoning text on chatbot turns
+    # Share of trees (scenario x target x condition x simulator x replicate) in which a branch
+    # point's trigger fires, so that its arms realise their options; 1.0 where not named. An
+    # effect acts only where realised, as a chatbot that never offers help cannot be declined.
+    realised_share: dict[str, float] = field(default_factory=dict)
     judge: str = "scripted:judge"
     rubric_id: str = "teen"
     run_id: str = "synthetic-teen"
@@ -128,6 +135,7 @@ def teen_probabilities(d: TeenDesign, rng: np.random.Generator) -> tuple[pd.Data
             "replicate",
         ],
     )
+    conv["realised"] = _realised(conv, d, rng)
     p = np.full((len(conv), len(crits)), d.base_fail) + scen_re[conv["s"].to_numpy()]
     p += conv["condition"].map(lambda c: d.condition_effect.get(c, 0.0)).to_numpy()[:, None]
     p += conv["simulator"].map(lambda c: d.simulator_effect.get(c, 0.0)).to_numpy()[:, None]
@@ -136,6 +144,7 @@ def teen_probabilities(d: TeenDesign, rng: np.random.Generator) -> tuple[pd.Data
         affected = conv["ti"].to_numpy() < int(round(eff.target_share * n_targets))
         hit = (
             conv["choices"].map(lambda ch, e=eff: ch.get(e.branch_point) == e.option).to_numpy()
+            & conv["realised"].map(lambda r, e=eff: r[e.branch_point]).to_numpy(bool)
             & affected
         )
         for crit in eff.criteria:
@@ -154,6 +163,18 @@ def teen_probabilities(d: TeenDesign, rng: np.random.Generator) -> tuple[pd.Data
         )
     ]
     return conv, p
+
+
+def _realised(conv: pd.DataFrame, d: TeenDesign, rng: np.random.Generator) -> list[dict[str, bool]]:
+    """Per conversation: branch point -> realised, drawn once per tree (all its arms alike)."""
+    if not d.realised_share:  # draw nothing: the stores of a given seed stay as they were
+        return [dict.fromkeys(d.branch_points, True) for _ in range(len(conv))]
+    tree_cols = ["s", "ti", "condition", "simulator", "replicate"]
+    trees = conv[tree_cols].drop_duplicates().reset_index(drop=True)
+    draws = {bp: rng.random(len(trees)) < d.realised_share.get(bp, 1.0) for bp in d.branch_points}
+    index = {tuple(k): i for i, k in enumerate(trees.itertuples(index=False, name=None))}
+    rows = [index[tuple(k)] for k in conv[tree_cols].itertuples(index=False, name=None)]
+    return [{bp: bool(draws[bp][i]) for bp in d.branch_points} for i in rows]
 
 
 def simulate_teen_judgments(d: TeenDesign, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -184,7 +205,7 @@ def simulate_teen_judgments(d: TeenDesign, seed: int = 0) -> tuple[pd.DataFrame,
         }
     )
     judg["risk_area"] = judg["criterion_id"].map(d.criteria)
-    judg["score"] = judg["verdict"].map({"pass": 1.0, "partial": 0.5, "fail": 0.0})
+    judg["score"] = judg["verdict"].map(PASS_PARTIAL_FAIL.scores)
     return conv, judg
 
 
@@ -265,10 +286,11 @@ def write_turns(conn: sqlite3.Connection, turns: pd.DataFrame) -> None:
         "turns",
         TURN_COLS,
         (
-            (f"{cid}:{i}", cid, int(i), int(x), role, content, reasoning, "{}", "[]", "[]", "m", 0, 0, 0.0, 0, "[]", NOW)
-            for cid, i, x, role, content, reasoning in zip(
+            (f"{cid}:{i}", cid, int(i), int(x), role, content, reasoning, state, fired, "[]", "m", 0, 0, 0.0, 0, "[]", NOW)
+            for cid, i, x, role, content, reasoning, state, fired in zip(
                 turns["conversation_id"], turns["index"], turns["exchange"], turns["role"], turns["content"],
-                turns["reasoning"],
+                turns["reasoning"], turns.get("branch_state", ["{}"] * len(turns)),
+                turns.get("fired", ["[]"] * len(turns)),
             )
         ),
     )  # fmt: skip
@@ -311,6 +333,17 @@ def _teen_turns(
         }
     )
     turns["reasoning"] = None
+    # Realised branch points fire for the opening and stay in force: what the engine writes.
+    per_conv = {
+        cid: {bp: ch[bp] for bp, ok in r.items() if ok and bp in ch}
+        for cid, ch, r in zip(conv["conversation_id"], conv["choices"], conv["realised"])
+    }
+    states = {cid: json.dumps(st, sort_keys=True) for cid, st in per_conv.items()}
+    fired = {cid: json.dumps(sorted(st)) for cid, st in per_conv.items()}
+    user = turns["role"].to_numpy() == "user"
+    cid_col = turns["conversation_id"]
+    turns["branch_state"] = np.where(user, cid_col.map(states), "{}")
+    turns["fired"] = np.where(user & (turns["index"].to_numpy() == 0), cid_col.map(fired), "[]")
     if reasoning:
         # A failing reply "noticed" the risk in its reasoning for a known share of cases (1 in 3).
         failing = judg.loc[
@@ -372,7 +405,7 @@ def ed_profiles() -> list[dict[str, Any]]:
     for a, b in combinations(ED_ATTRIBUTES, 2):
         for la, lb in product(ED_ATTRIBUTES[a], ED_ATTRIBUTES[b]):
             for cue in (False, True):
-                out.append({f"profile:{a}": la, f"profile:{b}": lb, "explicit_cue": cue})
+                out.append({profile_key(a): la, profile_key(b): lb, EXPLICIT_CUE: cue})
     return out
 
 
@@ -395,10 +428,10 @@ def write_ed_store(
                 if not prof:
                     h += d.no_bio_high
                 for attr, shifts in d.level_high.items():
-                    level = prof.get(f"profile:{attr}")
+                    level = prof.get(profile_key(attr))
                     if level is not None:
                         h += shifts[level]
-                cue = bool(prof.get("explicit_cue"))
+                cue = bool(prof.get(EXPLICIT_CUE))
                 full_refusal = rng.random() < d.p_full_refusal
                 for k, dim in enumerate(ED_DIMENSIONS):
                     hk = (
@@ -412,7 +445,7 @@ def write_ed_store(
                         level_v = "refusal"
                     else:
                         level_v = "high" if u < hk else ("medium" if u < hk + d.p_medium else "low")
-                    score = {"high": 0.0, "medium": 1.0, "low": 2.0}.get(level_v)
+                    score = RISK_LEVELS.scores.get(level_v)
                     jrows.append((cid, 1, dim, "ed_harm", True, level_v, score))
                 reply = "reply" if inject is None or q else inject
                 trows += [

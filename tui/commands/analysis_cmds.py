@@ -80,7 +80,9 @@ def register(app: typer.Typer) -> None:
             str,
             typer.Option(
                 "--level",
-                help="judgment: one row per judgment; conversation: per conversation x criterion counts.",
+                help="judgment: one row per judgment; conversation: per conversation x criterion "
+                "counts; realisation: per branch point x option x target x condition x simulator, "
+                "how many arms realised their option (n of N).",
             ),
         ] = "judgment",
         rubric: Annotated[str | None, typer.Option("--rubric", help="Only this rubric id.")] = None,
@@ -92,8 +94,8 @@ def register(app: typer.Typer) -> None:
         selected = _runs(run, all_runs)
         if fmt not in ("csv", "parquet"):
             raise UserError(f"--format {fmt!r}: expected csv or parquet")
-        if level not in ("judgment", "conversation"):
-            raise UserError(f"--level {level!r}: expected judgment or conversation")
+        if level not in ("judgment", "conversation", "realisation"):
+            raise UserError(f"--level {level!r}: expected judgment, conversation or realisation")
         if out is None:
             raise UserError("--out FILE is required")
         from analysis.tables import conversation_criterion_table, export_judgments, export_table
@@ -103,6 +105,12 @@ def register(app: typer.Typer) -> None:
             raise UserError(f"{out.parent}: no such directory")
         if level == "judgment":
             n = export_judgments(store, out, fmt, selected, rubric=rubric, judge=judge)
+        elif level == "realisation":
+            from analysis.realisation import realisation_table
+
+            table = realisation_table(store, selected)
+            export_table(table, out, fmt)
+            n = len(table)
         else:
             table = conversation_criterion_table(store, selected, rubric=rubric, judge=judge)
             export_table(table, out, fmt)

@@ -1,0 +1,205 @@
+"""Realised branches: whether a matched pair's two arms actually did what they were assigned.
+
+A branch option is realised in an arm when its branch point fired and the option's instruction was
+in force for at least one persona turn (``core.read.realisation``). A chatbot that never offers
+help leaves the accept and decline arms as copies of one conversation: comparing them measures
+nothing, and counting them as a difference of zero pulls every effect toward zero.
+
+So each matched contrast is given twice, labelled:
+
+* **per protocol** (the headline): only pairs whose two arms both realised their option;
+* **intention to treat** (``*_itt`` columns): every assigned pair. A pair that never forked is
+  one conversation in both arms, so it enters with a difference of exactly zero (its whole
+  conversation on both sides); a pair that forked is compared after the fork, as per protocol.
+
+With a share r of pairs realised and an effect d only where realised, the intention-to-treat
+difference is about r x d. A contrast with no realised pair is *not realised*: no per-protocol
+difference, never a zero effect.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analysis.forks import COUNT_COLS
+
+NOT_REALISED = "not realised"
+# Columns of an intention-to-treat summary kept next to the per-protocol one, renamed *_itt.
+ITT_COLUMNS = ["n_pairs", "n_scenarios", "diff", "ci_low", "ci_high", "p_scenario", "diff_conv"]
+
+
+def realisation_lookup(realisation: pd.DataFrame | None, branch_point: str) -> dict[str, bool]:
+    """conversation id -> whether its option at ``branch_point`` was realised."""
+    if realisation is None or realisation.empty:
+        return {}
+    rows = realisation[realisation["branch_point"] == branch_point]
+    flags = rows["realised"].astype(bool)
+    if "recorded" in rows.columns:  # a run that records no firing: unknown, counted as realised
+        flags = flags | ~rows["recorded"].astype(bool)
+    return dict(zip(rows["conversation_id"].astype(str), flags))
+
+
+def with_realisation(
+    cand: pd.DataFrame, realisation: pd.DataFrame | None, branch_point: str
+) -> pd.DataFrame:
+    """``cand`` (``contrasts.candidate_pairs``) with ``realised_a`` / ``realised_b``.
+
+    Without realisation data (a conversation-level table, or no persona turns stored) every arm
+    counts as realised, which is what the analysis assumed before realisation was recorded.
+    """
+    lookup = realisation_lookup(realisation, branch_point)
+    if not lookup:
+        return cand.assign(realised_a=True, realised_b=True)
+
+    def flags(ids: pd.Series) -> np.ndarray:
+        return np.array([lookup.get(str(i), False) for i in ids], dtype=bool)
+
+    return cand.assign(
+        realised_a=flags(cand["conversation_id_a"]), realised_b=flags(cand["conversation_id_b"])
+    )
+
+
+def per_protocol_pairs(cand: pd.DataFrame) -> pd.DataFrame:
+    """Pairs rated after the fork whose arms both realised their option."""
+    keep = (cand["status"] == "pair") & cand["realised_a"] & cand["realised_b"]
+    return cand[keep.to_numpy()]
+
+
+def intention_to_treat_pairs(cand: pd.DataFrame, counts: Any) -> pd.DataFrame:
+    """Every assigned pair: forked pairs as they are, never-forked pairs as a zero difference.
+
+    ``counts``: an ``Encoded`` frame (``array(col)`` per conversation x criterion row), whose
+    whole-conversation counts a never-forked pair takes, the same on both sides: its arms are one
+    conversation (a judge that rated the copies differently is noise, not an effect).
+    """
+    never = (cand["status"] == "never_forked").to_numpy()
+    out = cand.copy()
+    if never.any():
+        ia = out["_ia"].to_numpy(np.int64)
+        safe = np.where(ia >= 0, ia, 0)
+        for c in COUNT_COLS:
+            whole = np.asarray(counts.array(c), dtype=float)[safe]
+            whole = np.where(ia >= 0, whole, 0.0)
+            for side in ("a", "b"):
+                col = out[f"{c}_{side}"].to_numpy(float)
+                out[f"{c}_{side}"] = np.where(never, whole, col)
+        rated = out["n_rated_a"].to_numpy(float) > 0
+        out["status"] = np.where(never & rated, "pair", out["status"].astype(str))
+    return out[(out["status"] == "pair").to_numpy()]
+
+
+def with_itt(per_protocol: pd.DataFrame, itt: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
+    """Per-protocol rows with the intention-to-treat figures beside them (``*_itt``).
+
+    Both are ``contrasts.summarise_pairs`` tables. A group that has assigned pairs but no realised
+    pair gets a row of its own, ``realisation`` = "not realised": every per-protocol figure blank
+    and ``n_pairs`` 0.
+    """
+    keys = list(keys)
+    side = itt[[*keys, *[c for c in ITT_COLUMNS if c in itt.columns]]].rename(
+        columns={c: f"{c}_itt" for c in ITT_COLUMNS}
+    )
+    if per_protocol.empty:
+        # The columns a summary has, every figure blank: nothing was realised to measure.
+        blank = itt.copy()
+        for c in blank.columns:
+            if c not in keys:
+                blank[c] = np.nan
+        per_protocol = blank.astype({c: object for c in blank.columns if c not in keys})
+    out = per_protocol.merge(side, on=keys, how="outer")
+    out["n_pairs"] = pd.to_numeric(out["n_pairs"], errors="coerce").fillna(0).astype(int)
+    out["realisation"] = np.where(out["n_pairs"] > 0, "per protocol", NOT_REALISED)
+    if "interval" in out.columns:
+        out["interval"] = np.where(out["n_pairs"] > 0, out["interval"], NOT_REALISED)
+    return out
+
+
+def arm_counts(
+    cand: pd.DataFrame, keys: Sequence[str] = ("contrast", "branch_point", "baseline", "option")
+) -> pd.DataFrame:
+    """Per contrast: arms assigned each side, and how many realised their option (n of N)."""
+    pairs = cand.drop_duplicates(["conversation_id_a", "conversation_id_b"])
+    rows = []
+    for key, g in pairs.groupby(list(keys), dropna=False, sort=True, observed=True):
+        a = g.drop_duplicates("conversation_id_a")
+        b = g.drop_duplicates("conversation_id_b")
+        both = g["realised_a"].to_numpy(bool) & g["realised_b"].to_numpy(bool)
+        rows.append(
+            (
+                *(key if isinstance(key, tuple) else (key,)),
+                int(a["realised_a"].sum()),
+                len(a),
+                int(b["realised_b"].sum()),
+                len(b),
+                int(both.sum()),
+                len(g),
+            )  # fmt: skip
+        )
+    cols = [*keys, "n_realised_baseline", "n_arms_baseline", "n_realised_option", "n_arms_option",
+            "n_realised_pairs", "n_assigned_pairs"]  # fmt: skip
+    return pd.DataFrame(rows, columns=cols)
+
+
+def unrecorded_note(realisation: pd.DataFrame | None) -> str | None:
+    """A sentence for conversations whose run records no branch firing at all, or None."""
+    if realisation is None or realisation.empty or "recorded" not in realisation.columns:
+        return None
+    n = int(realisation.loc[~realisation["recorded"], "conversation_id"].nunique())
+    if not n:
+        return None
+    return (
+        f"{n} conversations come from runs whose persona turns record no branch firing at all "
+        "(written without realisation data): their arms are counted as realised, as before "
+        "realisation was recorded, and left out of the realised-arm counts."
+    )
+
+
+def realisation_summary(
+    realisation: pd.DataFrame,
+    conversations: pd.DataFrame,
+    by: Sequence[str] = ("target",),
+) -> pd.DataFrame:
+    """Per branch point x option x ``by`` (target by default): arms realised, n of N.
+
+    ``conversations``: one row per conversation with ``conversation_id`` and the ``by`` columns.
+    ``first_exchange``: the median exchange at which the realised arms' option came into force.
+    """
+    cols = ["branch_point", "option", *by, "n_realised", "n_arms", "realised", "first_exchange"]
+    if realisation is None or realisation.empty:
+        return pd.DataFrame(columns=cols)
+    by = [c for c in by if c in conversations.columns]
+    conv = conversations[["conversation_id", *by]].drop_duplicates("conversation_id")
+    r = realisation.merge(conv, on="conversation_id", how="inner")
+    if "recorded" in r.columns:  # runs that record no firing say nothing about realisation
+        r = r[r["recorded"].astype(bool).to_numpy()]
+    if r.empty:
+        return pd.DataFrame(columns=cols)
+    r = r.assign(_x=pd.to_numeric(r["exchange"], errors="coerce").astype(float))
+    g = r.groupby(["branch_point", "option", *by], sort=True, dropna=False)
+    out = g.agg(
+        n_realised=("realised", "sum"), n_arms=("realised", "size"), first_exchange=("_x", "median")
+    ).reset_index()
+    out["n_realised"] = out["n_realised"].astype(int)
+    out["realised"] = [f"{n} of {m}" for n, m in zip(out["n_realised"], out["n_arms"])]
+    return out[["branch_point", "option", *by, "n_realised", "n_arms", "realised",
+                "first_exchange"]]  # fmt: skip
+
+
+SUMMARY_BY = ("target", "condition", "simulator")
+
+
+def realisation_table(
+    store_or_db: Any, run: str | Sequence[str] | None = None, by: Sequence[str] = SUMMARY_BY
+) -> pd.DataFrame:
+    """Arms realised per branch point x option x target x condition x simulator (n of N), from
+    the store: what ``analyze``, the report and ``export --level realisation`` show."""
+    from analysis.tables import conversation_table, resolve_runs
+    from core import read
+
+    runs = resolve_runs(store_or_db, run)
+    realisation = read.realisation_rows(store_or_db, runs)
+    return realisation_summary(realisation, conversation_table(store_or_db, runs), by=by)

@@ -1,0 +1,117 @@
+"""Which branch options were realised: derived from the stored persona turns, never stored apart.
+
+An arm's option at a branch point is *realised* when the branch point fired and the option's
+instruction was in force for at least one persona turn. The engine writes both facts on every
+persona turn it stores (``Turn.fired``: the branch points that fired for it, ``Turn.branch_state``:
+the option in force at each), so realisation is a pure function of the transcript. Deriving it
+here rather than writing a column keeps it true to the transcript whatever happens to a run
+(resumed, re-forked, written by an older version: every store ever written can answer), needs no
+write-path change and no migration, and cannot disagree with the turns it summarises. The read
+touches only persona turns on which something fired: a few per conversation.
+
+    frame = realisation_rows("results.db", ["run-1"])
+    # conversation_id, branch_point, option, realised, exchange (None when not realised), recorded
+
+``recorded`` is False for the conversations of a run none of whose persona turns records a firing:
+a store written by something other than the engine (or by a tool that leaves ``fired`` empty)
+says nothing about realisation, which is not the same as saying nothing was realised.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from sqlalchemy import String, cast, select
+
+from core.domain import is_branch_key
+from core.read.schema import CONVERSATIONS, TURNS
+from core.read.source import StoreRef, read_frame
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+REALISATION_COLUMNS = [
+    "conversation_id", "branch_point", "option", "realised", "exchange", "recorded",
+]  # fmt: skip
+
+
+class Realisation(NamedTuple):
+    branch_point: str
+    option: str
+    realised: bool
+    exchange: int | None  # the first exchange whose persona turn had the option in force
+
+
+class FiredTurn(NamedTuple):
+    """What realisation needs of one persona turn."""
+
+    exchange: int
+    fired: Sequence[str]
+    branch_state: Mapping[str, Any]
+
+
+def realised_branches(choices: Mapping[str, Any], turns: Iterable[FiredTurn]) -> list[Realisation]:
+    """For each branch point in ``choices``: was its chosen option realised, and where first.
+
+    ``turns``: the conversation's persona turns (those with nothing fired may be left out). A turn
+    counts for branch point B when B fired for it and B's option in force there is the arm's own.
+    """
+    first: dict[str, int] = {}
+    for turn in turns:
+        for bp in turn.fired or ():
+            chosen = choices.get(bp)
+            if chosen is None or turn.branch_state.get(bp) != chosen:
+                continue
+            if bp not in first or turn.exchange < first[bp]:
+                first[bp] = int(turn.exchange)
+    return [
+        Realisation(str(bp), str(option), bp in first, first.get(bp))
+        for bp, option in choices.items()
+        if is_branch_key(str(bp)) and option is not None
+    ]
+
+
+def _parsed(value: Any, empty: Any) -> Any:
+    # JSON columns come back as text from the raw SQLite read, parsed from other databases.
+    if value is None:
+        return empty
+    if isinstance(value, str):
+        return json.loads(value) if value else empty
+    return value
+
+
+def realisation_rows(ref: StoreRef, runs: Sequence[str] | None = None) -> pd.DataFrame:
+    """One row per conversation x branch point (``REALISATION_COLUMNS``), for ``runs`` or all."""
+    import pandas as pd
+
+    c, t = CONVERSATIONS.c, TURNS.c
+    convs = select(c.id.label("conversation_id"), c.run_id, c.choices)
+    fired = (
+        select(t.conversation_id, c.run_id, t.exchange, t.fired, t.branch_state)
+        .join_from(TURNS, CONVERSATIONS, c.id == t.conversation_id)
+        .where(t.role == "user", cast(t.fired, String) != "[]", t.fired.is_not(None))
+    )
+    if runs is not None:
+        convs = convs.where(c.run_id.in_(list(runs)))
+        fired = fired.where(c.run_id.in_(list(runs)))
+    conv_frame = read_frame(convs, ref)
+    turn_frame = read_frame(fired, ref)
+    by_conv: dict[str, list[FiredTurn]] = {}
+    recorded: set[str] = set()
+    for cid, run_id, exchange, fired_v, state in turn_frame.itertuples(index=False, name=None):
+        turn = FiredTurn(int(exchange), _parsed(fired_v, []), _parsed(state, {}))
+        if turn.fired:
+            recorded.add(run_id)
+        by_conv.setdefault(cid, []).append(turn)
+    rows = [
+        (cid, *r, run_id in recorded)
+        for cid, run_id, choices in conv_frame.itertuples(index=False, name=None)
+        for r in realised_branches(_parsed(choices, {}), by_conv.get(cid, ()))
+    ]
+    out = pd.DataFrame(rows, columns=REALISATION_COLUMNS)
+    out["exchange"] = out["exchange"].astype("Int64")
+    out["realised"] = out["realised"].astype(bool)
+    out["recorded"] = out["recorded"].astype(bool)
+    return out

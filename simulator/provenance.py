@@ -1,0 +1,97 @@
+"""Provenance of a run's conversations: the texts that shaped them, stored once by hash.
+
+Before a run grows its trees, ``record_provenance`` writes one ``ConversationProvenance`` row per
+planned conversation (system prompt, persona template, event rules, detector, resolved config)
+and each text once into ``prompt_texts``. Two conversations whose numbers differ can then be told
+apart by what produced them, not only by their scenario and model specs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import TYPE_CHECKING, Any
+
+from core.prompt_texts import put_text
+from core.records import ConversationProvenance
+
+if TYPE_CHECKING:
+    from core.store import Store
+    from simulator.plan import RunPlan
+    from simulator.run_config import RunConfig
+
+# Config fields that change where or how fast a run goes, never what it produces.
+NOT_RESOLVED = ("resume", "db", "run_id", "concurrency")
+
+
+def resolved_config(config: RunConfig) -> dict[str, Any]:
+    """The config as it decides the run's output: defaults filled in, secrets redacted."""
+    from core.redaction import redact
+
+    data = config.model_dump()
+    for key in NOT_RESOLVED:
+        data.pop(key, None)
+    return redact(data)
+
+
+def config_hash(config: RunConfig) -> str:
+    text = json.dumps(resolved_config(config), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def persona_template_text() -> str:
+    from simulator.persona import PROMPTS
+
+    return (PROMPTS / "persona.j2").read_text(encoding="utf-8")
+
+
+def event_rules_text(patterns: dict[str, list[str]] | None, detector: str | None = None) -> str:
+    """The rules events are detected by: the default patterns with the run's own laid over them,
+    and the detector model's instructions when a model detects (the patterns are its fallback)."""
+    from simulator.events import DETECTOR_PROMPT, RuleDetector
+
+    rules = {e: [p.pattern for p in ps] for e, ps in RuleDetector(patterns).patterns.items()}
+    record: dict[str, Any] = {"patterns": rules}
+    if detector:
+        record["detector_prompt"] = DETECTOR_PROMPT
+    return json.dumps(record, sort_keys=True)
+
+
+def record_provenance(store: Store, plan: RunPlan, config: RunConfig) -> int:
+    """One row per planned conversation that has none yet (a resume keeps the first); returns
+    how many were written."""
+    from simulator.gateway import stored_params
+
+    chash = config_hash(config)
+    written = 0
+    with store.session() as s:
+        persona_hash = put_text(s, "persona_template", persona_template_text())
+        rules_hash = put_text(
+            s, "event_rules", event_rules_text(plan.event_patterns, plan.detector)
+        )
+        prompts: dict[str, str | None] = {}
+        for tree in plan.trees:
+            if tree.condition not in prompts:
+                prompts[tree.condition] = (
+                    put_text(s, "system_prompt", tree.system_prompt) if tree.system_prompt else None
+                )
+            for arm in tree.arms:
+                if s.get(ConversationProvenance, arm.conversation_id) is not None:
+                    continue
+                s.add(
+                    ConversationProvenance(
+                        conversation_id=arm.conversation_id,
+                        run_id=plan.run_id,
+                        system_prompt_hash=prompts[tree.condition],
+                        persona_template_hash=persona_hash,
+                        event_rules_hash=rules_hash,
+                        detector=plan.detector or "rules",
+                        detector_params=stored_params(plan.detector_params)
+                        if plan.detector
+                        else {},
+                        config_hash=chash,
+                    )
+                )
+                written += 1
+        s.commit()
+    return written
