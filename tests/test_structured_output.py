@@ -138,7 +138,7 @@ def server(structured: str, refuse_status: int = 400, responder: Any = scripted_
     return srv
 
 
-def judge_cli(store: Any, spec: str, url: str, *params: str) -> Any:
+def judge_cli(store: Any, spec: str, url: str, *params: str, exit_code: int = 0) -> Any:
     from tui.cli import app
 
     db = store.url.removeprefix("sqlite:///")
@@ -147,7 +147,8 @@ def judge_cli(store: Any, spec: str, url: str, *params: str) -> Any:
     for p in params:
         args += ["--judge-param", p]
     result = CliRunner().invoke(app, args)
-    assert result.exit_code == 0, (result.output, result.exception)
+    # 1 when verdicts are errors (issue 11), so that a script does not take them for success
+    assert result.exit_code == exit_code, (result.output, result.exception)
     return result
 
 
@@ -211,7 +212,7 @@ def test_garbage_behind_a_server_without_json_modes_is_an_error_never_a_pass(
 ) -> None:
     srv = server("none", 500, responder=garbage_judge)
     try:
-        out = judge_cli(judged_store, "oai:judge", srv.base_url, "temperature=0")
+        out = judge_cli(judged_store, "oai:judge", srv.base_url, "temperature=0", exit_code=1)
     finally:
         srv.stop()
     assert "12 error(s)" in out.output, out.output
@@ -240,7 +241,9 @@ def test_a_pinned_mode_is_used_as_given(judged_store: Any) -> None:
 def test_a_refused_pinned_mode_is_an_error_and_not_retried(judged_store: Any) -> None:
     srv = server("none", 500)
     try:
-        out = judge_cli(judged_store, "oai:judge", srv.base_url, "structured=json_schema")
+        out = judge_cli(
+            judged_store, "oai:judge", srv.base_url, "structured=json_schema", exit_code=1
+        )
     finally:
         srv.stop()
     assert "12 error(s)" in out.output, out.output

@@ -144,6 +144,7 @@ def judge_command(
         console.print(
             f"{summary.errors} verdict(s) are error: see the judgments' error and raw_output fields"
         )
+        raise typer.Exit(1)  # verdicts failed: a script must not take it for success
 
 
 def register(app: typer.Typer) -> None:

@@ -64,7 +64,10 @@ def validate(
 
 def schema(
     kind: Annotated[
-        str, typer.Argument(help="Which format: scenario, prompt or crisis_resources.")
+        str,
+        typer.Argument(
+            help="Which format: scenario, prompt, crisis_resources or sweep (a sweep manifest)."
+        ),
     ] = "scenario",
     write: Annotated[
         bool,
@@ -83,8 +86,17 @@ def schema(
     from scenarios.schema import dumps, model_schema, write_scenario_schema
 
     kind = kind.replace("-", "_")
+    if kind == "sweep":  # the manifest is the simulator's, not the authoring format's
+        from simulator.sweep import manifest_json_schema
+
+        if write:
+            raise UserError("--write only applies to the scenario schema")
+        typer.echo(dumps(manifest_json_schema()), nl=False)
+        return
     if kind not in ("scenario", "prompt", "crisis_resources"):
-        raise UserError(f"unknown schema '{kind}' (expected scenario, prompt or crisis_resources)")
+        raise UserError(
+            f"unknown schema '{kind}' (expected scenario, prompt, crisis_resources or sweep)"
+        )
     typer.echo(dumps(model_schema(kind)), nl=False)
     if write:
         if kind != "scenario":

@@ -1,0 +1,305 @@
+"""A sweep's plan: its run configs and trees, the cells done and to do, calls, tokens, dollars.
+
+A manifest becomes one ``RunConfig`` per set of targets that share their params and key (a
+conversation row records its target's params, so targets with different params are planned
+apart), all under the sweep's run id, so every cell (variant x target x condition x simulator x
+replicate) keeps one conversation id across re-runs. Planning reads the store only to count
+the cells already done.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from core.errors import UserError
+from simulator.sweep.calls import CallTally, schedules, tree_calls
+from simulator.sweep.costs import LEVELS, Price, Tokens, message_lengths, price_of, tokens_of
+from simulator.sweep.manifest import Manifest, TargetEntry, scenario_paths
+
+if TYPE_CHECKING:
+    from core.store import Store
+    from scenarios.models import Scenario
+    from simulator.plan import RunPlan, TreeSpec
+    from simulator.run_config import RunConfig
+
+DONE = ("completed", "failed")
+# event schedule counted for each estimate level (simulator/sweep/calls.py)
+SCHEDULE_OF = {"low": "never", "expected": "midway", "high": "always"}
+
+
+@dataclass
+class TargetEstimate:
+    """One target's share of the plan; calls and tokens cover its trees not yet finished."""
+
+    target: str
+    cells: int = 0
+    done: int = 0
+    calls: dict[str, int] = field(default_factory=lambda: dict.fromkeys(LEVELS, 0))
+    calls_independent: int = 0  # the same cells with every arm from scratch
+    tokens: dict[str, Tokens] = field(default_factory=lambda: {k: Tokens() for k in LEVELS})
+    usd: dict[str, float | None] = field(default_factory=lambda: dict.fromkeys(LEVELS, 0.0))
+
+
+@dataclass
+class SweepPlan:
+    sweep_id: str
+    manifest: Manifest
+    path: str
+    runs: list[tuple[RunConfig, RunPlan]]
+    targets: list[TargetEstimate]
+    unpriced: list[str] = field(default_factory=list)  # model specs with no known price
+
+    @property
+    def scenario_hashes(self) -> dict[str, str]:
+        """Scenario id -> content hash, of every planned tree."""
+        return {t.scenario.id: t.scenario_hash for _, p in self.runs for t in p.trees}
+
+    @property
+    def cells(self) -> int:
+        return sum(t.cells for t in self.targets)
+
+    @property
+    def done(self) -> int:
+        return sum(t.done for t in self.targets)
+
+    def total(self, what: str, level: str) -> float | None:
+        if what == "calls":
+            return sum(t.calls[level] for t in self.targets)
+        values = [t.usd[level] for t in self.targets]
+        return None if any(v is None for v in values) else sum(v for v in values if v is not None)
+
+    def lines(self) -> list[str]:
+        """The plan as the command prints it."""
+        m = self.manifest
+        out = [
+            f"sweep {self.sweep_id}: {self.cells} cells ({self.done} done, "
+            f"{self.cells - self.done} to do); {len(m.conditions)} condition(s), "
+            f"{len(m.simulators)} simulator(s), {m.replicates} replicate(s)",
+            "calls are for trees not yet finished; low: no chatbot reply triggers an event branch "
+            "point, high: every reply does",
+            f"{'target':34}{'cells':>7}{'done':>6}{'calls low':>11}{'expected':>10}{'high':>9}"
+            f"{'no fork':>9}{'tokens (exp)':>14}{'USD low':>10}{'expected':>10}{'high':>10}",
+        ]
+        for t in self.targets:
+            tok = t.tokens["expected"]
+            out.append(
+                f"{t.target[:33]:34}{t.cells:>7}{t.done:>6}{t.calls['low']:>11}"
+                f"{t.calls['expected']:>10}{t.calls['high']:>9}{t.calls_independent:>9}"
+                f"{tok.input + tok.output:>14}" + "".join(f"{_usd(t.usd[k]):>10}" for k in LEVELS)
+            )
+        calls = [int(self.total("calls", k) or 0) for k in LEVELS]
+        independent = sum(t.calls_independent for t in self.targets)
+        out.append(
+            f"model calls: {calls[0]} / {calls[1]} / {calls[2]} (low / expected / high) with "
+            f"forking, {independent} without"
+        )
+        out.append(
+            "USD: " + " / ".join(_usd(self.total("usd", k)) for k in LEVELS) + " (low / expected"
+            " / high; judging not included)"
+        )
+        if self.unpriced:
+            out.append(f"unpriced (not in litellm's price map): {', '.join(self.unpriced)}")
+        return out
+
+
+def _usd(value: float | None) -> str:
+    return "unpriced" if value is None else f"{value:.2f}"
+
+
+def run_configs(
+    manifest: Manifest,
+    path: str | Path,
+    sweep_id: str,
+    *,
+    with_keys: bool = False,
+) -> list[tuple[RunConfig, list[TargetEntry]]]:
+    """One RunConfig per set of targets sharing params and key; ``with_keys`` reads the keys
+    from the environment (only to run: a plan never holds one)."""
+    from simulator.limits import ProviderLimits
+    from simulator.run_config import RunConfig
+
+    m = manifest
+    base = Path(path).resolve().parent
+    paths = scenario_paths(m, base)
+    groups: dict[str, list[TargetEntry]] = {}
+    for entry in m.targets:
+        key = json.dumps([entry.params, entry.key_env], sort_keys=True, default=str)
+        groups.setdefault(key, []).append(entry)
+    out = []
+    for entries in groups.values():
+        params = dict(entries[0].params)
+        if with_keys and entries[0].key_env:
+            name = entries[0].key_env
+            value = os.environ.get(name)
+            if not value:
+                where = m.targets.index(entries[0])
+                raise UserError(
+                    f"targets[{where}].key_env: ${name} is not set (expected the target's API key)"
+                )
+            params["api_key"] = value
+        limits = {
+            e.spec: ProviderLimits(
+                max_concurrency=e.limits.in_flight or m.execution.concurrency,
+                rpm=e.limits.rpm,
+                tpm=e.limits.tpm,
+            )
+            for e in entries
+            if e.limits.in_flight or e.limits.rpm or e.limits.tpm
+        }
+        config = RunConfig(
+            scenarios=paths,
+            targets=[e.spec for e in entries],
+            target_params=params,
+            conditions=list(m.conditions),
+            simulators=list(m.simulators),
+            simulator_params=dict(m.simulator_params),
+            detector=m.detector.spec if m.detector else None,
+            detector_params=dict(m.detector.params) if m.detector else {},
+            replicates=m.replicates,
+            max_turns=m.max_exchanges,
+            fork=m.fork,
+            db=m.store,
+            run_id=sweep_id,
+            concurrency=m.execution.concurrency,
+            limits=limits,
+            seed=m.seed,
+        )
+        out.append((config, entries))
+    return out
+
+
+def select_variants(manifest: Manifest, scenarios: list[Scenario]) -> list[str]:
+    """The variant ids the manifest's filters keep ([] keeps all); unknown ids are an error."""
+    from scenarios.variants import expand
+
+    sel = manifest.scenarios
+    if not sel.variants and not sel.exclude_variants:
+        return []
+    known = [v.id for s in scenarios for v in expand(s)]
+    for field_name in ("variants", "exclude_variants"):
+        for i, vid in enumerate(getattr(sel, field_name)):
+            if vid not in known:
+                raise UserError(
+                    f"scenarios.{field_name}[{i}]: no variant {vid!r} in these scenarios "
+                    "(see `branchpoint variants`)"
+                )
+    keep = [v for v in known if (not sel.variants or v in sel.variants)]
+    kept = [v for v in keep if v not in sel.exclude_variants]
+    if not kept:
+        raise UserError("scenarios: the variant filters leave no variant to run")
+    return kept
+
+
+def plan_sweep(
+    manifest: Manifest,
+    path: str | Path,
+    sweep_id: str,
+    *,
+    store: Store | None = None,
+    with_keys: bool = False,
+) -> SweepPlan:
+    """The plan of ``manifest`` under ``sweep_id`` (cells done counted from ``store``)."""
+    from simulator.plan import load, plan_run
+
+    configs = run_configs(manifest, path, sweep_id, with_keys=with_keys)
+    scenarios = load(configs[0][0].scenarios)
+    variants = select_variants(manifest, scenarios)
+    status = _statuses(store, sweep_id) if store is not None else {}
+    runs: list[tuple[RunConfig, RunPlan]] = []
+    estimates: dict[str, TargetEstimate] = {}
+    prices = _prices(manifest)
+    for config, _ in configs:
+        config.variants = variants
+        plan = plan_run(config, scenarios=scenarios, run_id=sweep_id)
+        runs.append((config, plan))
+        for tree in plan.trees:
+            est = estimates.setdefault(tree.target, TargetEstimate(tree.target))
+            finished = sum(1 for a in tree.arms if status.get(a.conversation_id) in DONE)
+            est.cells += len(tree.arms)
+            est.done += finished
+            if finished < len(tree.arms):
+                _estimate_tree(est, tree, plan, prices, detector=config.detector)
+    unpriced = sorted({spec for spec, p in prices.items() if p is None})
+    sweep = SweepPlan(
+        sweep_id, manifest, str(path), runs, [estimates[t.spec] for t in manifest.targets]
+    )
+    sweep.unpriced = unpriced
+    _check_budget(sweep)
+    return sweep
+
+
+def _prices(manifest: Manifest) -> dict[str, Price | None]:
+    prices: dict[str, Price | None] = {}
+    for entry in manifest.targets:
+        override = (
+            (entry.price.input_per_mtok, entry.price.output_per_mtok) if entry.price else None
+        )
+        prices[entry.spec] = price_of(entry.spec, override)
+    for spec in [*manifest.simulators, *([manifest.detector.spec] if manifest.detector else [])]:
+        prices.setdefault(spec, price_of(spec))
+    return prices
+
+
+def _estimate_tree(
+    est: TargetEstimate,
+    tree: TreeSpec,
+    plan: RunPlan,
+    prices: dict[str, Price | None],
+    *,
+    detector: str | None,
+) -> None:
+    plans = schedules(tree)
+    independent = tree_calls(tree, plans["never"], fork="independent")
+    est.calls_independent += _count(independent, detector)
+    for level in LEVELS:
+        tally = tree_calls(tree, plans[SCHEDULE_OF[level]])
+        est.calls[level] += _count(tally, detector)
+        persona_len, reply_len = message_lengths(
+            level, plan.persona_params.max_tokens, tree.target_params.max_tokens
+        )
+        target_tok, persona_tok = tokens_of(
+            tally,
+            system_prompt=tree.system_prompt,
+            persona_tokens=persona_len,
+            reply_tokens=reply_len,
+        )
+        est.tokens[level].add(target_tok)
+        est.tokens[level].add(persona_tok)
+        usd = est.usd[level]
+        parts = [(tree.target, target_tok), (tree.simulator or plan.simulator, persona_tok)]
+        if detector:
+            parts.append((detector, target_tok))  # it reads the reply in its context
+        for spec, tokens in parts:
+            price = prices.get(spec)
+            usd = None if usd is None or price is None else usd + tokens.usd(price)
+        est.usd[level] = usd
+
+
+def _count(tally: CallTally, detector: str | None) -> int:
+    return tally.persona_calls + tally.target_calls * (2 if detector else 1)
+
+
+def _statuses(store: Store, sweep_id: str) -> dict[str, str]:
+    from core.read import run_conversations
+
+    return {c.id: c.status for c in run_conversations(store, sweep_id)}
+
+
+def _check_budget(plan: SweepPlan) -> None:
+    """With a budget, every model must be priced: an unpriced one could spend without a bound."""
+    m = plan.manifest
+    if m.budget is None or not plan.unpriced:
+        return
+    spec = plan.unpriced[0]
+    where = next(
+        (f"targets[{i}].price" for i, t in enumerate(m.targets) if t.spec == spec),
+        "budget",
+    )
+    raise UserError(
+        f"{plan.path}: {where}: {spec!r} has no price in litellm's price map and a budget is set "
+        "(expected price: {input_per_mtok: N, output_per_mtok: N})"
+    )

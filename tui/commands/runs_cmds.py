@@ -1,0 +1,110 @@
+"""``branchpoint runs``: the runs and sweeps in a store; ``branchpoint runs rm ID`` deletes one."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from core.errors import UserError
+
+app = typer.Typer(
+    help="List the runs and sweeps in a store, or delete one.",
+    invoke_without_command=True,
+    no_args_is_help=False,
+    rich_markup_mode=None,
+)
+
+DbOption = Annotated[
+    str | None,
+    typer.Option(
+        "--db",
+        metavar="PATH",
+        help="Store: a SQLite path or database URL (default $BRANCHPOINT_DB or ./branchpoint.db).",
+    ),
+]
+
+
+@app.callback()
+def runs_command(ctx: typer.Context, db: DbOption = None) -> None:
+    """Every run and sweep, newest first: conversations by status, model calls, recorded cost."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    from core.read import list_runs, run_costs
+    from core.store import open_store
+    from simulator.transcript import safe_text
+
+    store = open_store(db, create=False)
+    try:
+        runs = list_runs(store)
+        costs = run_costs(store)
+    finally:
+        store.close()
+    if not runs:
+        typer.echo("no runs in this store")
+        return
+    table = Table(box=box.SIMPLE_HEAD)
+    for name in ("id", "kind", "status", "conversations", "completed", "failed", "running"):
+        table.add_column(name, no_wrap=True)
+    table.add_column("calls", justify="right")
+    table.add_column("USD", justify="right")
+    table.add_column("created", no_wrap=True)
+    for r in runs:
+        calls, usd = costs.get(r.id, (0, 0.0))
+        values = [
+            r.id,
+            r.kind,
+            r.status,
+            r.n_conversations,
+            r.n_completed,
+            r.n_failed,
+            r.n_running,
+            calls,
+            f"{usd:.4f}",
+            r.created_at.strftime("%Y-%m-%d %H:%M") if r.created_at else "",
+        ]
+        table.add_row(*(Text(safe_text(str(v))) for v in values))
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=200)
+    console.print(table)
+
+
+@app.command("rm")
+def rm_command(
+    run_id: Annotated[str, typer.Argument(help="The run or sweep id.", show_default=False)],
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    db: DbOption = None,
+) -> None:
+    """Delete a run or sweep with its conversations, turns, verdicts, human labels and calls."""
+    from core.read import find_run
+    from core.store import open_store, redact_url
+    from simulator.sweep.removal import delete_run, run_contents
+
+    store = open_store(db, create=False)
+    try:
+        if find_run(store, run_id) is None:
+            raise UserError(
+                f"no run {run_id!r} in {redact_url(store.url)} (see `branchpoint runs`)"
+            )
+        c = run_contents(store, run_id)
+        what = (
+            f"{run_id}: {c.conversations} conversations, {c.turns} turns, {c.judgments} "
+            f"verdicts, {c.human_labels} human labels, {c.model_calls} model calls"
+        )
+        if not yes and not typer.confirm(f"delete {what}?", default=False):
+            typer.echo("nothing deleted")
+            raise typer.Exit(1)
+        delete_run(store, run_id)
+    finally:
+        store.close()
+    typer.echo(f"deleted {what}")
+
+
+def register(root: typer.Typer) -> None:
+    root.add_typer(app, name="runs")
