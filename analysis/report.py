@@ -44,8 +44,9 @@ from analysis.tables import (
     resolve_runs,
     turn_table,
 )
-from analysis.versions import keep_versions_apart, version_conflicts
+from analysis.versions import keep_versions_apart, run_config_conflicts, version_conflicts
 from core import read
+from core.errors import UserError
 from core.human_labels import REALISM_RUBRIC
 
 
@@ -89,6 +90,17 @@ def _ed_rubrics(cc: pd.DataFrame) -> list[str]:
     )
 
 
+def refuse_pooled_configs(store_or_db: Any, runs: Sequence[str] | None) -> None:
+    """Runs with different configurations that hold the same cells are never pooled silently."""
+    hashes = read.run_config_hashes(store_or_db, runs)
+    if len(set(hashes.values())) < 2:
+        return
+    lines = run_config_conflicts(hashes, read.conversation_rows(store_or_db, runs))
+    if lines:
+        more = f" (and {len(lines) - 1} more pairs of runs)" if len(lines) > 1 else ""
+        raise UserError(lines[0] + more)
+
+
 def run_analysis(
     store_or_db: Any,
     run: str | Sequence[str] | None = None,
@@ -100,6 +112,7 @@ def run_analysis(
     examples: int = 5,
 ) -> Analysis:
     runs = resolve_runs(store_or_db, run)
+    refuse_pooled_configs(store_or_db, runs)
     a = Analysis(runs=runs)
     all_judgments: pd.DataFrame | None = None  # read once, only when needed
 

@@ -59,3 +59,35 @@ def keep_versions_apart(judgments: pd.DataFrame) -> tuple[pd.DataFrame, list[str
     tuples = list(work.itertuples(index=False, name=None))
     out["judge"] = [labels.get(t, t[1]) for t in tuples]
     return out, notes
+
+
+def run_config_conflicts(config_hashes: dict[str, str], conversations: pd.DataFrame) -> list[str]:
+    """One line per pair of runs whose configurations differ but which hold the same cell
+    (variant x target x condition x simulator): analysing them together would pool two
+    instruments as replicates of one. Runs that recorded no configuration hash are not judged.
+
+    ``config_hashes``: run id -> hash (``core.read.run_config_hashes``); ``conversations``: at
+    least run_id, variant_id, target, condition and simulator (``core.read.conversation_rows``).
+    """
+    if len(set(config_hashes.values())) < 2 or conversations.empty:
+        return []
+    cells = ["variant_id", "target", "condition", "simulator"]
+    known = conversations[conversations["run_id"].isin(list(config_hashes))]
+    per_cell = known[["run_id", *cells]].drop_duplicates()
+    lines: list[str] = []
+    seen: set[tuple[str, str]] = set()
+    for _, grp in per_cell.groupby(cells, sort=True):
+        runs = sorted(set(grp["run_id"]))
+        for i, a in enumerate(runs):
+            for b in runs[i + 1 :]:
+                if config_hashes[a] == config_hashes[b] or (a, b) in seen:
+                    continue
+                seen.add((a, b))
+                row = grp.iloc[0]
+                lines.append(
+                    f"runs {a} (config {config_hashes[a][:12]}) and {b} (config "
+                    f"{config_hashes[b][:12]}) both hold target {row['target']} x condition "
+                    f"{row['condition']} with different configurations; analyse them apart "
+                    f"(--run {a}, then --run {b}) rather than pooled"
+                )
+    return lines

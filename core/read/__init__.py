@@ -27,6 +27,7 @@ _EXPORTS = {
     "run_table": "core.read.runs",
     "find_run": "core.read.runs",
     "run_conversations": "core.read.runs",
+    "run_config_hashes": "core.read.runs",
     # conversations
     "conversation_rows": "core.read.conversations",
     "select_conversations": "core.read.conversations",
@@ -111,7 +112,7 @@ if TYPE_CHECKING:  # for type checkers and editors
     )
     from core.read.labels import human_label_rows
     from core.read.realisation import realisation_rows, realised_branches
-    from core.read.runs import find_run, run_conversations, run_table
+    from core.read.runs import find_run, run_config_hashes, run_conversations, run_table
     from core.read.source import StoreRef, read_frame, sqlite_path
     from core.read.turns import (
         conversation_turns,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from sqlalchemy import select
@@ -21,6 +22,22 @@ def run_table(ref: StoreRef) -> pd.DataFrame:
     return read_frame(
         select(r.id, r.kind, r.name, r.status, r.created_at).order_by(r.created_at), ref
     )
+
+
+def run_config_hashes(ref: StoreRef, runs: Sequence[str] | None = None) -> dict[str, str]:
+    """Run id -> the hash of its resolved configuration, for the runs that recorded one."""
+    import json
+
+    r = RUNS.c
+    q = select(r.id, r.config)
+    if runs is not None:
+        q = q.where(r.id.in_(list(runs)))
+    out: dict[str, str] = {}
+    for run_id, config in read_frame(q, ref).itertuples(index=False):
+        data = json.loads(config) if isinstance(config, str) else config  # JSON text on SQLite
+        if isinstance(data, dict) and data.get("config_hash"):
+            out[str(run_id)] = str(data["config_hash"])
+    return out
 
 
 def find_run(store: Store, run_id: str) -> Run | None:
