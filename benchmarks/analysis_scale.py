@@ -271,10 +271,10 @@ def main() -> None:
         f"TOTAL wall time: {total:.1f} s (target < 60 s); peak RSS: {peak_gb():.2f} GB (target < 4 GB)"
     )
     print(f"CPU time of the analysis (all threads; load-independent): {cpu_total:.1f} s")
-    top = mc.contrasts.sort_values("p_mcnemar_holm").head(3)
+    top = mc.contrasts.sort_values("p_scenario_holm").head(3)
     for r in top.itertuples():
         print(
-            f"  {r.contrast} / {r.criterion_id}: diff {r.diff:+.3f} [{r.ci_low:+.3f}, {r.ci_high:+.3f}] n={r.n_pairs} p_holm={r.p_mcnemar_holm:.2g}"
+            f"  {r.contrast} / {r.criterion_id}: diff {r.diff:+.3f} [{r.ci_low:+.3f}, {r.ci_high:+.3f}] n={r.n_pairs} p_scenario_holm={r.p_scenario_holm:.2g}"
         )
 
 

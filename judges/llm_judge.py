@@ -20,6 +20,7 @@ defaults to a pass.
 from __future__ import annotations
 
 import hashlib
+import json
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, ClassVar
@@ -238,6 +239,36 @@ def parse_output(
 # ------------------------------------------------------------------------------------ judge
 
 
+# Params that decide where or how a judge's answer is decoded, never what it says: they stay out
+# of a judgment's identity (a pinned structured-output mode, the server's address).
+TRANSPORT_PARAMS = ("api_base", "structured")
+
+
+def judge_version(prompt_version: str, params: Any | None) -> str:
+    """The prompt version, plus a hash of the params that can change a verdict when any is set.
+
+    Part of a judgment's identity (``Judgment.prompt_version``): re-judging with other params
+    judges again and the analysis keeps the two sets apart; the same params (or none) find the
+    stored verdicts."""
+    from core.redaction import is_secret_key
+
+    if params is None:
+        return prompt_version
+    data = dict(params.model_dump(exclude_unset=True) if hasattr(params, "model_dump") else params)
+    extra = {
+        k: v
+        for k, v in dict(data.pop("extra", None) or {}).items()
+        if k not in TRANSPORT_PARAMS and not is_secret_key(k)
+    }
+    kept = {k: v for k, v in data.items() if k not in TRANSPORT_PARAMS and v is not None}
+    if extra:
+        kept["extra"] = extra
+    if not kept:
+        return prompt_version
+    digest = hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()
+    return f"{prompt_version}+params:{digest[:10]}"
+
+
 class LLMJudge:
     """A model, reached through the gateway by its spec, used as a judge."""
 
@@ -258,6 +289,7 @@ class LLMJudge:
         self.max_retries = max(0, max_retries)
         if params is not None:  # a mistyped structured=... is the user's error, before any call
             pinned_mode(params, where="--judge-param")
+        self.version = judge_version(PROMPT_VERSION, params)
 
     def _params(self, rubric: Rubric, criteria: list[Criterion]) -> Any:
         from simulator.completion import GenParams

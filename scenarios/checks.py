@@ -180,8 +180,8 @@ def _profile_problems(s: ScenarioFields) -> list[Problem]:
 def template_context(s: ScenarioFields) -> dict[str, Any]:
     """What a scenario's templates see when it runs: its ``vars`` and ``persona``.
 
-    The same context as ``scenarios.variants.template_context`` (a test keeps them equal); here
-    because the checks run inside model validation, before variants can be imported."""
+    Defined here because the checks render templates inside model validation;
+    ``scenarios.variants.template_context`` builds on it."""
     ctx: dict[str, Any] = dict(s.vars)
     ctx["persona"] = {"name": s.persona.name, "age": s.persona.age, "gender": s.persona.gender}
     return ctx
