@@ -8,9 +8,6 @@ interrupted.
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -156,6 +153,7 @@ def _run(plan: SweepPlan, store: Store) -> tuple[SweepResult, int]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from simulator.sweep.run import run_sweep
+    from tui.commands.interrupts import until_signalled
 
     console = Console(stderr=True)
     progress = Progress(
@@ -192,45 +190,28 @@ def _run(plan: SweepPlan, store: Store) -> tuple[SweepResult, int]:
     async def live(ids: list[str]) -> None:
         await judge(ids, "live")
 
+    def interrupted(name: str) -> None:
+        progress.stop()
+        console.print(
+            f"interrupted ({name}): run the same manifest again to continue sweep {plan.sweep_id}",
+            markup=False,
+            highlight=False,
+        )
+
+    async def work() -> SweepResult:
+        result = await run_sweep(
+            plan,
+            store,
+            on_progress=lambda done, total: progress.update(
+                task, completed=done, total=total or None
+            ),
+            on_target_done=live,
+        )
+        await judge(None, "after")
+        return result
+
     async def main() -> SweepResult:
-        loop = asyncio.get_running_loop()
-        current = asyncio.current_task()
-        assert current is not None
-        received: list[str] = []
-
-        def stop(name: str) -> None:
-            received.append(name)
-            current.cancel(msg=f"received {name}")
-
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
-                loop.add_signal_handler(sig, stop, sig.name)
-            except (NotImplementedError, RuntimeError):
-                pass
-        try:
-            result = await run_sweep(
-                plan,
-                store,
-                on_progress=lambda done, total: progress.update(
-                    task, completed=done, total=total or None
-                ),
-                on_target_done=live,
-            )
-            await judge(None, "after")
-            return result
-        except asyncio.CancelledError:
-            if not received:
-                raise
-            progress.stop()
-            console.print(
-                f"interrupted ({received[0]}): run the same manifest again to continue sweep "
-                f"{plan.sweep_id}",
-                markup=False,
-                highlight=False,
-            )
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(130)
+        return await until_signalled(work, interrupted)
 
     with progress:
         result = asyncio.run(main())
