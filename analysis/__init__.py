@@ -10,8 +10,7 @@ judge agreement and reports. Names are imported lazily so that ``import analysis
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
+from core.lazy import lazy_getattr
 
 _EXPORTS = {
     "judgment_table": "analysis.tables",
@@ -39,8 +38,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'analysis' has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _EXPORTS)

@@ -9,8 +9,7 @@ Names are imported lazily so that ``import judges`` stays light (no jinja2, no g
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
+from core.lazy import lazy_getattr
 
 _EXPORTS = {
     "Rubric": "judges.rubric",
@@ -39,11 +38,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'judges' has no attribute {name!r}")
-    value = getattr(import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _EXPORTS)

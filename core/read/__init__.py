@@ -14,10 +14,11 @@ Names are imported lazily, like ``core``'s, so that importing the package loads 
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 # One entry per public name: "name": "core.read.<module>". Add yours under your module's line.
+from core.lazy import lazy_getattr
+
 _EXPORTS = {
     # source: where a read goes
     "StoreRef": "core.read.source",
@@ -71,14 +72,7 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'core.read' has no attribute {name!r}")
-    value = getattr(import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _EXPORTS)
 
 
 if TYPE_CHECKING:  # for type checkers and editors

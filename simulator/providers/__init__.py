@@ -5,7 +5,7 @@ A provider module declares ``PROVIDER = ProviderKind(...)``; each imports its li
 
 from __future__ import annotations
 
-from typing import Any
+from core.lazy import lazy_getattr
 
 _EXPORTS = {
     "Provider": "simulator.providers.base",
@@ -17,13 +17,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'simulator.providers' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _EXPORTS)

@@ -8,8 +8,7 @@ Names are imported lazily, like ``simulator``'s.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
+from core.lazy import lazy_getattr
 
 _EXPORTS = {
     "Manifest": "simulator.sweep.manifest",
@@ -20,11 +19,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'simulator.sweep' has no attribute {name!r}")
-    value = getattr(import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _EXPORTS)
