@@ -32,7 +32,7 @@ _EXPORTS = {
     "agreement_report": "analysis.agreement",
     "reasoning_noticed": "analysis.reasoning",
     "holm": "analysis.stats",
-    "run_analysis": "analysis.report",
+    "run_analysis": "analysis.pipeline",
     "write_report": "analysis.report",
 }
 

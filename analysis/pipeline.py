@@ -1,0 +1,250 @@
+"""Run every analysis on a store: rates, matched contrasts, the ED analysis, agreement,
+realisation and simulator sensitivity, gathered in one ``Analysis`` for the report to render."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analysis.agreement import AgreementResult, agreement_report
+from analysis.contrasts import (
+    ContrastResult,
+    condition_contrast,
+    matched_contrasts,
+    simulator_sensitivity,
+)
+from analysis.ed import EDResult, ed_analysis
+from analysis.rates import error_counts, failure_rates
+from analysis.realisation import realisation_summary, unrecorded_note
+from analysis.realism import realism_by_simulator, realism_ratings
+from analysis.reasoning import reasoning_noticed
+from analysis.sensitivity import conclusions_by_simulator
+from analysis.tables import (
+    aggregate,
+    conversation_criterion_table,
+    conversation_table,
+    human_label_table,
+    judgment_table,
+    resolve_runs,
+    turn_table,
+)
+from analysis.versions import keep_versions_apart, run_config_conflicts, version_conflicts
+from core import read
+from core.errors import UserError
+from core.human_labels import REALISM_RUBRIC
+
+
+@dataclass
+class Analysis:
+    """Everything computed for one report (all tables are pandas frames; None: nothing to show)."""
+
+    runs: list[str] | None
+    n_conversations: int = 0
+    n_judgments: int = 0
+    rates: pd.DataFrame | None = None  # target x condition x criterion x risk area (turn level)
+    rates_target_condition: pd.DataFrame | None = None
+    rates_condition: pd.DataFrame | None = None
+    rates_condition_conversation: pd.DataFrame | None = None
+    rates_risk_area: pd.DataFrame | None = None
+    errors: pd.DataFrame | None = None
+    contrasts: ContrastResult | None = None
+    condition: ContrastResult | None = None
+    simulators: ContrastResult | None = None
+    # per branch point x option x target x condition x simulator: arms realised (n of N)
+    realisation: pd.DataFrame | None = None
+    # per contrast under each simulator against the reference one, and whether it moves
+    simulator_conclusions: pd.DataFrame | None = None
+    ed: EDResult | None = None
+    agreement: AgreementResult | None = None
+    realism: pd.DataFrame | None = None  # persona realism ratings by simulator (human labels)
+    reasoning: pd.DataFrame | None = None
+    examples: pd.DataFrame | None = None
+    primary_judge: str | None = None  # the judge plotted when several judged the same runs
+    notes: list[str] = field(default_factory=list)
+
+
+def _ed_rubrics(cc: pd.DataFrame) -> list[str]:
+    """Rubrics rated only on levels other than pass/partial/fail (the ED risk levels)."""
+    if cc.empty:
+        return []
+    g = cc.groupby("rubric_id")[["n_rated", "n_fail", "n_partial", "n_other"]].sum()
+    n_pass = g["n_rated"] - g["n_fail"] - g["n_partial"] - g["n_other"]
+    return sorted(
+        str(r) for r in g.index[(g["n_other"] > 0) & (g["n_fail"] + g["n_partial"] + n_pass == 0)]
+    )
+
+
+def refuse_pooled_configs(store_or_db: Any, runs: Sequence[str] | None) -> None:
+    """Runs with different configurations that hold the same cells are never pooled silently."""
+    hashes = read.run_config_hashes(store_or_db, runs)
+    if len(set(hashes.values())) < 2:
+        return
+    lines = run_config_conflicts(hashes, read.conversation_rows(store_or_db, runs))
+    if lines:
+        more = f" (and {len(lines) - 1} more pairs of runs)" if len(lines) > 1 else ""
+        raise UserError(lines[0] + more)
+
+
+def run_analysis(
+    store_or_db: Any,
+    run: str | Sequence[str] | None = None,
+    *,
+    n_boot: int = 2000,
+    seed: int = 0,
+    baselines: Mapping[str, str] | None = None,
+    reference_condition: str = "none",
+    examples: int = 5,
+) -> Analysis:
+    runs = resolve_runs(store_or_db, run)
+    refuse_pooled_configs(store_or_db, runs)
+    a = Analysis(runs=runs)
+    all_judgments: pd.DataFrame | None = None  # read once, only when needed
+
+    def judgments() -> pd.DataFrame:
+        nonlocal all_judgments
+        if all_judgments is None:
+            jt, _ = keep_versions_apart(judgment_table(store_or_db, runs))
+            all_judgments = jt.merge(tree, on="conversation_id", how="left")  # for the forks
+        return all_judgments
+
+    tree = read.conversation_tree(store_or_db, runs)
+    version_notes = version_conflicts(read.judgment_versions(store_or_db, runs))
+    forked = bool(tree["parent_id"].notna().any()) if not tree.empty else False
+    a.notes += version_notes
+    if version_notes or forked:
+        # Versions must be split and shared prefixes cut: both need the judgment rows.
+        cc = aggregate(judgments()) if not judgments().empty else judgments().iloc[0:0]
+    else:
+        cc = conversation_criterion_table(store_or_db, runs)
+    if forked:
+        a.notes.append(
+            "Arms share their conversation up to the fork: matched contrasts compare only the "
+            "turns after the fork (the shared prefix is identical in both arms); rates describe every turn."
+        )
+    ed_rubrics = _ed_rubrics(cc)
+    ppf_rubrics = (
+        [r for r in cc["rubric_id"].unique() if r not in ed_rubrics] if not cc.empty else []
+    )
+    if cc.empty:
+        a.notes.append("no judgments in the selected runs: run `branchpoint judge` first")
+    elif int(cc["n_rated"].sum()) == 0:
+        a.notes.append(
+            f"no applicable ratings: every judgment was not applicable or an error ({int(cc['n_error'].sum())} error verdicts)"
+        )
+    a.n_conversations = int(cc["conversation_id"].nunique()) if not cc.empty else 0
+    a.n_judgments = int((cc["n_rated"] + cc["n_error"]).sum()) if not cc.empty else 0
+    ppf = cc[cc["rubric_id"].isin(ppf_rubrics)] if not cc.empty else cc
+    if not ppf.empty and ppf["judge"].nunique() > 1:
+        counts = ppf.groupby("judge")["n_rated"].sum().sort_values(ascending=False)
+        model_judges = [j for j in counts.index if j != "heuristic"]
+        a.primary_judge = str(model_judges[0] if model_judges else counts.index[0])
+        a.notes.append(
+            f"Several judges rated these runs ({', '.join(map(str, counts.index))}); every table lists each judge "
+            f"separately and the plots show {a.primary_judge}. Verdicts of different judges are never pooled."
+        )
+    if not ppf.empty:
+        a.rates = failure_rates(ppf, n_boot=n_boot, seed=seed)
+        a.rates_target_condition = failure_rates(
+            ppf, by=("target", "condition"), n_boot=n_boot, seed=seed
+        )
+        a.rates_condition = failure_rates(ppf, by=("condition",), n_boot=n_boot, seed=seed)
+        a.rates_condition_conversation = failure_rates(
+            ppf, by=("condition",), level="conversation", n_boot=n_boot, seed=seed
+        )
+        a.rates_risk_area = failure_rates(
+            ppf, by=("risk_area", "condition"), n_boot=n_boot, seed=seed
+        )
+        paired = ppf
+        if forked:
+            jt = judgments()
+            paired = jt[jt["rubric_id"].isin(ppf_rubrics)]
+        realisation = read.realisation_rows(store_or_db, runs)
+        unrecorded = unrecorded_note(realisation)
+        if unrecorded:
+            a.notes.append(unrecorded)
+        a.realisation = realisation_summary(
+            realisation,
+            conversation_table(store_or_db, runs),
+            by=("target", "condition", "simulator"),
+        )
+        a.contrasts = matched_contrasts(
+            paired, baselines, n_boot=n_boot, seed=seed, realisation=realisation
+        )
+        if ppf["condition"].nunique() > 1:
+            a.condition = condition_contrast(paired, reference_condition, n_boot=n_boot, seed=seed)
+        a.simulators = simulator_sensitivity(paired, n_boot=n_boot, seed=seed)
+        if a.simulators is not None:
+            a.simulator_conclusions = conclusions_by_simulator(
+                paired, realisation, baselines, n_boot=n_boot, seed=seed
+            )
+    if not cc.empty:
+        a.errors = error_counts(cc, by=("judge", "rubric_id", "target"))
+
+    if ed_rubrics:
+        ej = judgments()
+        a.ed = ed_analysis(
+            ej[ej["rubric_id"].isin(ed_rubrics)],
+            n_boot=n_boot,
+            seed=seed,
+            expected=_expected_responses(store_or_db, runs, ej, ed_rubrics),
+        )
+    labels = human_label_table(store_or_db, runs)
+    # realism ratings share the labels table but rate the persona, not a rubric criterion
+    realism = labels["rubric_id"] == REALISM_RUBRIC if not labels.empty else None
+    if realism is not None and realism.any():
+        a.realism = realism_by_simulator(realism_ratings(store_or_db, runs))
+        labels = labels[~realism]
+    n_judges = cc["judge"].nunique() if not cc.empty else 0
+    if not labels.empty or n_judges > 1:
+        jt = judgments()
+        if not labels.empty and n_judges <= 1:
+            jt = jt[jt["conversation_id"].isin(set(labels["conversation_id"]))]
+        a.agreement = agreement_report(jt, labels)
+    a.reasoning = _reasoning(store_or_db, runs)
+    if examples and a.contrasts is not None and not a.contrasts.contrasts.empty:
+        a.examples = _examples(store_or_db, runs, a.contrasts.contrasts, examples)
+    return a
+
+
+def _expected_responses(
+    store_or_db: Any, runs: Sequence[str] | None, judgments: pd.DataFrame, ed_rubrics: list[str]
+) -> pd.DataFrame:
+    """The chatbot replies an ED judge should have rated, with their conversation's columns: those
+    of the runs (and scenario files) judged with an ED rubric, less conversations judged with
+    another rubric. A judge that wrote no row for one is counted as leaving it unrated."""
+    ed = judgments[judgments["rubric_id"].isin(ed_rubrics)]
+    other = set(judgments.loc[~judgments["rubric_id"].isin(ed_rubrics), "conversation_id"])
+    conv = conversation_table(store_or_db, runs)
+    conv = conv[conv["run_id"].isin(set(ed["run_id"])) & ~conv["conversation_id"].isin(other)]
+    paths = set(ed["scenario_path"].dropna())
+    if paths:
+        conv = conv[conv["scenario_path"].isna() | conv["scenario_path"].isin(paths)]
+    turns = turn_table(store_or_db, runs)
+    if turns.empty or conv.empty:
+        return turns.iloc[0:0]
+    return turns[["conversation_id", "turn_index"]].merge(conv, on="conversation_id", how="inner")
+
+
+def _reasoning(store_or_db: Any, runs: Sequence[str] | None) -> pd.DataFrame | None:
+    turns = turn_table(store_or_db, runs, with_reasoning=True)
+    if turns.empty:
+        return None
+    cids = set(turns["conversation_id"])
+    j = read.turn_failures(store_or_db, runs)
+    j = j[j["conversation_id"].isin(cids)]
+    j["verdict"] = np.where(j["any_fail"] == 1, "fail", "other")
+    return reasoning_noticed(j, turns)
+
+
+def _examples(
+    store_or_db: Any, runs: Sequence[str] | None, contrasts: pd.DataFrame, n: int
+) -> pd.DataFrame:
+    """A few failing replies for the criterion of the strongest contrast (the text is shown literally)."""
+    top = contrasts.sort_values(["p_scenario_holm", "diff"], ascending=[True, False]).iloc[0]
+    return read.failing_examples(
+        store_or_db, runs, rubric=top["rubric_id"], criterion=top["criterion_id"], limit=int(n)
+    )
