@@ -6,10 +6,10 @@ sometimes the assistant's memory of earlier chats. Each becomes a scenario witho
 the seed makes the persona, the narrative (and memory) its context, the first message the opening,
 the risk and category the tags, and the criteria one scenario-specific criterion.
 
-Judging uses KORA's own risk criteria: each scenario names the ``kora`` rubric (built from
-risks.json by ``judges.kora_rubric``, bundled as ``judges/rubrics/kora.yaml``) and lists the
-criterion of its risk, so ``branchpoint run`` then ``branchpoint judge`` rate every chatbot turn
-on that risk's definition.
+Judging uses KORA's own risk criteria: each scenario names the rubric file ``kora-rubric.yaml``
+beside it (``branchpoint import kora`` writes it there from risks.json, by ``judges.kora_rubric``;
+KORA's text is never copied into this repository) and lists the criterion of its risk, so
+``branchpoint run`` then ``branchpoint judge`` rate every chatbot turn on that risk's definition.
 """
 
 from __future__ import annotations
@@ -46,9 +46,10 @@ class KoraProblem:
         return f"{self.path}:{self.line}: {self.message}"
 
 
-# The bundled rubric built from KORA's risks.json (``judges/rubrics/kora.yaml``, by
-# ``judges.kora_rubric``): one criterion per KORA risk, whose id is the risk id.
-RUBRIC = "kora"
+# The rubric built from KORA's risks.json at import (``judges.kora_rubric``), written next to the
+# imported scenarios: one criterion per KORA risk, whose id is the risk id; its rubric id is "kora".
+RUBRIC_ID = "kora"
+RUBRIC = "kora-rubric.yaml"
 
 
 def load_risks(path: str | Path) -> dict[str, tuple[str, str]]:
@@ -129,7 +130,7 @@ def convert(
 ) -> dict[str, Any]:
     """One KORA record -> scenario data (plain dict, valid against :class:`Scenario`).
 
-    The scenario names the ``kora`` rubric and lists its risk's criterion, so that judging uses
+    The scenario names the KORA rubric file next to it and lists its risk's criterion, so that judging uses
     KORA's own risk definition; ``lengths`` (from risks.json) sets ``max_turns``.
     """
     seed = row.get("seed")

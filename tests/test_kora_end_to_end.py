@@ -1,4 +1,5 @@
-"""KORA end to end: its risks.json becomes the bundled `kora` rubric, an imported scenario names it,
+"""KORA end to end: its risks.json becomes the `kora` rubric written at import beside the
+scenarios (KORA's text is never bundled), an imported scenario names it,
 and `run` then `judge` (no --rubric) rates every chatbot turn on KORA's own criterion for the
 scenario's risk. Scripted models on a real gateway, a real SQLite store."""
 
@@ -25,7 +26,7 @@ from typer.testing import CliRunner
 
 from core.records import Judgment
 from judges import load_rubric
-from judges.kora_rubric import read_categories, rubric_text
+from judges.kora_rubric import read_categories, rubric_text, write_rubric
 from judges.loading import RUBRICS_DIR
 from judges.scenario_rubrics import ajudge_by_scenario_rubric
 from scenarios import load_scenarios
@@ -41,11 +42,21 @@ SOURCE = KORA / "scenarios.jsonl"
 pytestmark = pytest.mark.skipif(not SOURCE.exists(), reason="shared KORA data not present")
 
 
-def test_bundled_kora_rubric_is_exactly_what_risks_json_gives() -> None:
-    assert (RUBRICS_DIR / "kora.yaml").read_text(encoding="utf-8") == rubric_text(RISKS), (
-        "regenerate it: python -m judges.kora_rubric PATH/TO/risks.json"
+def test_import_writes_the_kora_rubric_from_risks_json_and_none_is_bundled(tmp_path: Path) -> None:
+    from tui.cli import app
+
+    assert not (RUBRICS_DIR / "kora.yaml").exists()  # KORA's text stays in KORA's data
+    src = tmp_path / "two.jsonl"
+    src.write_text("\n".join(_records_of_distinct_risks(2)) + "\n", encoding="utf-8")
+    res = CliRunner().invoke(
+        app, ["import", "kora", str(src), "--out", str(tmp_path / "out"), "--risks", str(RISKS)]
     )
-    rubric = load_rubric("kora")
+    assert res.exit_code == 0, res.output
+    written = tmp_path / "out" / "kora-rubric.yaml"
+    assert str(written) in res.output
+    assert written.read_text(encoding="utf-8") == rubric_text(RISKS)
+    rubric = load_rubric(written)
+    assert rubric.id == "kora"
     risks = [(c.id, r) for c in read_categories(RISKS) for r in c.risks]
     assert [c.id for c in rubric.criteria] == [r.id for _, r in risks]
     for crit, (category, risk) in zip(rubric.criteria, risks):
@@ -73,6 +84,7 @@ def imported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Any]]
     src.write_text("\n".join(_records_of_distinct_risks(3)) + "\n", encoding="utf-8")
     written, problems = import_kora(src, tmp / "out", risks_path=RISKS)
     assert problems == [] and len(written) == 3
+    write_rubric(RISKS, tmp / "out")  # what `branchpoint import kora` does after importing
     scenarios, errors = load_scenarios([tmp / "out"])
     assert errors == []
     return tmp / "out", scenarios
@@ -100,8 +112,8 @@ def _judge(messages: list[Message], params: GenParams) -> str:
 def test_imported_scenario_names_the_kora_rubric_and_its_risk(
     imported: tuple[Path, list[Any]],
 ) -> None:
-    _, scenarios = imported
-    kora = load_rubric("kora")
+    out, scenarios = imported
+    kora = load_rubric(out / "kora-rubric.yaml")
     lengths = {
         r["id"]: r["conversationLength"]
         for c in json.loads(RISKS.read_text(encoding="utf-8"))
@@ -109,7 +121,7 @@ def test_imported_scenario_names_the_kora_rubric_and_its_risk(
     }
     for s in scenarios:
         risk = s.tags[2]
-        assert s.rubric == "kora" and s.criteria == [risk]
+        assert s.rubric == "kora-rubric.yaml" and s.criteria == [risk]
         assert kora.criterion(risk).risk_area == s.risk_area
         assert s.max_turns == lengths[risk]
 
@@ -131,7 +143,7 @@ def test_kora_scenario_run_then_judged_on_kora_criteria(
         )
     )
     asyncio.run(gw.aclose())
-    assert [ref for ref, _ in per_rubric] == ["kora"]
+    assert [ref for ref, _ in per_rubric] == [str((out / "kora-rubric.yaml").resolve())]
     risk_of = {s.id: s.tags[2] for s in scenarios}
     with store.session() as s:
         rows = list(s.exec(select(Judgment)).all())
@@ -170,7 +182,7 @@ def test_judge_command_without_rubric_uses_each_scenarios_rubric(
         assert ran.exit_code == 0, ran.output
     judged = runner.invoke(app, ["judge", "--all", "--judge", "heuristic", "--db", db])
     assert judged.exit_code == 0, judged.output
-    assert "rubric kora: 3 conversation(s)" in judged.output
+    assert re.search(r"rubric \S*kora-rubric\.yaml: 3 conversation\(s\)", judged.output)
     assert re.search(r"rubric teen: \d+ conversation\(s\)", judged.output)
     with sqlite3.connect(db) as con:
         rubrics = {r for (r,) in con.execute("select distinct rubric_id from judgments")}

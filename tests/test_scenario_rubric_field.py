@@ -46,7 +46,7 @@ def test_a_named_rubric_must_be_validated_with_it_and_hold_its_criteria(tmp_path
     out = _validate(unknown, rubrics)
     assert out[0] == (
         f"{unknown}:15:9: rubric: rubric 'tene' is none of the rubrics validated with it "
-        "(expected one of: ed, kora, teen, or a rubric YAML path)"
+        "(expected one of: ed, teen, or a rubric YAML path)"
     )
     # Alone, without rubrics, nothing is checked against them.
     assert _validate(unknown)[-1].endswith(" 0 errors")
@@ -55,9 +55,9 @@ def test_a_named_rubric_must_be_validated_with_it_and_hold_its_criteria(tmp_path
 def test_rubric_reference_is_a_bundled_name_or_a_path_next_to_the_scenario(
     tmp_path: Path,
 ) -> None:
-    bundled = _write(tmp_path, "rubric: kora", "[indirect_suicide_risk]")
+    bundled = _write(tmp_path, "rubric: teen", "[indirect_suicide_risk]")
     (s,), errors = load_scenario_file(bundled)
-    assert errors == [] and rubric_reference(s) == "kora"
+    assert errors == [] and rubric_reference(s) == "teen"
 
     (tmp_path / "mine").mkdir()
     shutil.copy(REPO / "judges" / "rubrics" / "teen.yaml", tmp_path / "mine" / "r.yaml")

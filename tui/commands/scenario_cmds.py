@@ -182,25 +182,41 @@ def import_kora_cmd(
     ],
     risks: Annotated[
         Path | None,
-        typer.Option(help="KORA risks.json for risk names (default: next to PATH)."),
+        typer.Option(help="KORA risks.json: risk names, lengths and the rubric (default: next to PATH)."),
     ] = None,
 ) -> None:
-    """Convert KORA child-safety scenarios into branchpoint scenario files (no branch points)."""
+    """Convert KORA child-safety scenarios into branchpoint scenario files (no branch points).
+
+    Also writes kora-rubric.yaml beside them, built from risks.json: the scenarios name it, so
+    `branchpoint judge` without --rubric rates them on KORA's own risk criteria."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
+    from judges.kora_rubric import write_rubric
     from scenarios.kora import count_records, import_kora
 
     if not path.is_file():
         raise UserError(f"{path}: file not found (expected KORA scenarios.jsonl)")
+    risks_file = risks or path.parent / "risks.json"
+    if not risks_file.is_file():
+        raise UserError(
+            f"{risks_file}: file not found (expected KORA's risks.json: its risks become the "
+            "rubric the scenarios are judged on; give it with --risks)"
+        )
     total = count_records(path)
     with Progress(
         TextColumn("importing KORA"), BarColumn(), MofNCompleteColumn(), transient=True
     ) as progress:
         task = progress.add_task("import", total=total)
-        written, problems = import_kora(path, out, risks, progress=lambda: progress.advance(task))
+        written, problems = import_kora(
+            path, out, risks_file, progress=lambda: progress.advance(task)
+        )
     for problem in problems:
         typer.echo(str(problem), err=True)
-    typer.echo(f"imported {len(written)} of {total} scenarios into {out} ({len(problems)} errors)")
+    rubric = write_rubric(risks_file, out)
+    typer.echo(
+        f"imported {len(written)} of {total} scenarios into {out} ({len(problems)} errors); "
+        f"their rubric: {rubric}"
+    )
     if problems:
         raise typer.Exit(1)
 
