@@ -182,7 +182,9 @@ def import_kora_cmd(
     ],
     risks: Annotated[
         Path | None,
-        typer.Option(help="KORA risks.json: risk names, lengths and the rubric (default: next to PATH)."),
+        typer.Option(
+            help="KORA risks.json: risk names, lengths and the rubric (default: next to PATH)."
+        ),
     ] = None,
 ) -> None:
     """Convert KORA child-safety scenarios into branchpoint scenario files (no branch points).
