@@ -11,8 +11,9 @@ events, the profile choice keys, the verdict scales). Names are imported lazily 
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from core.lazy import lazy_getattr
 
 _EXPORTS = {
     "UserError": "core.errors",
@@ -22,6 +23,7 @@ _EXPORTS = {
     "Turn": "core.records",
     "ModelCall": "core.records",
     "CacheEntry": "core.records",
+    "call_messages": "core.call_requests",
     "Judgment": "core.records",
     "HumanLabel": "core.records",
     "utcnow": "core.records",
@@ -50,14 +52,7 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'core' has no attribute {name!r}")
-    value = getattr(import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _EXPORTS)
 
 
 if TYPE_CHECKING:  # for type checkers and editors

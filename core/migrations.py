@@ -14,7 +14,7 @@ from sqlalchemy import inspect, text
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from core.records import SCHEMA_VERSION, SchemaInfo
+from core.records import JUDGMENT_FAILURE_INDEX, SCHEMA_VERSION, SchemaInfo
 
 Migration = Callable[[Session], None]
 
@@ -30,7 +30,20 @@ MIGRATIONS: dict[int, Migration] = {
         "human_labels",
         {"time_spent_s": "FLOAT", "blind": "BOOLEAN", "confidence": "VARCHAR"},
     ),
+    3: lambda session: _add_failure_index(session),
+    # model calls store their messages as references (ModelCall.prompt); older rows keep theirs
+    4: lambda session: _add_columns(session, "model_calls", {"prompt": "JSON"}),
 }
+
+
+def _add_failure_index(session: Session) -> None:
+    # IF NOT EXISTS: create_all has made it already when the table itself was new
+    session.execute(
+        text(
+            f"CREATE INDEX IF NOT EXISTS {JUDGMENT_FAILURE_INDEX} "
+            "ON judgments (conversation_id, verdict)"
+        )
+    )
 
 
 def _add_columns(session: Session, table: str, columns: dict[str, str]) -> None:

@@ -12,10 +12,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, Column, Text
+from sqlalchemy import JSON, Column, Index, Text
 from sqlmodel import Field, SQLModel
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 5
+JUDGMENT_FAILURE_INDEX = "ix_judgments_conversation_verdict"
 
 
 def utcnow() -> datetime:
@@ -125,7 +126,16 @@ class ModelCall(SQLModel, table=True):
     model: str
     params: dict[str, Any] = _json()
     request_hash: str = Field(index=True)
+    # The request's messages, whole: calls made before schema 5, and calls whose messages are
+    # not the turns of a conversation (judges, the event detector).
     messages: list[dict[str, Any]] = _json(default_factory=list)
+    # Schema 5: the messages as what is new, so that a conversation's calls grow with its turns,
+    # not their square. A list of parts, in order: {"role", "content"} (a message as is),
+    # {"role", "text": HASH} (a message whose content is a PromptText), and {"turns":
+    # CONVERSATION_ID, "count": N, "flip": BOOL} (that conversation's turns 0..N-1, roles
+    # swapped when flip: the persona's own side). None: ``messages`` holds them.
+    # ``core.call_requests.call_messages`` rebuilds the list.
+    prompt: list[dict[str, Any]] | None = Field(default=None, sa_column=Column(JSON))
     text: str = _text("")
     reasoning: str | None = _text()
     tokens_in: int = 0
@@ -187,6 +197,9 @@ class Judgment(SQLModel, table=True):
     """One criterion rated on one chatbot turn (or a whole conversation) by one judge."""
 
     __tablename__ = "judgments"
+    # Schema 4: counting a conversation's failures (the TUI's sort and filters) reads this index
+    # alone, not every judgment row.
+    __table_args__ = (Index(JUDGMENT_FAILURE_INDEX, "conversation_id", "verdict"),)
     id: str = Field(primary_key=True)
     run_id: str = Field(index=True)
     conversation_id: str = Field(foreign_key="conversations.id", index=True)

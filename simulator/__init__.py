@@ -5,15 +5,21 @@ Names are imported lazily so that ``import simulator`` (and ``branchpoint --help
 
 from __future__ import annotations
 
-from typing import Any
+from core.lazy import lazy_getattr
 
 _EXPORTS = {
     "Gateway": "simulator.gateway",
     "ProviderLimits": "simulator.limits",
+    "LimitsFile": "simulator.limits",
+    "load_limits": "simulator.limits",
+    "CallLayout": "simulator.call_layout",
+    "TurnsRef": "simulator.call_layout",
     "Completion": "simulator.completion",
     "Message": "simulator.completion",
     "GenParams": "simulator.completion",
     "ModelError": "simulator.completion",
+    # structured output on any OpenAI-compatible server, and reading JSON out of model text
+    "extract_json": "simulator.structured",
     "ScriptedModel": "simulator.providers.scripted",
     "parse_spec": "simulator.specs",
     "params_from": "simulator.specs",
@@ -23,9 +29,21 @@ _EXPORTS = {
     "run_scenarios": "simulator.runner",
     "run": "simulator.runner",
     "run_scenario": "simulator.runner",
-    "RunConfig": "simulator.runner",
-    "RunResult": "simulator.runner",
-    "ConversationSummary": "simulator.runner",
+    "RunConfig": "simulator.run_config",
+    "RunResult": "simulator.lifecycle",
+    "ConversationSummary": "simulator.lifecycle",
+    # its stages: plan (plain, picklable data), execute (grow trees into a store), finalise
+    "plan_run": "simulator.plan",
+    "RunPlan": "simulator.plan",
+    "TreeSpec": "simulator.plan",
+    "execute": "simulator.execute",
+    "mark_interrupted": "simulator.lifecycle",
+    "record_provenance": "simulator.provenance",
+    "config_hash": "simulator.provenance",
+    "split_reasoning": "simulator.thinking",
+    # providers: one module per spec prefix, each declaring a ProviderKind
+    "ProviderKind": "simulator.providers.base",
+    "register_provider": "simulator.providers.registry",
     "PersonaSimulator": "simulator.persona",
     "RuleDetector": "simulator.events",
     "LLMDetector": "simulator.events",
@@ -38,13 +56,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'simulator' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _EXPORTS)

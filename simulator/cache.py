@@ -12,11 +12,15 @@ import hashlib
 import json
 from typing import TYPE_CHECKING, Any
 
+from sqlalchemy import select
+
+from core.records import CacheEntry, utcnow
 from core.redaction import is_secret_key
 from simulator.completion import Completion, GenParams, Message
 
 if TYPE_CHECKING:
     from core.store import Store
+    from simulator.write_behind import BatchWriter
 
 # Params that say where or how to reach a model, not what it generates.
 _NOT_IN_KEY = {"api_base"}
@@ -49,18 +53,40 @@ def cacheable(params: GenParams) -> bool:
 
 
 class CompletionCache:
-    """The store's ``cache`` table when a store is given, else a dict in memory."""
+    """The store's ``cache`` table when a store is given, else a dict in memory.
 
-    def __init__(self, store: Store | None = None) -> None:
+    With a store, the keys of each model's entries are read once (one query per model and
+    process), so a miss, nearly every call of a fresh sweep, costs no query; a hit costs one. With
+    ``writer`` (the store's write-behind queue) an entry is written off the event loop and served
+    from memory until it is committed.
+    """
+
+    def __init__(self, store: Store | None = None, writer: BatchWriter | None = None) -> None:
         self.store = store
+        self.writer = writer
         self._memory: dict[str, Completion] = {}
+        self._known: dict[str, set[str]] = {}  # model -> keys stored under it
+        self._pending: dict[str, Completion] = {}  # written, not yet committed
 
-    def get(self, key: str) -> Completion | None:
+    def _keys(self, model: str) -> set[str]:
+        known = self._known.get(model)
+        if known is None:
+            assert self.store is not None
+            table = CacheEntry.__table__  # type: ignore[attr-defined]
+            with self.store.engine.connect() as conn:
+                rows = conn.execute(select(table.c.key).where(table.c.model == model))
+                known = self._known[model] = {r[0] for r in rows}
+        return known
+
+    def get(self, key: str, model: str | None = None) -> Completion | None:
         if self.store is None:
             hit = self._memory.get(key)
             return hit.model_copy() if hit is not None else None
-        from core.records import CacheEntry
-
+        pending = self._pending.get(key)
+        if pending is not None:
+            return pending.model_copy()
+        if model is not None and key not in self._keys(model):
+            return None
         with self.store.session() as s:
             row = s.get(CacheEntry, key)
             if row is None:
@@ -74,9 +100,21 @@ class CompletionCache:
         if self.store is None:
             self._memory[key] = completion.model_copy()
             return
-        from core.records import CacheEntry
-
         data = completion.model_dump(exclude={"cached", "attempts"})
-        with self.store.session() as s:
-            s.merge(CacheEntry(key=key, model=model, completion=data))
-            s.commit()
+        if model in self._known:
+            self._known[model].add(key)
+        if self.writer is None:
+            with self.store.session() as s:
+                s.merge(CacheEntry(key=key, model=model, completion=data))
+                s.commit()
+            return
+        from simulator.write_behind import RANK_CACHE, Write, upsert
+
+        self._pending[key] = completion.model_copy()
+        row = {"key": key, "model": model, "completion": data, "created_at": utcnow()}
+        stmt = upsert(self.store, CacheEntry.__table__, ["key"], ["completion"])  # type: ignore[attr-defined]
+
+        def committed(_exc: BaseException | None) -> None:
+            self._pending.pop(key, None)  # failed too: a later call is a miss, and writes again
+
+        self.writer.submit(Write([(RANK_CACHE, stmt, [row])], done=committed))

@@ -78,41 +78,54 @@ async def execute(
         if plan.detector
         else rules
     )
-    env = TreeEnv(
-        gateway=gateway,
-        writer=TurnWriter(store, on_turns=progress.advance),
-        detector=detector,
-        run_id=plan.run_id,
-        persona_factory=lambda scenario: PersonaSimulator(
-            gateway,
-            scenario,
-            plan.simulator,
-            plan.persona_params,
-            max_retries=plan.persona_retries,
+    writer = TurnWriter(store, on_turns=progress.advance)
+    semaphore, calls = asyncio.Semaphore(plan.concurrency), CallCounter()
+
+    def env_for(simulator: str) -> TreeEnv:
+        # One env per simulator (a sensitivity run plays every tree with each); they share the
+        # writer, the concurrency limit and the call counts.
+        return TreeEnv(
+            gateway=gateway,
+            writer=writer,
+            detector=detector,
             run_id=plan.run_id,
-        ),
-        simulator=plan.simulator,
-        simulator_params=stored_params(plan.persona_params)
-        | {"persona_retries": plan.persona_retries},
-        opening=variants_api.render_opening,
-        semaphore=asyncio.Semaphore(plan.concurrency),
-        calls=CallCounter(),
-        target_params_record=plan.target_params_record,
-    )
+            persona_factory=lambda scenario: PersonaSimulator(
+                gateway,
+                scenario,
+                simulator,
+                plan.persona_params,
+                max_retries=plan.persona_retries,
+                run_id=plan.run_id,
+            ),
+            simulator=simulator,
+            simulator_params=stored_params(plan.persona_params)
+            | {"persona_retries": plan.persona_retries},
+            opening=variants_api.render_opening,
+            semaphore=semaphore,
+            calls=calls,
+            target_params_record=plan.target_params_record,
+        )
+
+    envs = {sim: env_for(sim) for sim in dict.fromkeys([plan.simulator, *plan.simulators])}
     execution = Execution()
 
     async def one_tree(spec: TreeSpec) -> None:
-        results = await run_tree(spec, env)
+        results = await run_tree(spec, envs[spec.simulator or plan.simulator])
         for r in results:
             progress.advance(max(0, spec.max_turns * 2 - r.n_turns))
         execution.results.extend(results)
 
     try:
-        await asyncio.gather(*(one_tree(t) for t in (plan.trees if trees is None else trees)))
+        try:
+            await asyncio.gather(*(one_tree(t) for t in (plan.trees if trees is None else trees)))
+        finally:
+            # what the write-behind thread still holds is committed before the run is finalised
+            await gateway.flush()
+            await writer.queue.drain()
     finally:
         execution.calls = {
-            "persona": env.calls.persona,
-            "target": env.calls.target,
-            "detector": env.calls.detector,
+            "persona": calls.persona,
+            "target": calls.target,
+            "detector": calls.detector,
         }
     return execution

@@ -20,18 +20,28 @@ import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from sqlalchemy import insert
+
 from core.errors import UserError
+from core.prompt_texts import text_hash
+from core.records import ModelCall, PromptText, utcnow
 from core.redaction import redact, redact_text
 from simulator.cache import CompletionCache, cacheable, request_hash
+from simulator.call_layout import SHORT, CallLayout
 from simulator.completion import Completion, GenParams, Message, ModelError
 from simulator.limits import Limiter, ProviderLimits
 from simulator.providers.base import Provider
 from simulator.providers.registry import provider_kind
 from simulator.specs import Spec, parse_spec
 from simulator.structured import call_record
+from simulator.thinking import split_reasoning
 
 if TYPE_CHECKING:
     from core.store import Store
+
+_MODEL_CALLS = ModelCall.__table__  # type: ignore[attr-defined]
+_PROMPT_TEXTS = PromptText.__table__  # type: ignore[attr-defined]
+_INSERT_MODEL_CALL = insert(_MODEL_CALLS)
 
 __all__ = ["Gateway", "ProviderLimits", "redact"]
 
@@ -54,9 +64,20 @@ class Gateway:
         backoff_s: float = 0.5,
         max_backoff_s: float = 60.0,
         timeout_s: float | None = 600.0,
+        write_behind: bool = False,
+        default_concurrency: int | None = None,
     ) -> None:
         self.store = store
-        self.cache = CompletionCache(store) if cache else None
+        # write_behind: ModelCall rows and cache entries go to the store's writer thread (a run
+        # drains it before it finishes); otherwise each is committed before the call returns.
+        self.writer = None
+        if write_behind and store is not None:
+            from simulator.write_behind import shared_writer
+
+            self.writer = shared_writer(store)
+        self.cache = CompletionCache(store, self.writer) if cache else None
+        # calls in flight for providers that do not bring their own limit (a local model's batch)
+        self.default_concurrency = default_concurrency
         self.limits = {
             k: v if isinstance(v, ProviderLimits) else ProviderLimits(**v)
             for k, v in (limits or {}).items()
@@ -70,6 +91,9 @@ class Gateway:
         self._limiters: dict[str, Limiter] = {}
         self._inflight: dict[str, asyncio.Future[Completion]] = {}
         self.stats = {"calls": 0, "cached": 0, "failed": 0, "retries": 0}
+        # prompt text -> its hash, for texts stored by this gateway (a few per scenario)
+        self._text_keys: dict[str, str] = {}
+        self._params_memo: dict[str, dict[str, Any]] = {}
 
     # -- providers -----------------------------------------------------------------------------
 
@@ -100,6 +124,7 @@ class Gateway:
                 or self.limits.get("*")
                 or ProviderLimits(
                     max_concurrency=getattr(provider, "default_concurrency", None)
+                    or self.default_concurrency
                     or kind.default_concurrency
                 )
             )
@@ -117,8 +142,12 @@ class Gateway:
         purpose: str = "target",
         run_id: str | None = None,
         conversation_id: str | None = None,
+        layout: CallLayout | None = None,
     ) -> tuple[Completion, str]:
-        """Returns (completion, call id). Raises ModelError after retries, UserError for a bad spec."""
+        """Returns (completion, call id). Raises ModelError after retries, UserError for a bad spec.
+
+        ``layout`` says how ``messages`` are made of stored turns, so that the call's row stores
+        references instead of the messages (``simulator.call_layout``)."""
         parsed = parse_spec(spec)
         params = params or GenParams()
         provider = self.provider_for(parsed)
@@ -128,7 +157,7 @@ class Gateway:
         use_cache = self.cache is not None and cacheable(params)
 
         if use_cache:
-            hit = self._cache_get(key)
+            hit = self._cache_get(key, parsed.raw)
             if hit is None and key in self._inflight:
                 # The same seeded request is already running: share its answer, do not pay twice.
                 try:
@@ -150,6 +179,7 @@ class Gateway:
                     conversation_id,
                     hit,
                     None,
+                    layout,
                 )
                 return hit, call_id
 
@@ -189,6 +219,7 @@ class Gateway:
                 conversation_id,
                 failed,
                 error,
+                layout,
             )
             raise ModelError(error or "model call failed")
 
@@ -208,6 +239,7 @@ class Gateway:
             conversation_id,
             completion,
             None,
+            layout,
         )
         return completion, call_id
 
@@ -225,6 +257,7 @@ class Gateway:
                     started = time.perf_counter()
                     async with asyncio.timeout(self.timeout_s):
                         completion = await provider.complete(spec.model, messages, params)
+                    completion = split_reasoning(completion)  # <think> blocks, any provider
                     completion.latency_s = time.perf_counter() - started
                     return completion, attempt, None
             except ModelError as exc:
@@ -260,9 +293,9 @@ class Gateway:
 
     # -- records -------------------------------------------------------------------------------
 
-    def _cache_get(self, key: str) -> Completion | None:
+    def _cache_get(self, key: str, model: str) -> Completion | None:
         assert self.cache is not None
-        return self.cache.get(key)
+        return self.cache.get(key, model)
 
     def _record(
         self,
@@ -276,21 +309,27 @@ class Gateway:
         conversation_id: str | None,
         completion: Completion,
         error: str | None,
+        layout: CallLayout | None = None,
     ) -> None:
         if self.store is None:
             return
-        from core.records import ModelCall
-
-        row = ModelCall(
+        prompt: list[dict[str, Any]] | None = None
+        texts: list[tuple[str, str]] = []
+        if layout is not None and layout.size() == len(messages):
+            prompt, texts = self._prompt_parts(layout)
+        values: dict[str, Any] = dict(
             id=call_id,
             run_id=run_id,
             conversation_id=conversation_id,
             purpose=purpose,
             model=spec.raw,
             # with the structured-output mode used and the refusals met, where there was one
-            params=stored_params(params) | call_record(completion),
+            params=self._stored_params(params) | call_record(completion),
             request_hash=key,
-            messages=[{"role": m.role, "content": m.content} for m in messages],
+            messages=[]
+            if prompt is not None
+            else [{"role": m.role, "content": m.content} for m in messages],
+            prompt=prompt,
             text=completion.text,
             reasoning=completion.reasoning,
             tokens_in=completion.tokens_in,
@@ -302,12 +341,70 @@ class Gateway:
             cached=completion.cached,
             attempts=completion.attempts,
             error=error,
+            created_at=utcnow(),
         )
-        with self.store.session() as s:
-            s.add(row)
-            s.commit()
+        if self.writer is None:
+            from core.prompt_texts import put_text
+
+            with self.store.session() as s:
+                for kind, text in texts:
+                    put_text(s, kind, text)
+                s.add(ModelCall(**values))
+                s.commit()
+            return
+        from simulator.write_behind import RANK_MODEL_CALL, RANK_PROMPT_TEXT, upsert
+
+        ops: list[Any] = []
+        if texts:
+            rows = [
+                {"hash": text_hash(t), "kind": k, "text": t, "created_at": values["created_at"]}
+                for k, t in texts
+            ]
+            ops.append((RANK_PROMPT_TEXT, upsert(self.store, _PROMPT_TEXTS, ["hash"], []), rows))
+        ops.append((RANK_MODEL_CALL, _INSERT_MODEL_CALL, [values]))
+        self.writer.send(ops)
+
+    def _stored_params(self, params: GenParams) -> dict[str, Any]:
+        # Redaction scans the environment for secrets, costly once per call; a run's calls share
+        # a few params but for the seed, so the redacted form is kept per params without it.
+        seed = params.seed
+        memo_key = params.model_dump_json(exclude={"seed"})
+        base = self._params_memo.get(memo_key)
+        if base is None:
+            if len(self._params_memo) > 4096:
+                self._params_memo.clear()
+            base = self._params_memo[memo_key] = stored_params(
+                params.model_copy(update={"seed": None})
+            )
+        return base | {"seed": seed} if seed is not None else dict(base)
+
+    def _prompt_parts(
+        self, layout: CallLayout
+    ) -> tuple[list[dict[str, Any]], list[tuple[str, str]]]:
+        """The stored form of ``layout``, and the prompt texts this process has not stored yet."""
+        parts: list[dict[str, Any]] = []
+        texts: list[tuple[str, str]] = []
+        for m in layout.lead:
+            if len(m.content) <= SHORT:
+                parts.append({"role": m.role, "content": m.content})
+                continue
+            key = self._text_keys.get(m.content)
+            if key is None:
+                key = self._text_keys[m.content] = text_hash(m.content)
+                texts.append((f"{m.role}_prompt", m.content))
+            parts.append({"role": m.role, "text": key})
+        if layout.turns is not None:
+            ref = layout.turns
+            parts.append({"turns": ref.conversation_id, "count": ref.count, "flip": ref.flip})
+        return parts, texts
+
+    async def flush(self) -> None:
+        """Wait until every ModelCall row and cache entry written so far is committed."""
+        if self.writer is not None:
+            await self.writer.drain()
 
     async def aclose(self) -> None:
+        await self.flush()
         seen: set[int] = set()
         for provider in [*self._providers.values(), *self._registered.values()]:
             if id(provider) in seen:

@@ -1,4 +1,4 @@
-"""One conversation group on a LangGraph StateGraph: persona -> target -> observe -> route.
+"""One conversation group on a LangGraph StateGraph: route -> persona -> target -> observe.
 
 A *group* is a set of arms (variants) that still share their conversation. The graph runs the
 group until it stops (max_turns, persona_ended, target_error, simulator_error) or until a branch
@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
 
+from simulator.call_layout import CallLayout, TurnsRef
 from simulator.completion import Completion, GenParams, Message, ModelError
 
 if TYPE_CHECKING:
@@ -214,6 +215,7 @@ async def persona(state: ConvState, config: RunnableConfig) -> ConvState:
             kept,
             seed=ctx.seed_for(index, "persona"),
             conversation_id=ctx.leader.conversation_id,
+            history_stored=True,
         )
         ctx.calls.persona += reply.calls
         if reply.error is not None:
@@ -265,17 +267,23 @@ async def target(state: ConvState, config: RunnableConfig) -> ConvState:
             purpose="target",
             run_id=ctx.run_id,
             conversation_id=ctx.leader.conversation_id,
+            # the history is the leader's stored turns: its row refers to them
+            layout=CallLayout(
+                lead=tuple(messages[: len(messages) - len(history)]),
+                turns=TurnsRef(ctx.leader.conversation_id, len(history)),
+            ),
         )
     except ModelError as exc:
         return ConvState(stop_reason="target_error", error=f"target model failed: {exc.reason}")
-    return ConvState(reply={"completion": completion.model_dump(), "call_id": call_id})
+    # the object itself: no checkpointer serialises the state, so a dump would be wasted work
+    return ConvState(reply={"completion": completion, "call_id": call_id})
 
 
 async def observe(state: ConvState, config: RunnableConfig) -> ConvState:
     ctx = _ctx(config)
     history = list(state.get("history") or [])
     reply = state["reply"] or {}
-    completion = Completion.model_validate(reply["completion"])
+    completion: Completion = reply["completion"]
     context = [Message(role=h["role"], content=h["content"]) for h in history]
     kwargs = (
         {"conversation_id": ctx.leader.conversation_id} if hasattr(ctx.detector, "gateway") else {}
@@ -312,6 +320,37 @@ async def observe(state: ConvState, config: RunnableConfig) -> ConvState:
     return ConvState(history=history, reply=None)
 
 
+async def exchange(state: ConvState, config: RunnableConfig) -> ConvState:
+    """One whole exchange in one super-step: route, the persona's message, the chatbot's reply.
+
+    LangGraph's per-step bookkeeping (channel copies, a task per node) costs more than the
+    nodes' own work against a fast server, so an exchange is one node running the steps in order
+    (entered at ``persona`` after a fork: the fork has applied the options already)."""
+    merged: dict[str, Any] = dict(state)
+    update: dict[str, Any] = {}
+
+    def apply(step: ConvState) -> bool:
+        merged.update(step)
+        update.update(step)
+        return not (step.get("stop_reason") or step.get("split"))
+
+    if state.get("next") != "persona" and not apply(await route(merged, config)):  # type: ignore[arg-type]
+        return ConvState(**update)  # type: ignore[typeddict-item]
+    update["next"] = "route"
+    if apply(await persona(merged, config)):  # type: ignore[arg-type]
+        apply(await reply(merged, config))  # type: ignore[arg-type]
+    return ConvState(**update)  # type: ignore[typeddict-item]
+
+
+async def reply(state: ConvState, config: RunnableConfig) -> ConvState:
+    """The chatbot's reply to the persona's stored message, and what it shows (events)."""
+    update = await target(state, config)
+    if update.get("stop_reason"):
+        return ConvState(next="route", **update)
+    observed = await observe({**state, **update}, config)
+    return ConvState(next="route", **(update | observed))
+
+
 def _completion_fields(completion: Completion | None, call_id: str | None) -> dict[str, Any]:
     if completion is None:
         return {}
@@ -331,37 +370,34 @@ def _completion_fields(completion: Completion | None, call_id: str | None) -> di
 
 
 def _enter(state: ConvState) -> str:
-    return state.get("next") or "route"
+    return "reply" if state.get("next") == "target" else "exchange"
 
 
-def _after_route(state: ConvState) -> str:
-    return END if state.get("stop_reason") or state.get("split") else "persona"
+def _after_exchange(state: ConvState) -> str:
+    return END if state.get("stop_reason") or state.get("split") else "exchange"
 
 
-def _after(node: str) -> Callable[[ConvState], str]:
-    def edge(state: ConvState) -> str:
-        return END if state.get("stop_reason") else node
-
-    return edge
+def _after_reply(state: ConvState) -> str:
+    return END if state.get("stop_reason") else "exchange"
 
 
 _GRAPH: Any = None
 
 
 def conversation_graph() -> Any:
-    """The compiled graph (built once; the group's context travels in the run config)."""
+    """The compiled graph (built once; the group's context travels in the run config).
+
+    One super-step per exchange (``exchange``: route -> persona -> target -> observe), and
+    ``reply`` (target -> observe) where a resumed conversation's last stored turn is the
+    persona's. No checkpointer: the store is the checkpoint (``simulator.tree.restore_state``)."""
     global _GRAPH
     if _GRAPH is None:
         g = StateGraph(ConvState)
-        g.add_node("route", route)
-        g.add_node("persona", persona)
-        g.add_node("target", target)
-        g.add_node("observe", observe)
-        g.add_conditional_edges(START, _enter, ["route", "persona", "target"])
-        g.add_conditional_edges("persona", _after("target"), ["target", END])
-        g.add_conditional_edges("target", _after("observe"), ["observe", END])
-        g.add_edge("observe", "route")
-        g.add_conditional_edges("route", _after_route, ["persona", END])
+        g.add_node("exchange", exchange)
+        g.add_node("reply", reply)
+        g.add_conditional_edges(START, _enter, ["exchange", "reply"])
+        g.add_conditional_edges("reply", _after_reply, ["exchange", END])
+        g.add_conditional_edges("exchange", _after_exchange, ["exchange", END])
         _GRAPH = g.compile()
     return _GRAPH
 

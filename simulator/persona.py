@@ -20,6 +20,7 @@ from jinja2 import StrictUndefined
 from jinja2.sandbox import SandboxedEnvironment
 from pydantic import BaseModel, ConfigDict
 
+from simulator.call_layout import CallLayout, TurnsRef
 from simulator.completion import Completion, GenParams, Message, ModelError
 
 if TYPE_CHECKING:
@@ -137,6 +138,9 @@ class PersonaSimulator:
             "context": p.context,
         }
         self._prefix = re.compile(_PREFIX.replace("{name}", re.escape(p.name)), re.IGNORECASE)
+        self._prompts: dict[tuple[Any, ...], str] = {}
+        self._history: list[tuple[str, str]] = []
+        self._history_messages: list[Message] = []
 
     # -- the prompt ------------------------------------------------------------------------------
 
@@ -147,6 +151,17 @@ class PersonaSimulator:
         kept_options: Sequence[BranchOption] = (),
         correction: str | None = None,
     ) -> str:
+        # The prompt changes only with the stage, the options in force and a correction: render
+        # each combination once per conversation tree, not once per exchange.
+        memo_key = (
+            stage.id if stage else None,
+            tuple(o.instruction for o in new_options),
+            tuple(o.instruction for o in kept_options),
+            correction,
+        )
+        cached = self._prompts.get(memo_key)
+        if cached is not None:
+            return cached
         from scenarios.variants import render_text
 
         def r(text: str) -> str:
@@ -164,7 +179,8 @@ class PersonaSimulator:
                 f"\n\nYour previous reply was rejected because it {correction}. "
                 f"Write again as {self.persona['name']}, the user, in your own voice."
             )
-        return text.strip()
+        self._prompts[memo_key] = text = text.strip()
+        return text
 
     def messages(
         self,
@@ -183,9 +199,20 @@ class PersonaSimulator:
         ]
         # Many chat templates want a user message first; the persona speaks first, so a short cue opens.
         out.append(Message(role="user", content=KICKOFF))
-        flip = {"user": "assistant", "assistant": "user"}
-        out.extend(Message(role=flip[role], content=text) for role, text in history)
+        out.extend(self._flipped(history))
         return out
+
+    def _flipped(self, history: Sequence[tuple[str, str]]) -> list[Message]:
+        # A group's history only grows: the messages made for the last call are kept, and only
+        # the turns since are added (comparing the old prefix costs string identity checks).
+        n = len(self._history)
+        if n > len(history) or list(history[:n]) != self._history:
+            self._history, self._history_messages, n = [], [], 0
+        flip = {"user": "assistant", "assistant": "user"}
+        for role, text in history[n:]:
+            self._history.append((role, text))
+            self._history_messages.append(Message(role=flip[role], content=text))
+        return list(self._history_messages)
 
     # -- keeping it in role ----------------------------------------------------------------------
 
@@ -230,7 +257,10 @@ class PersonaSimulator:
         *,
         seed: int | None = None,
         conversation_id: str | None = None,
+        history_stored: bool = False,
     ) -> PersonaReply:
+        """The persona's next message. ``history_stored``: ``history`` is the stored turns of
+        ``conversation_id``, so the calls' rows refer to them instead of copying them."""
         reasons: list[str] = []
         correction: str | None = None
         calls = 0
@@ -239,6 +269,14 @@ class PersonaSimulator:
             if seed is not None:
                 params = params.merged({"seed": seed + attempt})
             messages = self.messages(history, stage, new_options, kept_options, correction)
+            layout = (
+                CallLayout(
+                    lead=tuple(messages[:2]),
+                    turns=TurnsRef(conversation_id, len(history), flip=True),
+                )
+                if history_stored and conversation_id is not None
+                else None
+            )
             calls += 1
             try:
                 completion, call_id = await self.gateway.complete(
@@ -248,6 +286,7 @@ class PersonaSimulator:
                     purpose="persona",
                     run_id=self.run_id,
                     conversation_id=conversation_id,
+                    layout=layout,
                 )
             except ModelError as exc:
                 return PersonaReply(

@@ -15,6 +15,7 @@ import os
 import secrets
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from itertools import product
 from typing import TYPE_CHECKING, Any
 
 from core.errors import UserError
@@ -29,10 +30,15 @@ PERSONA_DEFAULTS: dict[str, Any] = {"temperature": 0.8, "max_tokens": 96}
 
 
 def conversation_id(
-    run_id: str, variant_id: str, target: str, condition: str, replicate: int
+    run_id: str, variant_id: str, target: str, condition: str, replicate: int, simulator: str = ""
 ) -> str:
-    """Deterministic, so that a re-run of the same run finds its conversations."""
-    key = "\x1f".join([run_id, variant_id, target, condition, str(replicate)])
+    """Deterministic, so that a re-run of the same run finds its conversations.
+
+    The simulator is part of the identity: the same cell played by another simulator is another
+    conversation (a run with two ``--simulator`` gets both; a re-run with a new one makes new ones).
+    """
+    parts = [run_id, variant_id, target, condition, str(replicate)]
+    key = "\x1f".join([*parts, simulator] if simulator else parts)
     return "c" + hashlib.sha256(key.encode()).hexdigest()[:15]
 
 
@@ -66,6 +72,7 @@ class TreeSpec:
     seed: int
     fork: str  # shared | independent
     max_turns: int
+    simulator: str = ""  # the persona's model spec ("" in plans made before there were several)
 
     @property
     def turn_budget(self) -> int:
@@ -88,6 +95,7 @@ class RunPlan:
     concurrency: int  # trees' groups in flight at once, per executing process
     # The target params as every conversation row records them (secrets redacted).
     target_params_record: dict[str, Any] = field(default_factory=dict)
+    simulators: list[str] = field(default_factory=list)  # every tree's; ``simulator`` is the first
 
     @property
     def turn_budget(self) -> int:
@@ -132,14 +140,14 @@ def plan_run(
         shash = variants_api.scenario_hash(scenario)
         for target in config.targets:
             for condition in config.conditions:
-                for replicate in range(config.replicates):
+                for simulator, replicate in product(config.simulators, range(config.replicates)):
                     arms = [
                         Arm(
                             variant=v,
                             variant_id=v.id,
                             choices=dict(v.choices),
                             conversation_id=conversation_id(
-                                run_id, v.id, target, condition, replicate
+                                run_id, v.id, target, condition, replicate, simulator
                             ),
                             order=i,
                         )
@@ -159,6 +167,7 @@ def plan_run(
                             seed=config.seed + replicate,
                             fork=config.fork or scenario.fork,
                             max_turns=config.max_turns or scenario.max_turns,
+                            simulator=simulator,
                         )
                     )
     missing = wanted - seen_variants
@@ -177,6 +186,7 @@ def plan_run(
         event_patterns=config.event_patterns,
         concurrency=config.concurrency,
         target_params_record=redact(config.target_params),
+        simulators=list(config.simulators),
     )
 
 
@@ -213,7 +223,7 @@ def check_specs(config: RunConfig) -> None:
 
     for spec in [
         *config.targets,
-        config.simulator,
+        *config.simulators,
         *([config.detector] if config.detector else []),
     ]:
         parse_spec(spec)

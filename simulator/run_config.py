@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
+
+from simulator.limits import ProviderLimits
 
 
 class RunConfig(BaseModel):
@@ -15,7 +17,12 @@ class RunConfig(BaseModel):
     targets: list[str] = Field(default_factory=lambda: ["embedded"])
     target_params: dict[str, Any] = Field(default_factory=dict)
     conditions: list[str] = Field(default_factory=lambda: ["none"])
-    simulator: str = "embedded"
+    # Each simulator plays every tree (simulator sensitivity); ``simulator=`` takes one spec.
+    simulators: list[str] = Field(
+        default_factory=lambda: ["embedded"],
+        min_length=1,
+        validation_alias=AliasChoices("simulators", "simulator"),
+    )
     simulator_params: dict[str, Any] = Field(default_factory=dict)
     detector: str | None = None
     detector_params: dict[str, Any] = Field(default_factory=dict)
@@ -26,7 +33,28 @@ class RunConfig(BaseModel):
     db: str | None = None
     run_id: str | None = None
     resume: bool = False
-    concurrency: int = Field(16, ge=1)
+    concurrency: int = Field(
+        16, ge=1, description="Conversations in flight; also API providers' calls in flight."
+    )
+    limits: dict[str, ProviderLimits] = Field(
+        default_factory=dict, description="Per-provider limits by limit key (simulator.limits)."
+    )
     seed: int = 0
     persona_retries: int = Field(2, ge=0)
     event_patterns: dict[str, list[str]] | None = None
+
+    @field_validator("simulators", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: object) -> object:
+        return [value] if isinstance(value, str) else value
+
+    @field_validator("simulators")
+    @classmethod
+    def _distinct(cls, value: list[str]) -> list[str]:
+        # The same simulator twice would plan the same conversation ids twice.
+        return list(dict.fromkeys(value))
+
+    @property
+    def simulator(self) -> str:
+        """The first simulator (the reference of a sensitivity comparison)."""
+        return self.simulators[0]

@@ -35,6 +35,7 @@ from simulator.lifecycle import (
     summaries,
 )
 from simulator.plan import PERSONA_DEFAULTS, check_specs, load, new_run_id, plan_run
+from simulator.provenance import record_provenance
 from simulator.providers.base import ProviderKind
 from simulator.providers.registry import PLUGINS_ENV
 from simulator.run_config import RunConfig
@@ -118,13 +119,19 @@ async def _run_plan(
     from simulator.lease import RunLease
 
     own_gateway = gateway is None
-    gateway = gateway or Gateway(store=store)
+    gateway = gateway or Gateway(
+        store=store,
+        limits=config.limits,
+        default_concurrency=config.concurrency,
+        write_behind=True,
+    )
     try:
         load_plugins(gateway)
         lease = RunLease(store, plan.run_id)
         claimed = lease.claim()  # before anything is changed: another live process may run it
         try:
             result = begin_run(store, plan.run_id, config, lease.owner)
+            record_provenance(store, plan, config)
             if not claimed:
                 lease.held()
             heartbeat = asyncio.create_task(lease.keep_alive())

@@ -123,10 +123,10 @@ async def run_tree(spec: TreeSpec, env: TreeEnv) -> list[ArmResult]:
     work: list[tuple[list[Arm], ConvState]] = []
     if all(conv is None for conv, _ in stored.values()):
         groups = initial_groups(spec, spec.arms, opening)
-        env.writer.ensure_conversations(spec, env, groups)
+        await env.writer.ensure_conversations(spec, env, groups)
         work = [(g, initial_state()) for g in groups]
     else:
-        env.writer.ensure_conversations(
+        await env.writer.ensure_conversations(
             spec, env, [[a] for a in spec.arms if stored[a.conversation_id][0] is None]
         )
         pending: list[Arm] = []
@@ -171,7 +171,7 @@ async def run_tree(spec: TreeSpec, env: TreeEnv) -> list[ArmResult]:
             calls=env.calls,
         )
         async with env.semaphore:
-            env.writer.set_status(arms, "running")
+            await env.writer.set_status(arms, "running")
             try:
                 final = await run_group(state, ctx)
             except asyncio.CancelledError:
@@ -180,7 +180,7 @@ async def run_tree(spec: TreeSpec, env: TreeEnv) -> list[ArmResult]:
                 Exception
             ) as exc:  # a bug or a store failure: record it on the arms, keep the run going
                 error = f"{type(exc).__name__}: {exc}"[:2000]
-                env.writer.set_status(arms, "failed", "simulator_error", error)
+                await env.writer.set_status(arms, "failed", "simulator_error", error)
                 n = len(state.get("history") or [])
                 return [ArmResult(a, "failed", "simulator_error", n, error) for a in arms]
         n_turns = len(final.get("history") or [])
@@ -188,13 +188,13 @@ async def run_tree(spec: TreeSpec, env: TreeEnv) -> list[ArmResult]:
             return await fork(arms, final, ctx)
         reason = final.get("stop_reason") or "max_turns"
         status = "failed" if reason in ("target_error", "simulator_error") else "completed"
-        env.writer.set_status(arms, status, reason, final.get("error"))
+        await env.writer.set_status(arms, status, reason, final.get("error"))
         return [ArmResult(a, status, reason, n_turns, final.get("error")) for a in arms]
 
     async def fork(arms: list[Arm], state: ConvState, ctx: GroupContext) -> list[ArmResult]:
         split = state["split"] or []
         subgroups = _partition(arms, lambda a: tuple(ctx.option_of(a, b) for b in split))
-        env.writer.record_split(arms[0], subgroups, len(state.get("history") or []))
+        await env.writer.record_split(arms[0], subgroups, len(state.get("history") or []))
         children = []
         for group in subgroups:
             sub = copy.deepcopy(state)

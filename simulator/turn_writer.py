@@ -1,18 +1,61 @@
-"""The engine's write path: turns and conversation state into the store, one transaction per
-group-turn, so a crash never loses a finished turn and never leaves half of one."""
+"""The engine's write path: turns and conversation state into the store.
+
+Writes go through the store's write-behind thread (``simulator.write_behind``) as Core
+statements, and each method returns once its write is committed: a group-turn (the turn in every
+arm of the group, and the arms' progress) is one unit of one transaction, so a crash never loses
+a finished turn and never leaves half of one, while the event loop never waits on the database.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from sqlmodel import select
+from sqlalchemy import bindparam, insert, update
+from sqlmodel import col, select
 
 from core.records import Conversation, Turn, utcnow
+from simulator.write_behind import (
+    RANK_CONVERSATION,
+    RANK_PROGRESS,
+    RANK_SPLIT,
+    RANK_TURN,
+    column_defaults,
+    shared_writer,
+    upsert,
+)
 
 if TYPE_CHECKING:
     from core.store import Store
     from simulator.plan import Arm, TreeSpec
+
+_conv = Conversation.__table__  # type: ignore[attr-defined]
+_turn = Turn.__table__  # type: ignore[attr-defined]
+_INSERT_TURN = insert(_turn)
+_PROGRESS = (
+    update(_conv)
+    .where(_conv.c.id == bindparam("b_id"))
+    .values(n_turns=bindparam("b_n"), status="running", updated_at=bindparam("b_at"))
+)
+_STATUS = (
+    update(_conv)
+    .where(_conv.c.id == bindparam("b_id"))
+    .values(
+        status=bindparam("b_status"),
+        stop_reason=bindparam("b_reason"),
+        error=bindparam("b_error"),
+        updated_at=bindparam("b_at"),
+    )
+)
+_PARENT = (
+    update(_conv).where(_conv.c.id == bindparam("b_id")).values(parent_id=bindparam("b_parent"))
+)
+_FORK = (
+    update(_conv)
+    .where(_conv.c.id == bindparam("b_id"))
+    .values(parent_id=bindparam("b_parent"), fork_turn=bindparam("b_fork"))
+)
+_TURN_DEFAULTS = column_defaults(Turn, id="", conversation_id="", index=0, exchange=0, role="")
 
 
 class RunFields(Protocol):
@@ -30,112 +73,116 @@ class TurnWriter:
     def __init__(self, store: Store, on_turns: Callable[[int], None] | None = None) -> None:
         self.store = store
         self.on_turns = on_turns or (lambda n: None)
+        self.queue = shared_writer(store)
 
-    def ensure_conversations(self, spec: TreeSpec, env: RunFields, groups: list[list[Arm]]) -> None:
-        with self.store.session() as s:
-            for group in groups:
-                for i, arm in enumerate(group):
-                    if s.get(Conversation, arm.conversation_id) is not None:
-                        continue
-                    s.add(
-                        Conversation(
-                            id=arm.conversation_id,
-                            run_id=env.run_id,
-                            scenario_id=spec.scenario.id,
-                            scenario_hash=spec.scenario_hash,
-                            scenario_path=spec.scenario_path,
-                            variant_id=arm.variant_id,
-                            choices=arm.variant.as_choices_record(),
-                            target=spec.target,
-                            target_params=env.target_params_record,
-                            condition=spec.condition,
-                            simulator=env.simulator,
-                            simulator_params=env.simulator_params,
-                            replicate=spec.replicate,
-                            seed=spec.seed,
-                            status="pending",
-                            parent_id=group[0].conversation_id if i else None,
-                        )
-                    )
-            s.commit()
+    async def ensure_conversations(
+        self, spec: TreeSpec, env: RunFields, groups: list[list[Arm]]
+    ) -> None:
+        now = utcnow()
+        rows = []
+        for group in groups:
+            for i, arm in enumerate(group):
+                conv = Conversation(
+                    id=arm.conversation_id,
+                    run_id=env.run_id,
+                    scenario_id=spec.scenario.id,
+                    scenario_hash=spec.scenario_hash,
+                    scenario_path=spec.scenario_path,
+                    variant_id=arm.variant_id,
+                    choices=arm.variant.as_choices_record(),
+                    target=spec.target,
+                    target_params=env.target_params_record,
+                    condition=spec.condition,
+                    simulator=env.simulator,
+                    simulator_params=env.simulator_params,
+                    replicate=spec.replicate,
+                    seed=spec.seed,
+                    status="pending",
+                    parent_id=group[0].conversation_id if i else None,
+                    created_at=now,
+                    updated_at=now,
+                )
+                rows.append({c.name: getattr(conv, c.name) for c in _conv.columns})
+        if not rows:
+            return
+        # a resumed tree's stored arms keep their rows
+        stmt = upsert(self.store, _conv, ["id"], [])
+        await self.queue.write([(RANK_CONVERSATION, stmt, rows)])
 
-    def write_turn(self, arms: Sequence[Arm], *, index: int, **fields: Any) -> str:
+    async def write_turn(self, arms: Sequence[Arm], *, index: int, **fields: Any) -> str:
         """Write one turn into every arm's conversation; returns the leader's turn id."""
         leader_id = f"{arms[0].conversation_id}:{index}"
         now = utcnow()
-        with self.store.session() as s:
-            for i, arm in enumerate(arms):
-                s.add(
-                    Turn(
-                        id=f"{arm.conversation_id}:{index}",
-                        conversation_id=arm.conversation_id,
-                        index=index,
-                        origin_turn_id=leader_id if i else None,
-                        created_at=now,
-                        **fields,
-                    )
-                )
-                conv = s.get(Conversation, arm.conversation_id)
-                if conv is not None:
-                    conv.n_turns = index + 1
-                    conv.status = "running"
-                    conv.updated_at = now
-                    s.add(conv)
-            s.commit()
+        base = _TURN_DEFAULTS | fields | {"index": index, "created_at": now}
+        turns = [
+            base
+            | {
+                "id": f"{arm.conversation_id}:{index}",
+                "conversation_id": arm.conversation_id,
+                "origin_turn_id": leader_id if i else None,
+            }
+            for i, arm in enumerate(arms)
+        ]
+        progress = [{"b_id": a.conversation_id, "b_n": index + 1, "b_at": now} for a in arms]
+        await self.queue.write(
+            [(RANK_TURN, _INSERT_TURN, turns), (RANK_PROGRESS, _PROGRESS, progress)]
+        )
         self.on_turns(len(arms))
         return leader_id
 
-    def set_status(
+    async def set_status(
         self,
         arms: Sequence[Arm],
         status: str,
         stop_reason: str | None = None,
         error: str | None = None,
     ) -> None:
-        with self.store.session() as s:
-            for arm in arms:
-                conv = s.get(Conversation, arm.conversation_id)
-                if conv is None:
-                    continue
-                conv.status = status
-                conv.stop_reason = stop_reason
-                conv.error = error
-                conv.updated_at = utcnow()
-                s.add(conv)
-            s.commit()
+        now = utcnow()
+        rows = [
+            {
+                "b_id": a.conversation_id,
+                "b_status": status,
+                "b_reason": stop_reason,
+                "b_error": error,
+                "b_at": now,
+            }
+            for a in arms
+        ]
+        await self.queue.write([(RANK_PROGRESS, _STATUS, rows)])
 
-    def record_split(self, old_leader: Arm, subgroups: list[list[Arm]], fork_index: int) -> None:
-        with self.store.session() as s:
-            for group in subgroups:
-                leader = group[0]
-                if leader is not old_leader:
-                    conv = s.get(Conversation, leader.conversation_id)
-                    if conv is not None:
-                        conv.parent_id = old_leader.conversation_id
-                        conv.fork_turn = fork_index
-                        s.add(conv)
-                for arm in group[1:]:
-                    conv = s.get(Conversation, arm.conversation_id)
-                    if conv is not None:
-                        conv.parent_id = leader.conversation_id
-                        s.add(conv)
-            s.commit()
+    async def record_split(
+        self, old_leader: Arm, subgroups: list[list[Arm]], fork_index: int
+    ) -> None:
+        forks, parents = [], []
+        for group in subgroups:
+            leader = group[0]
+            if leader is not old_leader:
+                forks.append(
+                    {
+                        "b_id": leader.conversation_id,
+                        "b_parent": old_leader.conversation_id,
+                        "b_fork": fork_index,
+                    }
+                )
+            parents += [
+                {"b_id": a.conversation_id, "b_parent": leader.conversation_id} for a in group[1:]
+            ]
+        await self.queue.write([(RANK_SPLIT, _FORK, forks), (RANK_SPLIT, _PARENT, parents)])
 
     def load(self, arms: Sequence[Arm]) -> dict[str, tuple[Conversation | None, list[Turn]]]:
-        out: dict[str, tuple[Conversation | None, list[Turn]]] = {}
+        """Each arm's stored conversation and turns (two queries for the whole tree)."""
+        ids = [a.conversation_id for a in arms]
         with self.store.session() as s:
-            for arm in arms:
-                conv = s.get(Conversation, arm.conversation_id)
-                turns = (
-                    list(
-                        s.exec(
-                            select(Turn)
-                            .where(Turn.conversation_id == arm.conversation_id)
-                            .order_by(Turn.index)
-                        ).all()
-                    )
-                    if conv is not None
-                    else []
+            convs = {
+                c.id: c for c in s.exec(select(Conversation).where(col(Conversation.id).in_(ids)))
+            }
+            turns: dict[str, list[Turn]] = {i: [] for i in ids}
+            if convs:
+                query = (
+                    select(Turn)
+                    .where(col(Turn.conversation_id).in_(list(convs)))
+                    .order_by(col(Turn.conversation_id), col(Turn.index))
                 )
-                out[arm.conversation_id] = (conv, turns)
-        return out
+                for t in s.exec(query):
+                    turns[t.conversation_id].append(t)
+        return {i: (convs.get(i), turns[i] if i in convs else []) for i in ids}

@@ -99,6 +99,12 @@ class ChatServer:
         self.reasoning = reasoning
         self.require_key = require_key
         self.requests = 0
+        # What throughput benchmarks read from GET /v1/_stats: how many chats were answered at
+        # once at most, and when the first arrived and the last was answered (time.time()).
+        self.in_flight = 0
+        self.peak_in_flight = 0
+        self.first_at: float | None = None
+        self.last_at: float | None = None
         self.failed_by_model: dict[str, int] = defaultdict(int)
         self.last_headers: dict[str, str] = {}
         self._ids = itertools.count(1)
@@ -109,6 +115,7 @@ class ChatServer:
         app.router.add_post("/chat/completions", self.chat)
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/models", self.models)
+        app.router.add_get("/v1/_stats", self.stats)
         app.on_cleanup.append(self._cleanup)
         return app
 
@@ -123,6 +130,16 @@ class ChatServer:
             }
         )
 
+    async def stats(self, _request: web.Request) -> web.Response:
+        return web.json_response(
+            {
+                "requests": self.requests,
+                "peak_in_flight": self.peak_in_flight,
+                "first_at": self.first_at,
+                "last_at": self.last_at,
+            }
+        )
+
     def _error(
         self, status: int, message: str, kind: str, headers: dict[str, str] | None = None
     ) -> web.Response:
@@ -130,6 +147,17 @@ class ChatServer:
         return web.json_response(body, status=status, headers=headers)
 
     async def chat(self, request: web.Request) -> web.Response:
+        self.in_flight += 1
+        self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+        if self.first_at is None:
+            self.first_at = time.time()
+        try:
+            return await self._chat(request)
+        finally:
+            self.in_flight -= 1
+            self.last_at = time.time()
+
+    async def _chat(self, request: web.Request) -> web.Response:
         self.requests += 1
         self.last_headers = {k.lower(): v for k, v in request.headers.items()}
         if (

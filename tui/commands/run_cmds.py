@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from core.domain import EVENTS
 from core.errors import UserError
+
+if TYPE_CHECKING:
+    from scenarios.models import Scenario
+    from simulator.runner import RunConfig, RunResult
 
 
 def run_command(
@@ -40,8 +42,14 @@ def run_command(
         ),
     ] = None,
     simulator: Annotated[
-        str, typer.Option("--simulator", metavar="SPEC", help="Model spec that plays the persona.")
-    ] = "embedded",
+        list[str] | None,
+        typer.Option(
+            "--simulator",
+            metavar="SPEC",
+            help="Model spec that plays the persona (repeatable: every tree is played by each, "
+            "for simulator sensitivity; the report pairs them). Default: embedded.",
+        ),
+    ] = None,
     detector: Annotated[
         str | None,
         typer.Option(
@@ -110,7 +118,8 @@ def run_command(
             "--concurrency",
             metavar="N",
             min=1,
-            help="Conversation groups in flight at once (a local model batches them).",
+            help="Conversation groups in flight at once (a local model batches them); also the "
+            "calls in flight of API providers without a --limit.",
         ),
     ] = 16,
     seed: Annotated[
@@ -145,7 +154,24 @@ def run_command(
         typer.Option(
             "--event-rules",
             metavar="FILE",
-            help="YAML of event -> regex patterns replacing the default keyword rules of those events (help_offer, limit, crisis_resource).",
+            help=f"YAML of event -> regex patterns replacing the default keyword rules of those events ({', '.join(EVENTS)}).",
+        ),
+    ] = None,
+    limit: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--limit",
+            metavar="KEY,FIELD=N",
+            help="Provider limits, e.g. 'litellm:openai,max_concurrency=64,rpm=5000,tpm=2000000' "
+            "(KEY: a spec, oai:API_BASE, a prefix or *); repeatable, wins over --limits.",
+        ),
+    ] = None,
+    limits_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--limits",
+            metavar="FILE",
+            help="YAML of provider limits: {limits: {KEY: {max_concurrency, rpm, tpm}}}.",
         ),
     ] = None,
     persona_retries: Annotated[
@@ -164,6 +190,7 @@ def run_command(
     Ctrl-C at any time: conversations are marked interrupted, and --resume RUN_ID finishes them.
     """
     from simulator.events import load_patterns
+    from simulator.limits import load_limits
     from simulator.runner import RunConfig, check_specs, load, new_run_id
     from simulator.specs import pairs_to_dict
 
@@ -176,14 +203,14 @@ def run_command(
         targets=target or ["embedded"],
         target_params=pairs_to_dict(target_param or [], where="--target-param"),
         conditions=condition or ["none"],
-        simulator=simulator,
+        simulators=simulator or ["embedded"],
         simulator_params=pairs_to_dict(simulator_param or [], where="--simulator-param"),
         detector=detector,
         detector_params=pairs_to_dict(detector_param or [], where="--detector-param"),
         replicates=replicates,
         max_turns=max_turns,
         variants=variant or [],
-        fork=fork,  # type: ignore[arg-type]
+        fork=fork,
         db=db,
         run_id=resume or run_id or new_run_id(),  # known up front: an interrupt message can name it
         resume=resume is not None,
@@ -191,6 +218,7 @@ def run_command(
         seed=seed,
         persona_retries=persona_retries,
         event_patterns=load_patterns(str(event_rules)) if event_rules else None,
+        limits=load_limits(limits_file, limit or []),
     )
     # Bad scenarios or specs fail here, as one line, before any progress bar is drawn.
     scenarios = load(config.scenarios)
@@ -198,11 +226,12 @@ def run_command(
     _run_with_progress(config, scenarios)
 
 
-def _run_with_progress(config: object, scenarios: list[object]) -> None:
+def _run_with_progress(config: RunConfig, scenarios: list[Scenario]) -> None:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from simulator.runner import RunResult, run
+    from simulator.runner import run
+    from tui.commands.interrupts import until_signalled
 
     console = Console(stderr=True)
     progress = Progress(
@@ -218,49 +247,56 @@ def _run_with_progress(config: object, scenarios: list[object]) -> None:
     def on_progress(done: int, total: int) -> None:
         progress.update(task, completed=done, total=total or None)
 
+    def interrupted(name: str) -> None:
+        # The store is already marked (the runner did it on cancellation).
+        progress.stop()
+        console.print(
+            f"interrupted ({name}): running conversations were marked interrupted; "
+            f"resume with --resume {getattr(config, 'run_id', None)}",
+            markup=False,
+            highlight=False,
+        )
+
     async def main() -> RunResult:
-        loop = asyncio.get_running_loop()
-        current = asyncio.current_task()
-        assert current is not None
-        received: list[str] = []
-
-        def stop(name: str) -> None:
-            received.append(name)
-            current.cancel(msg=f"received {name}")
-
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
-                loop.add_signal_handler(sig, stop, sig.name)
-            except (NotImplementedError, RuntimeError):  # not the main thread, or Windows
-                pass
-        try:
-            return await run(config, on_progress=on_progress, scenarios=scenarios)  # type: ignore[arg-type]
-        except asyncio.CancelledError:
-            if not received:
-                raise
-            # The store is already marked (the runner did it on cancellation). Exit now: a local
-            # model's generate thread cannot be interrupted and would hold the process for minutes.
-            progress.stop()
-            run_id = getattr(config, "run_id", None)
-            console.print(
-                f"interrupted ({received[0]}): running conversations were marked interrupted; "
-                f"resume with --resume {run_id}",
-                markup=False,
-                highlight=False,
-            )
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(130)
+        return await until_signalled(
+            lambda: run(config, on_progress=on_progress, scenarios=scenarios), interrupted
+        )
 
     with progress:
         result = asyncio.run(main())
     _print_summary(result)
+    if _print_failures(result):
+        raise typer.Exit(1)  # some conversations failed: a script must not take it for success
+
+
+def _print_failures(result: RunResult) -> int:
+    """How many conversations did not complete, and why (the first reasons); returns the count."""
+    from rich.console import Console
+    from rich.text import Text
+
+    from simulator.transcript import safe_text
+
+    failed = [c for c in result.conversations if c.status != "completed"]
+    if failed:
+        reasons: dict[str, int] = {}
+        for c in failed:
+            why = (c.error or c.stop_reason or c.status).splitlines()[0][:160]
+            reasons[why] = reasons.get(why, 0) + 1
+        top = sorted(reasons.items(), key=lambda kv: -kv[1])[:3]
+        Console(stderr=True).print(
+            Text(
+                f"{len(failed)} of {len(result.conversations)} conversation(s) did not complete: "
+                + "; ".join(f"{n} x {safe_text(why)}" for why, n in top)
+            ),
+            soft_wrap=True,
+        )
+    return len(failed)
 
 
 MAX_ROWS = 60  # a sweep of thousands of conversations gets a tally, not a wall of rows
 
 
-def _print_summary(result: object) -> None:
+def _print_summary(result: RunResult) -> None:
     from rich import box
     from rich.console import Console
     from rich.table import Table
@@ -271,7 +307,7 @@ def _print_summary(result: object) -> None:
     console = Console()
     if not console.is_terminal:
         console = Console(width=200)  # a pipe or a log file: keep each conversation on one line
-    rows = result.conversations  # type: ignore[attr-defined]
+    rows = result.conversations
     many_targets = len({c.target for c in rows}) > 1
     many_conditions = len({c.condition for c in rows}) > 1
     table = Table(title=None, show_lines=False, box=box.SIMPLE_HEAD)
@@ -311,16 +347,16 @@ def _print_summary(result: object) -> None:
     console.print(
         Text("by status/stop reason: " + ", ".join(f"{k} {v}" for k, v in sorted(tally.items())))
     )
-    calls = result.calls  # type: ignore[attr-defined]
-    db = result.db.removeprefix("sqlite:///")  # type: ignore[attr-defined]
+    calls = result.calls
+    db = result.db.removeprefix("sqlite:///")
     resumed = (
         f" (resumed: {result.interrupted_before} unfinished conversations continued)"
         if result.resumed
         else ""
-    )  # type: ignore[attr-defined]
+    )
     console.print(
         Text(
-            f"run {result.run_id}{resumed}: {len(result.conversations)} conversations in "  # type: ignore[attr-defined]
+            f"run {result.run_id}{resumed}: {len(result.conversations)} conversations in "
             f"{db}; "
             f"model calls: {calls.get('persona', 0)} persona, {calls.get('target', 0)} target, "
             f"{calls.get('detector', 0)} detector"

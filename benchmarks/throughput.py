@@ -1,0 +1,266 @@
+"""A sweep as a user runs it: is it bound by the provider, or by branchpoint?
+
+    python benchmarks/throughput.py                       # 1,000 conversations, 256 and 1,000 in flight
+    python benchmarks/throughput.py --conversations 200 --skip-wide --skip-litellm   # a quick look
+
+Starts the loopback OpenAI-compatible server (``simulator.testing.openai_server``) in its own
+process with a fixed delay (100 ms), then runs ``branchpoint run`` as a subprocess on the teen
+library, ``--fork independent``, with persona and chatbot both served by that server, enough
+replicates (``-n``) for about ``--conversations`` conversations. For each run it prints:
+
+- wall time of the process, and from the server's first request to the process's exit;
+- the latency-bound ideal: calls per conversation x latency x ceil(conversations / in flight),
+  and the two ratios to it;
+- CPU ms per model call of the ``branchpoint run`` process (user + system, load-independent);
+- peak RSS of that process, and the most calls the server had in flight at once;
+- store bytes per conversation (a SQLite file, after a WAL checkpoint).
+
+Store growth is measured on a second, smaller pair of runs at 10 and 20 exchanges. The machine's
+load average is printed too: other work on the cores stretches wall time, not CPU time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LIBRARY = ROOT / "scenarios" / "library" / "teen"
+
+
+def arms_per_replicate() -> int:
+    """Conversations one replicate of the teen library makes with ``--fork independent``."""
+    sys.path.insert(0, str(ROOT))
+    from simulator.plan import plan_run
+    from simulator.run_config import RunConfig
+
+    plan = plan_run(RunConfig(scenarios=[str(LIBRARY)], fork="independent", targets=["oai:x"]))
+    return sum(len(t.arms) for t in plan.trees)
+
+
+def start_server(delay_ms: float) -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "simulator.testing.openai_server", "--port", "0"]
+        + ["--delay-ms", str(delay_ms)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    url = proc.stdout.readline().strip()
+    if not url.startswith("http://127.0.0.1:"):
+        proc.kill()
+        raise SystemExit(f"server did not start: {url!r}")
+    return proc, url
+
+
+def server_stats(url: str) -> dict[str, float]:
+    with urllib.request.urlopen(f"{url}/_stats", timeout=30) as response:
+        return json.loads(response.read())
+
+
+@dataclass
+class Figures:
+    label: str
+    conversations: int
+    calls: int
+    wall_s: float
+    from_first_s: float
+    ideal_s: float
+    cpu_ms_per_call: float
+    peak_rss_mb: float
+    peak_in_flight: int
+    bytes_per_conversation: float
+
+    def show(self) -> str:
+        return (
+            f"{self.label}: {self.conversations} conversations, {self.calls} calls\n"
+            f"  wall {self.wall_s:.1f} s (from first call {self.from_first_s:.1f} s), "
+            f"ideal {self.ideal_s:.1f} s: ratio {self.from_first_s / self.ideal_s:.2f} from the "
+            f"first call, {self.wall_s / self.ideal_s:.2f} whole process\n"
+            f"  CPU {self.cpu_ms_per_call:.2f} ms per model call, peak RSS "
+            f"{self.peak_rss_mb:.0f} MB, peak calls in flight {self.peak_in_flight}, store "
+            f"{self.bytes_per_conversation / 1024:.1f} KiB per conversation"
+        )
+
+
+def store_bytes(db: Path) -> int:
+    with sqlite3.connect(db) as con:
+        con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return sum(p.stat().st_size for p in db.parent.glob(db.name + "*"))
+
+
+def count(db: Path, sql: str) -> int:
+    with sqlite3.connect(db) as con:
+        return int(con.execute(sql).fetchone()[0])
+
+
+def run_once(
+    label: str,
+    spec: str,
+    url: str,
+    *,
+    replicates: int,
+    max_turns: int,
+    concurrency: int,
+    delay_ms: float,
+    workdir: Path,
+    extra: list[str],
+) -> Figures:
+    db = workdir / f"{label.replace(' ', '_').replace(':', '')}.db"
+    param = "api_base=" + url
+    argv = [
+        sys.executable,  # `branchpoint run`, from this tree (BEFORE figures run a copy of it)
+        "-m",
+        "tui.cli",
+        "run",
+        str(LIBRARY),
+        "-n",
+        str(replicates),
+        "--max-turns",
+        str(max_turns),
+        "--fork",
+        "independent",
+        "--concurrency",
+        str(concurrency),
+        "--target",
+        spec,
+        "--target-param",
+        param,
+        "--simulator",
+        spec,
+        "--simulator-param",
+        param,
+        "--db",
+        str(db),
+        *extra,
+    ]
+    env = dict(os.environ, OPENAI_API_KEY="sk-benchmark-dummy-key")
+    env.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    started = time.time()
+    with tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err)
+        # wait4: this child's own CPU and peak RSS, not the server's
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        ended = time.time()
+        if proc.returncode != 0:
+            err.seek(0)
+            raise SystemExit(f"{label}: branchpoint run failed ({proc.returncode}):\n{err.read()}")
+    stats = server_stats(url)
+    calls = int(stats["requests"])
+    conversations = count(db, "SELECT count(*) FROM conversations")
+    failed = count(db, "SELECT count(*) FROM conversations WHERE status != 'completed'")
+    if failed:
+        print(f"  warning: {failed} conversations did not complete", file=sys.stderr)
+    per_conversation = calls / max(conversations, 1)
+    ideal = per_conversation * delay_ms / 1000 * math.ceil(conversations / concurrency)
+    from_first = ended - (stats["first_at"] or started)  # each run has a fresh server
+    cpu = usage.ru_utime + usage.ru_stime
+    return Figures(
+        label=label,
+        conversations=conversations,
+        calls=calls,
+        wall_s=ended - started,
+        from_first_s=from_first,
+        ideal_s=ideal,
+        cpu_ms_per_call=cpu * 1000 / max(calls, 1),
+        peak_rss_mb=usage.ru_maxrss / 1024,
+        peak_in_flight=int(stats["peak_in_flight"]),
+        bytes_per_conversation=store_bytes(db) / max(conversations, 1),
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--conversations", type=int, default=1000)
+    parser.add_argument("--delay-ms", type=float, default=100.0)
+    parser.add_argument("--concurrency", type=int, default=256)
+    parser.add_argument("--wide", type=int, default=1000, help="the second, wider concurrency")
+    parser.add_argument("--growth-conversations", type=int, default=200)
+    parser.add_argument("--litellm-conversations", type=int, default=1000)
+    parser.add_argument("--skip-wide", action="store_true")
+    parser.add_argument("--skip-litellm", action="store_true")
+    parser.add_argument("--skip-growth", action="store_true")
+    parser.add_argument("--only-litellm", action="store_true")
+    parser.add_argument("--extra", action="append", default=[], help="more `run` arguments")
+    args = parser.parse_args()
+
+    arms = arms_per_replicate()
+
+    def replicates_for(conversations: int) -> int:
+        return max(1, round(conversations / arms))
+
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp)
+        jobs: list[tuple[str, str, int, int]] = []
+        n, n_litellm = (
+            replicates_for(args.conversations),
+            replicates_for(args.litellm_conversations),
+        )
+        if not args.only_litellm:
+            jobs.append((f"oai @{args.concurrency}", "oai:bench", args.concurrency, n))
+            if not args.skip_wide:
+                jobs.append((f"oai @{args.wide}", "oai:bench", args.wide, n))
+        if not args.skip_litellm:
+            spec = "litellm:openai/bench"
+            jobs.append((f"litellm @{args.concurrency}", spec, args.concurrency, n_litellm))
+        for label, spec, concurrency, replicates in jobs:
+            server, url = start_server(args.delay_ms)  # a fresh server: its first call is ours
+            try:
+                figures = run_once(
+                    label,
+                    spec,
+                    url,
+                    replicates=replicates,
+                    max_turns=10,
+                    concurrency=concurrency,
+                    delay_ms=args.delay_ms,
+                    workdir=workdir,
+                    extra=args.extra,
+                )
+            finally:
+                server.kill()
+                server.wait()
+            print(figures.show(), flush=True)
+        if not args.skip_growth:
+            small = replicates_for(args.growth_conversations)
+            sizes: dict[int, float] = {}
+            for turns in (10, 20):
+                server, url = start_server(0)
+                try:
+                    figures = run_once(
+                        f"growth {turns}",
+                        "oai:bench",
+                        url,
+                        replicates=small,
+                        max_turns=turns,
+                        concurrency=args.concurrency,
+                        delay_ms=1,
+                        workdir=workdir,
+                        extra=args.extra,
+                    )
+                finally:
+                    server.kill()
+                    server.wait()
+                sizes[turns] = figures.bytes_per_conversation
+            print(
+                f"store per conversation: {sizes[10] / 1024:.1f} KiB at 10 exchanges, "
+                f"{sizes[20] / 1024:.1f} KiB at 20: {sizes[20] / sizes[10]:.2f}x"
+            )
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+if __name__ == "__main__":
+    main()
