@@ -156,6 +156,12 @@ class Gateway:
         self.stats["calls"] += 1
         use_cache = self.cache is not None and cacheable(params)
 
+        def record(completion: Completion, error: str | None) -> None:
+            self._record(
+                call_id, parsed, params, key, messages, purpose, run_id, conversation_id,
+                completion, error, layout,
+            )  # fmt: skip
+
         if use_cache:
             hit = self._cache_get(key, parsed.raw)
             if hit is None and key in self._inflight:
@@ -168,19 +174,7 @@ class Gateway:
                 hit.cached, hit.attempts, hit.cost = True, 0, 0.0
                 hit.model = parsed.raw
                 self.stats["cached"] += 1
-                self._record(
-                    call_id,
-                    parsed,
-                    params,
-                    key,
-                    messages,
-                    purpose,
-                    run_id,
-                    conversation_id,
-                    hit,
-                    None,
-                    layout,
-                )
+                record(hit, None)
                 return hit, call_id
 
         future: asyncio.Future[Completion] | None = None
@@ -208,19 +202,7 @@ class Gateway:
         if completion is None:
             self.stats["failed"] += 1
             failed = Completion(text="", model=parsed.raw, attempts=attempts)
-            self._record(
-                call_id,
-                parsed,
-                params,
-                key,
-                messages,
-                purpose,
-                run_id,
-                conversation_id,
-                failed,
-                error,
-                layout,
-            )
+            record(failed, error)
             raise ModelError(error or "model call failed")
 
         completion.model = parsed.raw
@@ -228,19 +210,7 @@ class Gateway:
         completion.cached = False
         if use_cache and self.cache is not None:
             self.cache.put(key, parsed.raw, completion)
-        self._record(
-            call_id,
-            parsed,
-            params,
-            key,
-            messages,
-            purpose,
-            run_id,
-            conversation_id,
-            completion,
-            None,
-            layout,
-        )
+        record(completion, None)
         return completion, call_id
 
     async def _call_with_retries(
