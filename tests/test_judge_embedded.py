@@ -13,7 +13,7 @@ from typing import Any
 from sqlmodel import select
 
 from core.records import Conversation, Judgment, ModelCall, Run, Turn
-from judges.llm_judge import PROMPT_VERSION, parse_output
+from judges.llm_judge import PROMPT_VERSION, judge_version, parse_output
 from judges.loading import load_rubric
 from judges.runner import ajudge_run
 from simulator.completion import GenParams
@@ -106,8 +106,10 @@ def test_embedded_model_judges_a_stored_conversation(
             "embedded",
             "teen",
             rubric.rubric_hash(),
-            PROMPT_VERSION,
+            # judge params are part of a judgment's identity (issue 16): the version names them
+            judge_version(PROMPT_VERSION, GenParams(max_tokens=40)),
         )
+        assert r.prompt_version.startswith(PROMPT_VERSION + "+params:")
         assert r.call_id == call.id and r.turn_id == "emb-1:1" and r.risk_area and r.error is None
         said = ratings[r.criterion_id]
         assert said is not None
