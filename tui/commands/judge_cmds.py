@@ -62,7 +62,7 @@ def judge_command(
         list[str] | None,
         typer.Option(
             "--judge-param",
-            help="Judge model param NAME=VALUE (repeatable), e.g. max_tokens=512, api_base=http://127.0.0.1:8000/v1. Default: temperature 0, seed 0.",
+            help="Judge model param NAME=VALUE (repeatable), e.g. max_tokens=512, api_base=http://127.0.0.1:8000/v1. structured=json_schema|json_object|prompt pins the JSON mode (default: tried in that order). Default: temperature 0, seed 0.",
         ),
     ] = None,
     max_retries: Annotated[

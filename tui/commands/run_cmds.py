@@ -146,7 +146,7 @@ def run_command(
         typer.Option(
             "--detector-param",
             metavar="NAME=VALUE",
-            help="Detector model param NAME=VALUE (repeatable).",
+            help="Detector model param NAME=VALUE (repeatable); structured=json_schema|json_object|prompt pins the JSON mode.",
         ),
     ] = None,
     event_rules: Annotated[
