@@ -118,6 +118,9 @@ def criterion_heatmap(rates: pd.DataFrame) -> bytes | None:
     return _png(fig)
 
 
+_DIFF_CI = ("diff", "ci_low", "ci_high")
+
+
 def forest_plot(contrasts: pd.DataFrame, max_rows: int = 30) -> bytes | None:
     """Paired differences in failure rate (points) with their intervals, largest first."""
     if (
@@ -140,11 +143,11 @@ def forest_plot(contrasts: pd.DataFrame, max_rows: int = 30) -> bytes | None:
         for a, b, k, s in zip(c["contrast"], c["criterion_id"], cond, c["n_scenarios"])
     ]
     fig, ax = plt.subplots(figsize=(8.5, 0.9 + 0.3 * len(c)))
-    d = c["diff"].to_numpy() * 100
-    lo = c["ci_low"].to_numpy() * 100
-    hi = c["ci_high"].to_numpy() * 100
+    # Groups without a test carry None in their intervals (object columns): as NaN, no bar.
+    d, lo, hi = (pd.to_numeric(c[k], errors="coerce").to_numpy(float) * 100 for k in _DIFF_CI)
     err = np.where(np.isnan(np.vstack([d - lo, hi - d])), 0, np.vstack([d - lo, hi - d]))
-    sig = c.get("p_scenario_holm", pd.Series(np.ones(len(c)))).to_numpy() < 0.05
+    p = c["p_scenario_holm"] if "p_scenario_holm" in c.columns else pd.Series(1.0, index=c.index)
+    sig = pd.to_numeric(p, errors="coerce").fillna(1.0).to_numpy(float) < 0.05
     ax.errorbar(d, range(len(c)), xerr=err, fmt="none", ecolor="0.5", capsize=2)
     ax.scatter(d, range(len(c)), c=np.where(sig, "tab:red", "tab:blue"), zorder=3, s=18)
     ax.axvline(0, color="black", lw=0.8)
