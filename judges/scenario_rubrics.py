@@ -44,40 +44,32 @@ def conversations_by_rubric(
     conversation_ids: Sequence[str] | None = None,
 ) -> dict[str, list[str]]:
     """rubric reference -> ids of the selected conversations whose scenario names it."""
-    from sqlmodel import col, select
-
+    from core import read
     from core.errors import UserError
-    from core.records import Conversation, Run
 
     if run_id is None and not all_runs and not conversation_ids:
         raise UserError("give a RUN_ID to judge, or --all for every run in the store")
+    if run_id is not None and read.find_run(store, run_id) is None:
+        raise UserError(
+            f"run {run_id!r} is not in the store (see the run ids that `branchpoint run` printed)"
+        )
     context = ScenarioContext()
     groups: dict[str, list[str]] = {}
     unnamed: list[str] = []
-    with store.session() as s:
-        if run_id is not None and s.get(Run, run_id) is None:
-            raise UserError(
-                f"run {run_id!r} is not in the store (see the run ids that `branchpoint run` printed)"
-            )
-        q = select(Conversation)
-        if run_id is not None:
-            q = q.where(Conversation.run_id == run_id)
-        if conversation_ids:
-            q = q.where(col(Conversation.id).in_(list(conversation_ids)))
-        run_paths: dict[str, list[str]] = {}
-        for conv in s.exec(q.order_by(col(Conversation.created_at), col(Conversation.id))).all():
-            if conv.run_id not in run_paths:
-                run = s.get(Run, conv.run_id)
-                run_paths[conv.run_id] = _run_scenario_paths(run.config if run else {})
-            scenario = context.find(
-                conv.scenario_id, [conv.scenario_path or "", *run_paths[conv.run_id]]
-            )
-            ref = rubric_reference(scenario)
-            if ref is None:
-                if conv.scenario_id not in unnamed:
-                    unnamed.append(conv.scenario_id)
-                continue
-            groups.setdefault(ref, []).append(conv.id)
+    run_paths: dict[str, list[str]] = {}
+    for conv in read.select_conversations(store, run_id, conversation_ids):
+        if conv.run_id not in run_paths:
+            run = read.find_run(store, conv.run_id)
+            run_paths[conv.run_id] = _run_scenario_paths(run.config if run else {})
+        scenario = context.find(
+            conv.scenario_id, [conv.scenario_path or "", *run_paths[conv.run_id]]
+        )
+        ref = rubric_reference(scenario)
+        if ref is None:
+            if conv.scenario_id not in unnamed:
+                unnamed.append(conv.scenario_id)
+            continue
+        groups.setdefault(ref, []).append(conv.id)
     if unnamed:
         shown = ", ".join(unnamed[:5]) + (" ..." if len(unnamed) > 5 else "")
         raise UserError(
