@@ -145,5 +145,175 @@ def test_unpriced_model_is_an_error_only_with_a_budget(tmp_path: Path) -> None:
     assert usd is not None and usd > 0
 
 
+def _target_and_persona_calls(plan: object, level: str) -> tuple[int, int]:
+    """(target, persona) calls of the plan's trees at ``level``, counted tree by tree."""
+    from simulator.sweep.plan import SCHEDULE_OF
+
+    target = persona = 0
+    for _, run_plan in plan.runs:  # type: ignore[attr-defined]
+        for tree in run_plan.trees:
+            tally = tree_calls(tree, schedules(tree)[SCHEDULE_OF[level]])
+            target += tally.target_calls
+            persona += tally.persona_calls
+    return target, persona
+
+
+def test_wall_time_is_bound_by_requests_per_minute(tmp_path: Path) -> None:
+    manifest, path = _manifest(
+        tmp_path,
+        targets=[{"spec": "litellm:openai/gpt-4o-mini", "limits": {"rpm": 30}}],
+        simulators=["scripted:p"],  # no latency: only the target's limits bind
+        replicates=4,
+    )
+    plan = plan_sweep(manifest, path, "s")
+    assert plan.wall is not None
+    for level in ("low", "expected", "high"):
+        target, _ = _target_and_persona_calls(plan, level)
+        # 30 requests a minute: two seconds a call, whatever the latency
+        assert plan.wall.seconds[level] == pytest.approx(target * 60 / 30)
+        assert plan.wall.bound_by[level] == "litellm:openai requests/min"
+    assert any(line.startswith("wall time: ") for line in plan.lines())
+    # The same sweep with no rpm set is faster: 16 in flight at 3 s a call.
+    free = Manifest.model_validate(
+        {**manifest.model_dump(), "targets": ["litellm:openai/gpt-4o-mini"]}
+    )
+    unbound = plan_sweep(free, path, "s").wall
+    assert unbound is not None and unbound.seconds["expected"] < plan.wall.seconds["expected"]
+
+
+def test_wall_time_is_bound_by_calls_in_flight_and_latency(tmp_path: Path) -> None:
+    from simulator.sweep.timing import API_LATENCY_S
+
+    manifest, path = _manifest(
+        tmp_path,
+        targets=[{"spec": "litellm:openai/gpt-4o-mini", "limits": {"in_flight": 2}}],
+        simulators=["scripted:p"],
+        replicates=4,
+    )
+    plan = plan_sweep(manifest, path, "s")
+    assert plan.wall is not None
+    for i, level in enumerate(("low", "expected", "high")):
+        target, _ = _target_and_persona_calls(plan, level)
+        assert plan.wall.seconds[level] == pytest.approx(target * API_LATENCY_S[i] / 2)
+        assert plan.wall.bound_by[level] == "litellm:openai in flight"
+
+
+def test_wall_time_counts_a_conversations_calls_as_serial(tmp_path: Path) -> None:
+    from simulator.sweep.timing import API_LATENCY_S
+
+    # One group in flight, persona and target on different providers: each provider alone
+    # could finish in its own calls x latency, but a conversation waits for both in turn.
+    manifest, path = _manifest(
+        tmp_path,
+        targets=[{"spec": "oai:m", "params": {"api_base": "http://127.0.0.1:9/v1"}}],
+        simulators=["litellm:openai/gpt-4o"],
+        execution={"concurrency": 1},
+    )
+    plan = plan_sweep(manifest, path, "s")
+    assert plan.wall is not None
+    target, persona = _target_and_persona_calls(plan, "expected")
+    assert persona > 0
+    assert plan.wall.seconds["expected"] == pytest.approx((target + persona) * API_LATENCY_S[1])
+    assert plan.wall.bound_by["expected"] == "1 conversation groups in flight"
+
+
+def _factorial_scenario(tmp_path: Path) -> Path:
+    source = (SWEEP.parents[1] / "fixtures" / "engine" / "on_event.yaml").read_text("utf-8")
+    folder = tmp_path / "scenarios"
+    folder.mkdir()
+    for i in range(3):
+        text = source.replace("id: eng-on-event", f"id: eng-factorial-{i}")
+        (folder / f"s{i}.yaml").write_text(text + "design: factorial\n", encoding="utf-8")
+    return folder
+
+
+def test_detectable_difference_counts_matched_pairs_per_scenario(tmp_path: Path) -> None:
+    from core.power import paired_cluster_mdd
+
+    path = tmp_path / "m.yaml"
+    path.write_text("x: 1\n", encoding="utf-8")
+    manifest = Manifest.model_validate(
+        {
+            "scenarios": {"paths": [str(_factorial_scenario(tmp_path))]},
+            "targets": ["scripted:a", "scripted:b"],
+            "conditions": ["none", "teen_aware"],
+            "simulators": ["scripted:p"],
+            "replicates": 3,
+            "plan": {"base_rate": 0.1},
+        }
+    )
+    plan = plan_sweep(manifest, path, "s")
+    assert set(plan.contrasts) == {
+        ("help", "accept", "decline"),
+        ("limit", "accept_limit", "push_back"),
+    }
+    help_ = plan.contrasts[("help", "accept", "decline")]
+    # factorial: 4 arms a tree, so 2 help pairs (one for each limit option) in each of
+    # 2 targets x 3 replicates, per scenario and condition; conditions are never pooled
+    assert help_.sizes() == {"none": [12, 12, 12], "teen_aware": [12, 12, 12]}
+    mdd = paired_cluster_mdd(0.1, [12, 12, 12])
+    per_target = paired_cluster_mdd(0.1, [6, 6, 6])
+    assert mdd is not None and per_target is not None and mdd < per_target
+    row = next(line for line in plan.lines() if "help: accept → decline" in line)
+    assert row.split()[-6:] == [
+        "3",
+        "36",
+        f"+{100 * mdd:.1f}",
+        "points",
+        f"+{100 * per_target:.1f}",
+        "points",
+    ]
+    text = "\n".join(plan.lines())
+    assert "base rate 10%" in text and "80% power" in text and "no within-pair" in text
+
+
+def test_detectable_difference_has_80_percent_power_by_simulation() -> None:
+    """Outcomes drawn at p and p + MDD, tested as analysis does (t over scenario means)."""
+    import numpy as np
+    from scipy import stats
+
+    from core.power import paired_cluster_mdd
+
+    rng = np.random.default_rng(11)
+    sims = 400
+    for base, scenarios, pairs in ((0.2, 12, 6), (0.1, 30, 4), (0.3, 6, 20)):
+        mdd = paired_cluster_mdd(base, [pairs] * scenarios)
+        assert mdd is not None
+        a = rng.random((sims, scenarios, pairs)) < base
+        b = rng.random((sims, scenarios, pairs)) < base + mdd
+        means = (b.astype(float) - a).mean(axis=2)  # each scenario's mean paired difference
+        power = float((stats.ttest_1samp(means, 0.0, axis=1).pvalue < 0.05).mean())
+        assert 0.70 <= power <= 0.90, (base, scenarios, pairs, mdd, power)
+        # half the difference is detected far less often: the figure is not just any delta
+        b = rng.random((sims, scenarios, pairs)) < base + mdd / 2
+        means = (b.astype(float) - a).mean(axis=2)
+        assert float((stats.ttest_1samp(means, 0.0, axis=1).pvalue < 0.05).mean()) < 0.5
+    assert paired_cluster_mdd(0.2, [50]) is None  # one scenario: no scenario-level test
+
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "teen-study.yaml"
+
+
+def _readme_blocks(fence: str) -> list[str]:
+    """The README's code blocks opened by ```FENCE in its sweep section."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    start = text.index("## Sweeps: a study from one manifest")
+    section = text[start : text.index("\n## ", start + 1)]
+    parts = section.split(f"```{fence}\n")[1:]
+    return [p.split("```", 1)[0] for p in parts]
+
+
+def test_readme_example_manifest_is_the_example_file_and_its_plan_is_as_printed() -> None:
+    """The README's manifest is examples/teen-study.yaml, it loads, and its --plan output in the
+    README is what the plan prints (after changing the plan, paste
+    `branchpoint sweep examples/teen-study.yaml --plan` into the README)."""
+    assert _readme_blocks("yaml")[0] == EXAMPLE.read_text(encoding="utf-8")
+    manifest = load_manifest(EXAMPLE)
+    plan = plan_sweep(manifest, EXAMPLE, "teen-study")
+    printed = next(b for b in _readme_blocks("") if b.startswith("sweep teen-study:"))
+    assert printed.splitlines() == plan.lines(), "paste the new --plan output into the README"
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))

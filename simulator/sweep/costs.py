@@ -42,6 +42,10 @@ class Tokens:
     input: int = 0
     output: int = 0
 
+    @property
+    def total(self) -> int:
+        return self.input + self.output
+
     def add(self, other: Tokens) -> None:
         self.input += other.input
         self.output += other.output

@@ -142,7 +142,44 @@ class Budget(_Strict):
 class Execution(_Strict):
     mode: Literal["local", "ray"] = "local"
     retries: int = Field(3, ge=0, le=20, description="Retries of a failed model call.")
-    concurrency: int = Field(16, ge=1, description="Conversation groups in flight at once.")
+    concurrency: int = Field(
+        16, ge=1, description="Conversation groups in flight at once (with ray: per worker)."
+    )
+    timeout_s: float = Field(
+        600.0,
+        gt=0,
+        description="Seconds one attempt of a model call may take before it is retried.",
+    )
+    # mode: ray (simulator/sweep/ray_exec.py)
+    workers: int = Field(2, ge=1, le=4096, description="Ray worker actors.")
+    address: str | None = Field(
+        None, description="An existing Ray cluster (ray://HOST:10001, auto); none: a local one."
+    )
+    lease_s: float = Field(
+        60.0, gt=0, description="A tree whose worker has not heartbeaten this long is taken over."
+    )
+    heartbeat_s: float = Field(10.0, gt=0, description="How often a worker refreshes its leases.")
+
+    @model_validator(mode="after")
+    def _beats_within_lease(self) -> Execution:
+        if self.heartbeat_s * 2 >= self.lease_s:
+            raise FieldProblem(
+                ["heartbeat_s"],
+                f"{self.heartbeat_s:g}s is not under half of lease_s {self.lease_s:g}s (expected "
+                "a worker to beat several times before its lease can be taken over)",
+            )
+        return self
+
+
+class PlanSettings(_Strict):
+    """Assumptions the plan states with its estimates; they decide nothing about a cell."""
+
+    base_rate: float = Field(
+        0.2,
+        gt=0,
+        lt=1,
+        description="Failure rate assumed in the baseline arms, for the detectable differences.",
+    )
 
 
 class Manifest(_Strict):
@@ -165,6 +202,7 @@ class Manifest(_Strict):
     budget: Budget | None = None
     execution: Execution = Field(default_factory=Execution)
     store: str | None = Field(None, description="SQLite path or database URL.")
+    plan: PlanSettings = Field(default_factory=PlanSettings)
 
     @field_validator("targets", mode="before")
     @classmethod

@@ -5,6 +5,10 @@ conversation row records its target's params, so targets with different params a
 apart), all under the sweep's run id, so every cell (variant x target x condition x simulator x
 replicate) keeps one conversation id across re-runs. Planning reads the store only to count
 the cells already done.
+
+Besides calls, tokens and dollars (``calls.py``, ``costs.py``) the plan estimates the wall time
+of the cells to do from the limits (``timing.py``) and, for every matched contrast of all the
+cells, the smallest difference in failure rate detectable at 80% power (``detectable.py``).
 """
 
 from __future__ import annotations
@@ -16,9 +20,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from core.errors import UserError
+from simulator.sweep import detectable, timing
 from simulator.sweep.calls import CallTally, schedules, tree_calls
 from simulator.sweep.costs import LEVELS, Price, Tokens, message_lengths, price_of, tokens_of
+from simulator.sweep.detectable import ContrastKey, ContrastPairs, count_pairs
 from simulator.sweep.manifest import Manifest, TargetEntry, scenario_paths
+from simulator.sweep.timing import WallTime, Workload, latency_of
 
 if TYPE_CHECKING:
     from core.store import Store
@@ -52,6 +59,9 @@ class SweepPlan:
     runs: list[tuple[RunConfig, RunPlan]]
     targets: list[TargetEstimate]
     unpriced: list[str] = field(default_factory=list)  # model specs with no known price
+    wall: WallTime | None = None  # for the trees not yet finished
+    kinds: list[str] = field(default_factory=list)  # provider kinds the wall time assumed
+    contrasts: dict[ContrastKey, ContrastPairs] = field(default_factory=dict)  # every cell's
 
     @property
     def scenario_hashes(self) -> dict[str, str]:
@@ -103,6 +113,9 @@ class SweepPlan:
         )
         if self.unpriced:
             out.append(f"unpriced (not in litellm's price map): {', '.join(self.unpriced)}")
+        if self.wall is not None:
+            out += timing.lines(self.wall, self.kinds)
+        out += detectable.lines(self.contrasts, m.plan.base_rate, len(m.targets))
         return out
 
 
@@ -212,22 +225,32 @@ def plan_sweep(
     runs: list[tuple[RunConfig, RunPlan]] = []
     estimates: dict[str, TargetEstimate] = {}
     prices = _prices(manifest)
-    for config, _ in configs:
+    # the limits as run_sweep hands them to its one gateway
+    limits = {k: v for config, _ in configs for k, v in config.limits.items()}
+    work = Workload(limits, manifest.execution.concurrency)
+    contrasts: dict[ContrastKey, ContrastPairs] = {}
+    for index, (config, _) in enumerate(configs):
         config.variants = variants
         plan = plan_run(config, scenarios=scenarios, run_id=sweep_id)
         runs.append((config, plan))
+        count_pairs(plan.trees, contrasts)
         for tree in plan.trees:
             est = estimates.setdefault(tree.target, TargetEstimate(tree.target))
             finished = sum(1 for a in tree.arms if status.get(a.conversation_id) in DONE)
             est.cells += len(tree.arms)
             est.done += finished
             if finished < len(tree.arms):
-                _estimate_tree(est, tree, plan, prices, detector=config.detector)
+                _estimate_tree(
+                    est, tree, plan, prices, detector=config.detector, work=work, config=index
+                )
     unpriced = sorted({spec for spec, p in prices.items() if p is None})
     sweep = SweepPlan(
         sweep_id, manifest, str(path), runs, [estimates[t.spec] for t in manifest.targets]
     )
     sweep.unpriced = unpriced
+    sweep.wall = timing.estimate(work) if work.keys else None  # None: nothing left to do
+    sweep.kinds = sorted({load.kind for load in work.keys.values()})
+    sweep.contrasts = contrasts
     _check_budget(sweep)
     return sweep
 
@@ -251,6 +274,8 @@ def _estimate_tree(
     prices: dict[str, Price | None],
     *,
     detector: str | None,
+    work: Workload | None = None,
+    config: int = 0,
 ) -> None:
     plans = schedules(tree)
     independent = tree_calls(tree, plans["never"], fork="independent")
@@ -269,6 +294,8 @@ def _estimate_tree(
         )
         est.tokens[level].add(target_tok)
         est.tokens[level].add(persona_tok)
+        if work is not None:
+            _time_level(work, config, tree, plan, level, tally, (target_tok, persona_tok))
         usd = est.usd[level]
         parts = [(tree.target, target_tok), (tree.simulator or plan.simulator, persona_tok)]
         if detector:
@@ -277,6 +304,34 @@ def _estimate_tree(
             price = prices.get(spec)
             usd = None if usd is None or price is None else usd + tokens.usd(price)
         est.usd[level] = usd
+
+
+def _time_level(
+    work: Workload,
+    config: int,
+    tree: TreeSpec,
+    plan: RunPlan,
+    level: str,
+    tally: CallTally,
+    tokens: tuple[Tokens, Tokens],
+) -> None:
+    """Add one level's calls, tokens and serial seconds of a tree to ``work`` (sweep/timing.py)."""
+    from simulator.specs import parse_spec
+
+    i = LEVELS.index(level)
+    simulator = tree.simulator or plan.simulator
+    target_tok, persona_tok = tokens
+    n_target, n_persona = tally.target_calls, tally.persona_calls
+    work.add_calls(tree.target, tree.target_params, level, n_target, target_tok.total)
+    work.add_calls(simulator, plan.persona_params, level, n_persona, persona_tok.total)
+    per_target = latency_of(parse_spec(tree.target).kind)[i]
+    per_persona = latency_of(parse_spec(simulator).kind)[i]
+    if plan.detector:
+        work.add_calls(plan.detector, plan.detector_params, level, n_target, target_tok.total)
+        per_target += latency_of(parse_spec(plan.detector).kind)[i]
+    serial = n_persona * per_persona + n_target * per_target
+    work.add_serial(config, plan.concurrency, level, serial)
+    work.add_chain(level, tree.max_turns * (per_persona + per_target))
 
 
 def _count(tally: CallTally, detector: str | None) -> int:
