@@ -15,7 +15,9 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -114,14 +116,179 @@ class TokenBucket:
                 await asyncio.sleep((1.0 - self.tokens) / self.rate)
 
 
-class Limiter:
-    """The live state for one provider key: a semaphore and an optional token bucket."""
+class LimiterState(BaseModel):
+    """One provider's limiter as the live view shows it."""
 
-    def __init__(self, limits: ProviderLimits) -> None:
+    key: str
+    in_flight: int = Field(description="Calls holding a slot now.")
+    waiting: int = Field(0, description="Calls waiting for a slot.")
+    limit: int = Field(description="Calls in flight allowed now (adaptive).")
+    configured: int = Field(description="The configured max_concurrency.")
+    throttled: int = Field(0, description="429 answers so far.")
+    errors: int = Field(0, description="Other failed attempts so far.")
+    ok: int = Field(0, description="Successful attempts so far.")
+    cooling_until_s: float = Field(
+        0.0, description="Seconds of Retry-After cool-down left (0: none): no call starts before."
+    )
+    rpm: float | None = None
+    tpm: float | None = None
+
+
+Outcome = Literal["ok", "throttled", "error"]
+
+
+@runtime_checkable
+class CallLimiter(Protocol):
+    """What the gateway holds around every attempt of every call to one provider key.
+
+    ``acquire`` waits for a slot (the adaptive in-flight limit), the requests-per-minute bucket,
+    the tokens-per-minute debt and any Retry-After cool-down; every ``acquire`` is paired with one
+    ``release``: ``ok``, ``throttled`` (a 429, with its Retry-After) or ``error`` (anything else,
+    including a call given up before it was sent), with the tokens the call used."""
+
+    key: str
+
+    async def acquire(self) -> None: ...
+
+    def release(
+        self, outcome: Outcome, *, retry_after: float | None = None, tokens: int = 0
+    ) -> None: ...
+
+    def snapshot(self) -> LimiterState: ...
+
+
+LimiterFactory = Callable[[str, ProviderLimits], CallLimiter]
+
+
+class Limiter:
+    """The local adaptive limiter for one provider key (one event loop).
+
+    The in-flight limit starts at ``max_concurrency``. A 429 cuts it by ``cut`` (never below 1;
+    at most once per ``cut_interval_s``, since the calls already in flight answer 429 together
+    for the same overload) and, with a Retry-After, puts the whole provider in a cool-down that
+    every caller waits out, not only the one that was refused. ``grow_after`` successes in a row
+    add one back, up to the configured limit. Other errors (5xx, timeouts, bad bodies) leave the
+    limit as it is: they say nothing about the rate.
+    """
+
+    def __init__(
+        self,
+        limits: ProviderLimits,
+        key: str = "",
+        *,
+        cut: float = 0.8,
+        grow_after: int = 8,
+        cut_interval_s: float = 1.0,
+    ) -> None:
+        self.key = key
         self.limits = limits
-        self.semaphore = asyncio.Semaphore(limits.max_concurrency)
+        self.configured = limits.max_concurrency
+        self.cut = cut
+        self.grow_after = max(1, grow_after)
+        self.cut_interval_s = cut_interval_s
+        self._limit = float(limits.max_concurrency)
+        self.in_flight = 0
+        self.throttled = self.errors = self.ok = 0
+        self.cooling_until = 0.0  # time.monotonic() before which no call starts
+        self._streak = 0
+        self._last_cut = -float("inf")
+        self._waiters: deque[asyncio.Future[None]] = deque()
         self.bucket = TokenBucket(limits.rpm) if limits.rpm else None
         self.tokens = TokenBudget(limits.tpm) if limits.tpm else None
+
+    @property
+    def limit(self) -> int:
+        return max(1, int(self._limit))
+
+    async def acquire(self) -> None:
+        await self._slot()
+        try:
+            await self._cool_down()
+            if self.tokens is not None:
+                await self.tokens.acquire()
+            if self.bucket is not None:
+                await self.bucket.acquire()
+            # A 429 may have come back while this call waited for the bucket: wait it out too.
+            await self._cool_down()
+        except BaseException:
+            self._free()
+            raise
+
+    def release(
+        self, outcome: Outcome, *, retry_after: float | None = None, tokens: int = 0
+    ) -> None:
+        if tokens and self.tokens is not None:
+            self.tokens.charge(tokens)
+        now = time.monotonic()
+        if outcome == "throttled":
+            self.throttled += 1
+            self._streak = 0
+            if now - self._last_cut >= self.cut_interval_s:
+                self._limit = max(1.0, self._limit * self.cut)
+                self._last_cut = now
+            if retry_after is not None and retry_after > 0:
+                self.cooling_until = max(self.cooling_until, now + retry_after)
+        elif outcome == "ok":
+            self.ok += 1
+            self._streak += 1
+            if self._streak >= self.grow_after and self._limit < self.configured:
+                self._limit = min(float(self.configured), float(int(self._limit) + 1))
+                self._streak = 0
+        else:
+            self.errors += 1
+        self._free()
+
+    def snapshot(self) -> LimiterState:
+        return LimiterState(
+            key=self.key,
+            in_flight=self.in_flight,
+            waiting=sum(1 for w in self._waiters if not w.done()),
+            limit=self.limit,
+            configured=self.configured,
+            throttled=self.throttled,
+            errors=self.errors,
+            ok=self.ok,
+            cooling_until_s=max(0.0, self.cooling_until - time.monotonic()),
+            rpm=self.limits.rpm,
+            tpm=self.limits.tpm,
+        )
+
+    async def _slot(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self.in_flight >= self.limit:
+            waiter: asyncio.Future[None] = loop.create_future()
+            self._waiters.append(waiter)
+            try:
+                await waiter
+            except BaseException:
+                if waiter.done() and not waiter.cancelled():
+                    self._wake()  # it was handed a slot it will not use: pass it on
+                raise
+            finally:
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
+        self.in_flight += 1
+
+    async def _cool_down(self) -> None:
+        while (left := self.cooling_until - time.monotonic()) > 0:
+            await asyncio.sleep(left)
+
+    def _free(self) -> None:
+        self.in_flight -= 1
+        self._wake()
+
+    def _wake(self) -> None:
+        free = self.limit - self.in_flight
+        while free > 0 and self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                free -= 1
+
+
+def local_limiter(key: str, limits: ProviderLimits) -> CallLimiter:
+    """The default ``limiter_factory``: an in-process adaptive Limiter."""
+    return Limiter(limits, key)
 
 
 def load_limits(

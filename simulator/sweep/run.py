@@ -6,6 +6,11 @@ provenance, then executes the plans together; trees already finished are skipped
 so a re-run continues where the last one stopped. Judging belongs to a higher layer: the caller
 passes ``on_target_done``, awaited with the conversation ids of each set of targets as soon as
 their trees are done (what ``when: live`` judges use).
+
+``retry_failed``: the sweep's failed conversations are recorded in ``conversation_attempts`` and
+continue from their last stored turn (``simulator.lifecycle.retry_failed_in``); without it they
+stay failed. ``monitor`` (``simulator/sweep/monitor.py``) is fed the progress, attached to the
+gateway, and refreshed from the store in a worker thread while the sweep runs.
 """
 
 from __future__ import annotations
@@ -23,8 +28,11 @@ from simulator.sweep.identity import identity_record
 
 if TYPE_CHECKING:
     from core.store import Store
+    from simulator.budget import Budget
     from simulator.gateway import Gateway
     from simulator.plan import RunPlan
+    from simulator.sweep.costs import Price
+    from simulator.sweep.monitor import SweepMonitor
     from simulator.sweep.plan import SweepPlan
 
 OnTargetDone = Callable[[list[str]], Awaitable[None]]
@@ -37,6 +45,12 @@ class SweepResult:
     conversations: int = 0
     completed: int = 0
     failed: dict[str, int] = field(default_factory=dict)  # stop reason -> conversations
+    retried: int = 0  # failed conversations run again (--retry-failed)
+    # the manifest's budget stopped calls: some cells are left interrupted, resumable
+    stopped_by_budget: bool = False
+    spent_usd: float | None = None  # the sweep's recorded spend at the end, with a budget
+    budget_note: str = ""  # which limit was reached, and the spend
+    failed_status: int = 0  # of the not completed, those that failed (not interrupted)
 
     @property
     def n_failed(self) -> int:
@@ -50,6 +64,8 @@ async def run_sweep(
     gateway: Gateway | None = None,
     on_progress: Callable[[int, int], None] | None = None,
     on_target_done: OnTargetDone | None = None,
+    retry_failed: bool = False,
+    monitor: SweepMonitor | None = None,
 ) -> SweepResult:
     """Grow every tree of ``plan`` into ``store`` (see the module docstring)."""
     from simulator.execute import Progress, execute
@@ -67,23 +83,38 @@ async def run_sweep(
         limits=limits,
         default_concurrency=m.execution.concurrency,
         max_attempts=m.execution.retries + 1,
+        timeout_s=m.execution.timeout_s,
         write_behind=True,
     )
-    progress = Progress(on_progress)
+    budget = _budget(plan, store)
+    if budget is not None:
+        gateway.budget, gateway.prices = budget, _prices(plan)
+    feeds = [f for f in (on_progress, monitor.on_progress if monitor else None) if f is not None]
+
+    def report(done: int, total: int) -> None:
+        for feed in feeds:
+            feed(done, total)
+
+    progress = Progress(report)
     result = SweepResult(plan.sweep_id)
+    if monitor is not None:
+        monitor.attach(gateway)
     try:
         load_plugins(gateway)
         lease = RunLease(store, plan.sweep_id)
         claimed = lease.claim()
         try:
-            _begin(store, plan, lease.owner)
+            result.retried = _begin(store, plan, lease.owner, retry_failed=retry_failed)
             if not claimed:
                 lease.held()
             for config, run_plan in plan.runs:
                 record_provenance(store, run_plan, config)
             heartbeat = asyncio.create_task(lease.keep_alive())
+            watching = asyncio.create_task(monitor.watch()) if monitor is not None else None
             progress.add_total(sum(p.turn_budget for _, p in plan.runs))
             progress.advance(stored_turns(store, plan.sweep_id))
+            if monitor is not None:
+                monitor.rates_from_here()
 
             async def one(run_plan: RunPlan) -> None:
                 execution = await execute(run_plan, store, gateway, progress=progress)
@@ -107,7 +138,15 @@ async def run_sweep(
                 raise
             finally:
                 heartbeat.cancel()
+                if watching is not None:
+                    watching.cancel()
+            if budget is not None:
+                result.stopped_by_budget = budget.stopped
+                result.budget_note = budget.summary()
+                result.spent_usd = budget.spent_total
             _finish(store, plan, result)
+            if monitor is not None:
+                await asyncio.to_thread(monitor.refresh)  # the view's last frame: the final counts
         finally:
             lease.release()
     finally:
@@ -116,8 +155,12 @@ async def run_sweep(
     return result
 
 
-def _begin(store: Store, plan: SweepPlan, owner: str) -> None:
-    """Write the sweep's Run row, or mark a re-run of it running again."""
+def _begin(store: Store, plan: SweepPlan, owner: str, *, retry_failed: bool = False) -> int:
+    """Write the sweep's Run row, or mark a re-run of it running again; with ``retry_failed``
+    its failed conversations run again. Returns how many were set to run again."""
+    from simulator.lifecycle import retry_failed_in
+
+    retried = 0
     with store.session() as s:
         row = s.get(Run, plan.sweep_id)
         record = identity_record(plan.manifest, plan.path, plan.scenario_hashes)
@@ -146,6 +189,8 @@ def _begin(store: Store, plan: SweepPlan, owner: str) -> None:
                 conv.status, conv.updated_at = "interrupted", utcnow()
                 conv.error = "interrupted: the process ended before the conversation finished"
                 s.add(conv)
+            if retry_failed:
+                retried = retry_failed_in(s, plan.sweep_id)
             # The stored manifest becomes this one (identity.check_compatible allowed it): it
             # may add targets, conditions or replicates; earlier ones are kept in the history.
             history = list((row.config or {}).get("history", []))
@@ -157,6 +202,7 @@ def _begin(store: Store, plan: SweepPlan, owner: str) -> None:
             row.updated_at = utcnow()
             s.add(row)
         s.commit()
+    return retried
 
 
 def _finish(store: Store, plan: SweepPlan, result: SweepResult) -> None:
@@ -169,11 +215,50 @@ def _finish(store: Store, plan: SweepPlan, result: SweepResult) -> None:
     for c in convs:
         if c.status != "completed":
             reason = c.stop_reason or c.status
+            result.failed_status += c.status == "failed"
             result.failed[reason] = result.failed.get(reason, 0) + 1
     with store.session() as s:
         row = s.get(Run, plan.sweep_id)
         if row is not None:
-            row.status = "completed"
+            row.status = "stopped_by_budget" if result.stopped_by_budget else "completed"
             row.updated_at = utcnow()
             s.add(row)
             s.commit()
+
+
+def _budget(plan: SweepPlan, store: Store) -> Budget | None:
+    """The manifest's budget, its spend so far rebuilt from the sweep's ModelCall rows (what a
+    process that died had spent is in them), or None without one."""
+    from simulator.budget import Budget, spend_of_run
+
+    b = plan.manifest.budget
+    if b is None or (b.usd_total is None and b.usd_per_target is None):
+        return None
+    targets = {a.conversation_id: t.target for _, p in plan.runs for t in p.trees for a in t.arms}
+    return Budget(
+        b.usd_total,
+        b.usd_per_target,
+        spend_of_run(store, plan.sweep_id),
+        on_reached=b.on_reached,
+        targets=targets,
+    )
+
+
+def _prices(plan: SweepPlan) -> dict[str, Price]:
+    """USD per token of every model the sweep calls (plan_sweep refused unpriced ones)."""
+    from simulator.sweep.costs import price_of
+
+    m = plan.manifest
+    out: dict[str, Price] = {}
+    for entry in m.targets:
+        override = (
+            (entry.price.input_per_mtok, entry.price.output_per_mtok) if entry.price else None
+        )
+        price = price_of(entry.spec, override)
+        if price is not None:
+            out[entry.spec] = price
+    for spec in [*m.simulators, *([m.detector.spec] if m.detector else [])]:
+        price = price_of(spec)
+        if price is not None:
+            out.setdefault(spec, price)
+    return out

@@ -16,6 +16,16 @@ with or without a schema, and text; json_schema is refused as llama-cpp-python d
 accepted schema (json_schema's, or json_object's ``schema``) reaches the answering model as
 ``GenParams.json_schema``, so that ``embedded`` decodes guided by it like a real server would.
 Every request's ``response_format`` type is kept in ``formats``, and refusals are counted.
+
+Limits and faults, so that tests and benchmarks can check clients' limiters and retries:
+``--rpm R`` and ``--tpm T`` answer 429 with a Retry-After (when the window frees a request) to
+requests over R requests / T tokens (prompt + completion of the requests answered) in any
+sliding window of ``--window-s`` seconds (default 60; the limits scale with it). ``--fault-429``,
+``--fault-500``, ``--fault-hang`` (no answer for ``--hang-s``, past any client's timeout) and
+``--fault-malformed`` (a 200 whose body is not JSON) each fault that share of the requests, drawn
+from ``--fault-seed``, so that a run is reproducible. ``GET /v1/_stats`` counts each answer and
+reports the most requests that arrived in any window (and in any 60 s), with each arrival's time
+(``time.time()``) and each 429's time and Retry-After.
 """
 
 from __future__ import annotations
@@ -23,9 +33,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
+import random
 import threading
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -80,6 +91,16 @@ class ChatServer:
         structured: Structured = "json_schema",
         refuse_status: int = 400,
         models: Mapping[str, Any] | None = None,
+        routes: Mapping[str, str] | None = None,
+        rpm: float | None = None,
+        tpm: float | None = None,
+        window_s: float = 60.0,
+        fault_429: float = 0.0,
+        fault_500: float = 0.0,
+        fault_hang: float = 0.0,
+        fault_malformed: float = 0.0,
+        fault_seed: int = 0,
+        hang_s: float = 3600.0,
     ) -> None:
         from simulator.gateway import Gateway
 
@@ -106,6 +127,23 @@ class ChatServer:
         self.first_at: float | None = None
         self.last_at: float | None = None
         self.failed_by_model: dict[str, int] = defaultdict(int)
+        # a request's model name -> the spec that answers it (default: ``model``)
+        self.routes = dict(routes or {})
+        faults = (fault_429, fault_500, fault_hang, fault_malformed)
+        if any(p < 0 for p in faults) or sum(faults) > 1:
+            raise ValueError("fault shares must be >= 0 and sum to at most 1")
+        self.faults = dict(zip(("429", "500", "hang", "malformed"), faults, strict=True))
+        self.rng = random.Random(fault_seed)
+        self.hang_s = hang_s
+        self.window_s = window_s
+        self.rpm, self.tpm = rpm, tpm
+        self.per_window = rpm * window_s / 60 if rpm else None
+        self.tokens_per_window = tpm * window_s / 60 if tpm else None
+        self._accepted: deque[float] = deque()  # monotonic times of requests within the rpm limit
+        self._spent: deque[tuple[float, int]] = deque()  # (monotonic time, tokens) answered
+        self.arrivals: list[float] = []  # time.time() of every chat request
+        self.throttled_at: list[tuple[float, float]] = []  # (time.time(), Retry-After) of 429s
+        self.counts: dict[str, int] = defaultdict(int)  # answer kind -> how many
         self.last_headers: dict[str, str] = {}
         self._ids = itertools.count(1)
 
@@ -137,6 +175,12 @@ class ChatServer:
                 "peak_in_flight": self.peak_in_flight,
                 "first_at": self.first_at,
                 "last_at": self.last_at,
+                "counts": dict(self.counts),
+                "window_s": self.window_s,
+                "max_in_window": _max_in_window(self.arrivals, self.window_s),
+                "max_per_60s": _max_in_window(self.arrivals, 60.0),
+                "arrivals": self.arrivals,
+                "throttled_at": self.throttled_at,
             }
         )
 
@@ -159,6 +203,7 @@ class ChatServer:
 
     async def _chat(self, request: web.Request) -> web.Response:
         self.requests += 1
+        self.arrivals.append(time.time())
         self.last_headers = {k.lower(): v for k, v in request.headers.items()}
         if (
             self.require_key is not None
@@ -179,12 +224,20 @@ class ChatServer:
         if self.requests <= self.fail_first or self.failed_by_model[model] < limit:
             if self.requests > self.fail_first:
                 self.failed_by_model[model] += 1
-            return self._error(
-                429,
-                "rate limited, slow down",
-                "rate_limit_error",
-                headers={"Retry-After": f"{self.retry_after:g}"},
-            )
+            return self._throttle("fail_first", self.retry_after)
+        wait = self._over_limits()
+        if wait is not None:
+            return self._throttle(wait[0], wait[1])
+        fault = self._fault()
+        if fault == "429":
+            return self._throttle("fault_429", self.retry_after)
+        if fault == "500":
+            self.counts["fault_500"] += 1
+            return self._error(500, "injected server error", "server_error")
+        if fault == "hang":
+            self.counts["fault_hang"] += 1
+            await asyncio.sleep(self.hang_s)  # the client gives up first
+            return self._error(504, "hung", "server_error")
 
         shape = body.get("response_format")
         kind = str(shape.get("type", "")) if isinstance(shape, dict) else "text"
@@ -209,10 +262,21 @@ class ChatServer:
             await asyncio.sleep(self.delay_s)
         try:
             completion, _ = await self.gateway.complete(
-                self.spec, messages, params, purpose="server"
+                self.routes.get(model, self.spec), messages, params, purpose="server"
             )
         except ModelError as exc:
+            self.counts["error_500"] += 1
             return self._error(500, exc.reason, "server_error")
+        if self.tokens_per_window is not None:
+            self._spent.append((time.monotonic(), completion.tokens_in + completion.tokens_out))
+        if fault == "malformed":
+            self.counts["fault_malformed"] += 1
+            return web.Response(
+                status=200,
+                text='{"id": "chatcmpl-broken", "choices": [{"mess',
+                content_type="application/json",
+            )
+        self.counts["ok"] += 1
         message: dict[str, Any] = {"role": "assistant", "content": completion.text}
         reasoning = completion.reasoning or self.reasoning
         if reasoning:
@@ -237,6 +301,53 @@ class ChatServer:
                 },
             }
         )
+
+    def _throttle(self, why: str, retry_after: float) -> web.Response:
+        self.counts[why] += 1
+        self.counts["429"] += 1
+        self.throttled_at.append((time.time(), max(retry_after, 0.001)))
+        return self._error(
+            429,
+            "rate limited, slow down",
+            "rate_limit_error",
+            headers={"Retry-After": f"{max(retry_after, 0.001):.3f}"},
+        )
+
+    def _over_limits(self) -> tuple[str, float] | None:
+        """(which limit, seconds until it frees) when this request is over --rpm or --tpm."""
+        now = time.monotonic()
+        start = now - self.window_s
+        while self._accepted and self._accepted[0] <= start:
+            self._accepted.popleft()
+        while self._spent and self._spent[0][0] <= start:
+            self._spent.popleft()
+        if self.per_window is not None and len(self._accepted) >= self.per_window:
+            return "rpm_429", self._accepted[0] - start
+        spent = sum(n for _, n in self._spent)
+        if self.tokens_per_window is not None and self._spent and spent >= self.tokens_per_window:
+            return "tpm_429", self._spent[0][0] - start
+        self._accepted.append(now)
+        return None
+
+    def _fault(self) -> str | None:
+        if not any(self.faults.values()):
+            return None
+        u = self.rng.random()  # one draw a request: the same seed faults the same requests
+        for kind, share in self.faults.items():
+            if u < share:
+                return kind
+            u -= share
+        return None
+
+
+def _max_in_window(times: list[float], window_s: float) -> int:
+    """The most of ``times`` (sorted) in any half-open window ``[t, t + window_s)``."""
+    best, lo = 0, 0
+    for hi, t in enumerate(times):
+        while times[lo] <= t - window_s:
+            lo += 1
+        best = max(best, hi - lo + 1)
+    return best
 
 
 def _schema_of(shape: dict[str, Any]) -> dict[str, Any] | None:
@@ -331,6 +442,22 @@ def main(argv: list[str] | None = None) -> None:
         default=400,
         help="HTTP status of a refused response_format (400, or 500 like some servers)",
     )
+    parser.add_argument("--rpm", type=float, default=None, help="requests per minute at most")
+    parser.add_argument("--tpm", type=float, default=None, help="tokens per minute at most")
+    parser.add_argument(
+        "--window-s", type=float, default=60.0, help="sliding window of --rpm/--tpm (seconds)"
+    )
+    for kind, what in (
+        ("429", "a 429 with Retry-After"),
+        ("500", "a 500"),
+        ("hang", "no answer for --hang-s"),
+        ("malformed", "a 200 whose body is not JSON"),
+    ):
+        parser.add_argument(
+            f"--fault-{kind}", type=float, default=0.0, metavar="P", help=f"share answered {what}"
+        )
+    parser.add_argument("--fault-seed", type=int, default=0, help="seed of the fault draws")
+    parser.add_argument("--hang-s", type=float, default=3600.0, help="how long a hang lasts")
     args = parser.parse_args(argv)
 
     import os
@@ -347,6 +474,15 @@ def main(argv: list[str] | None = None) -> None:
             reasoning=args.reasoning,
             structured=args.structured,
             refuse_status=args.refuse_status,
+            rpm=args.rpm,
+            tpm=args.tpm,
+            window_s=args.window_s,
+            fault_429=args.fault_429,
+            fault_500=args.fault_500,
+            fault_hang=args.fault_hang,
+            fault_malformed=args.fault_malformed,
+            fault_seed=args.fault_seed,
+            hang_s=args.hang_s,
         )
         runner, url = await start(server, args.port)
         print(url, flush=True)
