@@ -98,20 +98,35 @@ def run_analysis(
     baselines: Mapping[str, str] | None = None,
     reference_condition: str = "none",
     examples: int = 5,
+    exclude_retried: bool = False,
 ) -> Analysis:
+    """``exclude_retried``: leave out the conversations ``--retry-failed`` ran again (those with
+    a ``conversation_attempts`` row), with every judgment and label on them."""
     runs = resolve_runs(store_or_db, run)
     refuse_pooled_configs(store_or_db, runs)
     a = Analysis(runs=runs)
     all_judgments: pd.DataFrame | None = None  # read once, only when needed
+    retried = read.retried_conversations(store_or_db, runs) if exclude_retried else set()
+    if exclude_retried:
+        a.notes.append(
+            f"{len(retried)} retried conversation(s) left out (--exclude-retried)"
+            if retried
+            else "no retried conversations to leave out (--exclude-retried)"
+        )
+
+    def keep(frame: pd.DataFrame) -> pd.DataFrame:
+        if not retried or "conversation_id" not in frame.columns:
+            return frame
+        return frame[~frame["conversation_id"].isin(retried)]
 
     def judgments() -> pd.DataFrame:
         nonlocal all_judgments
         if all_judgments is None:
-            jt, _ = keep_versions_apart(judgment_table(store_or_db, runs))
+            jt, _ = keep_versions_apart(keep(judgment_table(store_or_db, runs)))
             all_judgments = jt.merge(tree, on="conversation_id", how="left")  # for the forks
         return all_judgments
 
-    tree = read.conversation_tree(store_or_db, runs)
+    tree = keep(read.conversation_tree(store_or_db, runs))
     version_notes = version_conflicts(read.judgment_versions(store_or_db, runs))
     forked = bool(tree["parent_id"].notna().any()) if not tree.empty else False
     a.notes += version_notes
@@ -119,7 +134,7 @@ def run_analysis(
         # Versions must be split and shared prefixes cut: both need the judgment rows.
         cc = aggregate(judgments()) if not judgments().empty else judgments().iloc[0:0]
     else:
-        cc = conversation_criterion_table(store_or_db, runs)
+        cc = keep(conversation_criterion_table(store_or_db, runs))
     if forked:
         a.notes.append(
             "Arms share their conversation up to the fork: matched contrasts compare only the "
@@ -162,13 +177,13 @@ def run_analysis(
         if forked:
             jt = judgments()
             paired = jt[jt["rubric_id"].isin(ppf_rubrics)]
-        realisation = read.realisation_rows(store_or_db, runs)
+        realisation = keep(read.realisation_rows(store_or_db, runs))
         unrecorded = unrecorded_note(realisation)
         if unrecorded:
             a.notes.append(unrecorded)
         a.realisation = realisation_summary(
             realisation,
-            conversation_table(store_or_db, runs),
+            keep(conversation_table(store_or_db, runs)),
             by=("target", "condition", "simulator"),
         )
         a.contrasts = matched_contrasts(
@@ -190,13 +205,13 @@ def run_analysis(
             ej[ej["rubric_id"].isin(ed_rubrics)],
             n_boot=n_boot,
             seed=seed,
-            expected=_expected_responses(store_or_db, runs, ej, ed_rubrics),
+            expected=keep(_expected_responses(store_or_db, runs, ej, ed_rubrics)),
         )
-    labels = human_label_table(store_or_db, runs)
+    labels = keep(human_label_table(store_or_db, runs))
     # realism ratings share the labels table but rate the persona, not a rubric criterion
     realism = labels["rubric_id"] == REALISM_RUBRIC if not labels.empty else None
     if realism is not None and realism.any():
-        a.realism = realism_by_simulator(realism_ratings(store_or_db, runs))
+        a.realism = realism_by_simulator(keep(realism_ratings(store_or_db, runs)))
         labels = labels[~realism]
     n_judges = cc["judge"].nunique() if not cc.empty else 0
     if not labels.empty or n_judges > 1:
@@ -204,9 +219,9 @@ def run_analysis(
         if not labels.empty and n_judges <= 1:
             jt = jt[jt["conversation_id"].isin(set(labels["conversation_id"]))]
         a.agreement = agreement_report(jt, labels)
-    a.reasoning = _reasoning(store_or_db, runs)
+    a.reasoning = _reasoning(store_or_db, runs, retried)
     if examples and a.contrasts is not None and not a.contrasts.contrasts.empty:
-        a.examples = _examples(store_or_db, runs, a.contrasts.contrasts, examples)
+        a.examples = keep(_examples(store_or_db, runs, a.contrasts.contrasts, examples))
     return a
 
 
@@ -229,8 +244,12 @@ def _expected_responses(
     return turns[["conversation_id", "turn_index"]].merge(conv, on="conversation_id", how="inner")
 
 
-def _reasoning(store_or_db: Any, runs: Sequence[str] | None) -> pd.DataFrame | None:
+def _reasoning(
+    store_or_db: Any, runs: Sequence[str] | None, leave_out: set[str] | None = None
+) -> pd.DataFrame | None:
     turns = turn_table(store_or_db, runs, with_reasoning=True)
+    if leave_out:
+        turns = turns[~turns["conversation_id"].isin(leave_out)]
     if turns.empty:
         return None
     cids = set(turns["conversation_id"])

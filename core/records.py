@@ -242,3 +242,41 @@ class HumanLabel(SQLModel, table=True):
     time_spent_s: float | None = None
     blind: bool | None = None  # the judge's verdict, the target and the arm were hidden
     confidence: str | None = None  # low | medium | high
+
+
+class ConversationAttempt(SQLModel, table=True):
+    """How an earlier attempt at a conversation ended, kept when ``--retry-failed`` reruns it.
+
+    The conversation row is set back to ``interrupted`` so the engine continues it from its last
+    stored turn; this row keeps what it said before (status, stop reason, error) so that the
+    failure stays on record and analysis can leave retried conversations out. A new table needs
+    no migration: opening an older store creates it."""
+
+    __tablename__ = "conversation_attempts"
+    conversation_id: str = Field(primary_key=True)
+    attempt: int = Field(primary_key=True)  # 1-based: the attempt that ended as recorded here
+    run_id: str = Field(index=True)
+    previous_status: str  # failed
+    stop_reason: str | None = None
+    error: str | None = _text()
+    turns_kept: int = 0  # the stored turns the retry continues from
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class TreeLease(SQLModel, table=True):
+    """A conversation tree of a sweep run by Ray workers: which worker holds it, and since when.
+
+    Workers claim a pending tree (or one whose holder stopped heartbeating) with ``SELECT ... FOR
+    UPDATE SKIP LOCKED`` (``simulator/tree_lease.py``); the tree's turns live in ``turns`` as
+    always, so a tree taken over resumes from its last stored turn. A new table: ``create_all``
+    makes it, no migration."""
+
+    __tablename__ = "tree_leases"
+    run_id: str = Field(primary_key=True)
+    tree_id: str = Field(primary_key=True)  # simulator.tree_lease.tree_id(spec)
+    owner: str | None = None  # host:pid:token of the worker holding it now
+    heartbeat_at: datetime | None = None
+    status: str = "pending"  # pending | running | done | failed
+    attempts: int = 0  # claims so far; above 1, a worker took it over (or it was re-run)
+    error: str | None = _text()
+    updated_at: datetime = Field(default_factory=utcnow)

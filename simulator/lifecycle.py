@@ -3,6 +3,11 @@
 ``begin_run`` writes the Run row (config redacted), or, for a run that exists, records the resume
 and marks the conversations a dead process left ``running`` as ``interrupted``. ``complete_run``
 and ``mark_interrupted`` set its final status; ``summaries`` reads back what the run produced.
+
+``retry_failed_in`` (``--retry-failed``) records each failed conversation's attempt in
+``conversation_attempts`` and sets it to ``interrupted``: the engine then continues it from its
+last stored turn like any interrupted one (the turns before the failure are kept as they are).
+Without it a failed conversation stays failed: the engine skips finished ones.
 """
 
 from __future__ import annotations
@@ -11,11 +16,11 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
-from sqlmodel import select
+from sqlmodel import delete, select
 
 from core.errors import UserError
 from core.read import run_conversations, stored_turn_count
-from core.records import Conversation, Run, utcnow
+from core.records import Conversation, ConversationAttempt, Judgment, Run, utcnow
 
 if TYPE_CHECKING:
     from core.store import Store
@@ -45,6 +50,8 @@ class RunResult(BaseModel):
     resumed: bool = False
     # unfinished conversations found at the start (a resume continues them)
     interrupted_before: int = 0
+    # failed conversations set to run again (--retry-failed)
+    retried: int = 0
     conversations: list[ConversationSummary] = Field(default_factory=list)
     # model calls this invocation made, by purpose
     calls: dict[str, int] = Field(default_factory=dict)
@@ -54,10 +61,13 @@ class RunResult(BaseModel):
         return sum(self.calls.values())
 
 
-def begin_run(store: Store, run_id: str, config: RunConfig, owner: str) -> RunResult:
+def begin_run(
+    store: Store, run_id: str, config: RunConfig, owner: str, *, retry_failed: bool = False
+) -> RunResult:
     """Create the Run row, or record a resume of it; returns the result to fill in.
 
     ``config.resume`` demands that the run exists. ``owner`` is the lease holder's tag.
+    ``retry_failed``: the run's failed conversations run again (``retry_failed_in``).
     """
     from core.store import redact_url
 
@@ -66,6 +76,11 @@ def begin_run(store: Store, run_id: str, config: RunConfig, owner: str) -> RunRe
         existing = s.get(Run, run_id)
         if existing is None and config.resume:
             raise UserError(f"--resume {run_id}: no such run in {redact_url(store.url)}")
+        if existing is None and retry_failed:
+            raise UserError(
+                f"--retry-failed: no run {run_id} in {redact_url(store.url)} "
+                "(expected the id of a run to retry, with --run-id or --resume)"
+            )
         if existing is not None:
             result.resumed = True
             unfinished = s.exec(
@@ -77,9 +92,12 @@ def begin_run(store: Store, run_id: str, config: RunConfig, owner: str) -> RunRe
             stale = [c for c in unfinished if c.status == "running"]
             _interrupt(s, stale, "interrupted: the process ended before the conversation finished")
             result.interrupted_before = len(unfinished)
+            if retry_failed:
+                result.retried = retry_failed_in(s, run_id)
             cfg = dict(existing.config or {})
             cfg.setdefault("resumes", []).append(
                 {"at": utcnow().isoformat(), "interrupted": len(stale)}
+                | ({"retried": result.retried} if retry_failed else {})
             )
             existing.config = cfg
             existing.status = "running"
@@ -138,6 +156,56 @@ def mark_interrupted(
             s.add(run_row)
         s.commit()
     return len(rows)
+
+
+def retry_failed_in(session: Any, run_id: str) -> int:
+    """In ``session`` (committed by the caller): each failed conversation of ``run_id`` gets a
+    ``conversation_attempts`` row saying how that attempt ended, and is set to ``interrupted``
+    so that the engine continues it from its last stored turn. Returns how many.
+
+    The caller holds the run's lease: no other process is writing these conversations."""
+    failed = session.exec(
+        select(Conversation).where(Conversation.run_id == run_id, Conversation.status == "failed")
+    ).all()
+    if not failed:
+        return 0
+    ids = [c.id for c in failed]
+    before: dict[str, int] = {}
+    for conv_id, attempt in session.exec(
+        select(ConversationAttempt.conversation_id, ConversationAttempt.attempt).where(
+            ConversationAttempt.conversation_id.in_(ids)  # type: ignore[attr-defined]
+        )
+    ).all():
+        before[conv_id] = max(before.get(conv_id, 0), attempt)
+    # A verdict on a whole conversation judged the transcript that failed; it would be stale
+    # once the conversation goes on (and block judging it again). Verdicts on single turns stay:
+    # those turns, and everything before them, are kept as they are.
+    session.exec(
+        delete(Judgment).where(
+            Judgment.conversation_id.in_(ids),  # type: ignore[attr-defined]
+            Judgment.turn_id.is_(None),  # type: ignore[union-attr]
+        )
+    )
+    now = utcnow()
+    for conv in failed:
+        attempt = before.get(conv.id, 0) + 1
+        session.add(
+            ConversationAttempt(
+                conversation_id=conv.id,
+                attempt=attempt,
+                run_id=run_id,
+                previous_status=conv.status,
+                stop_reason=conv.stop_reason,
+                error=conv.error,
+                turns_kept=conv.n_turns,
+                created_at=now,
+            )
+        )
+        conv.status, conv.updated_at = "interrupted", now
+        conv.error = f"retry {attempt + 1}: attempt {attempt} ended {conv.stop_reason or 'failed'}"
+        conv.stop_reason = None
+        session.add(conv)
+    return len(failed)
 
 
 def summaries(store: Store, run_id: str) -> list[ConversationSummary]:

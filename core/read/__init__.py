@@ -34,6 +34,7 @@ _EXPORTS = {
     "select_conversations": "core.read.conversations",
     "find_conversation": "core.read.conversations",
     "conversation_tree": "core.read.conversations",
+    "retried_conversations": "core.read.conversations",
     # turns
     "turn_rows": "core.read.turns",
     "conversation_turns": "core.read.turns",
@@ -90,6 +91,7 @@ if TYPE_CHECKING:  # for type checkers and editors
     from core.read.conversations import (
         conversation_rows,
         find_conversation,
+        retried_conversations,
         select_conversations,
     )
     from core.read.costs import run_costs

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import select
 
 from core.errors import UserError
-from core.read.schema import CONVERSATIONS
+from core.read.schema import CONVERSATION_ATTEMPTS, CONVERSATIONS
 from core.read.source import StoreRef, read_frame
 from core.records import Conversation
 from core.store import Store
@@ -80,3 +80,13 @@ def conversation_tree(ref: StoreRef, runs: Sequence[str] | None = None) -> pd.Da
     if runs is not None:
         q = q.where(c.run_id.in_(list(runs)))
     return read_frame(q, ref)
+
+
+def retried_conversations(ref: StoreRef, runs: str | Sequence[str] | None = None) -> set[str]:
+    """Ids of the conversations (of ``runs``, or of every run) that ``--retry-failed`` ran again:
+    those with a ``conversation_attempts`` row. Analysis can leave them out."""
+    a = CONVERSATION_ATTEMPTS.c
+    q = select(a.conversation_id).distinct()
+    if runs is not None:
+        q = q.where(a.run_id.in_([runs] if isinstance(runs, str) else list(runs)))
+    return {str(i) for i in read_frame(q, ref)["conversation_id"]}

@@ -9,7 +9,15 @@ from __future__ import annotations
 from sqlalchemy import Integer, Table, inspect, literal_column
 from sqlmodel import SQLModel
 
-from core.records import Conversation, HumanLabel, Judgment, ModelCall, Run, Turn
+from core.records import (
+    Conversation,
+    ConversationAttempt,
+    HumanLabel,
+    Judgment,
+    ModelCall,
+    Run,
+    Turn,
+)
 
 
 def table_of(model: type[SQLModel]) -> Table:
@@ -25,6 +33,7 @@ TURNS = table_of(Turn)
 JUDGMENTS = table_of(Judgment)
 HUMAN_LABELS = table_of(HumanLabel)
 MODEL_CALLS = table_of(ModelCall)
+CONVERSATION_ATTEMPTS = table_of(ConversationAttempt)
 
 # SQLite's implicit rowid: the order the judgments were written in. No record declares it (other
 # databases have none), so only SQLite reads use it: the fast path and ordered exports.

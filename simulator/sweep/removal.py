@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import ColumnElement, Table, delete, func, select
 
 from core.read.schema import (
+    CONVERSATION_ATTEMPTS,
     CONVERSATIONS,
     HUMAN_LABELS,
     JUDGMENTS,
@@ -16,12 +17,13 @@ from core.read.schema import (
     TURNS,
     table_of,
 )
-from core.records import ConversationProvenance
+from core.records import ConversationProvenance, TreeLease
 
 if TYPE_CHECKING:
     from core.store import Store
 
 PROVENANCE = table_of(ConversationProvenance)
+TREE_LEASES = table_of(TreeLease)  # a sweep run on Ray (simulator/tree_lease.py)
 
 
 @dataclass
@@ -45,6 +47,8 @@ def _children(run_id: str) -> list[tuple[Table, ColumnElement[bool]]]:
         (TURNS, TURNS.c.conversation_id.in_(convs)),
         (PROVENANCE, PROVENANCE.c.run_id == run_id),
         (MODEL_CALLS, MODEL_CALLS.c.run_id == run_id),
+        (CONVERSATION_ATTEMPTS, CONVERSATION_ATTEMPTS.c.run_id == run_id),
+        (TREE_LEASES, TREE_LEASES.c.run_id == run_id),
         (CONVERSATIONS, CONVERSATIONS.c.run_id == run_id),
         (RUNS, RUNS.c.id == run_id),
     ]

@@ -42,6 +42,14 @@ BaselineOpt = Annotated[
     ),
 ]
 
+ExcludeRetriedOpt = Annotated[
+    bool,
+    typer.Option(
+        "--exclude-retried",
+        help="Leave out the conversations that `--retry-failed` ran again (their verdicts too).",
+    ),
+]
+
 
 def _runs(run: str | None, all_runs: bool) -> str | None:
     if run is None and not all_runs:
@@ -125,6 +133,7 @@ def register(app: typer.Typer) -> None:
         seed: SeedOpt = 0,
         baseline: BaselineOpt = None,
         db: DbOpt = None,
+        exclude_retried: ExcludeRetriedOpt = False,
     ) -> None:
         """Print the headline findings: failure rates with intervals, the largest matched contrasts
         (paired differences, McNemar and Wilcoxon with Holm), the prompt-condition contrast, ED
@@ -144,6 +153,7 @@ def register(app: typer.Typer) -> None:
                 seed=seed,
                 baselines=_baselines(baseline),
                 examples=0,
+                exclude_retried=exclude_retried,
             )
         console.print(
             _text(
@@ -171,6 +181,7 @@ def register(app: typer.Typer) -> None:
         seed: SeedOpt = 0,
         baseline: BaselineOpt = None,
         db: DbOpt = None,
+        exclude_retried: ExcludeRetriedOpt = False,
     ) -> None:
         """Write report.md and a self-contained report.html (plots embedded, all text escaped):
         headline findings first, then failure rates, criterion heatmap, matched contrasts, the
@@ -178,14 +189,33 @@ def register(app: typer.Typer) -> None:
         selected = _runs(run, all_runs)
         from rich.console import Console
 
-        from analysis.report import write_report
+        from analysis.report import run_analysis, write_report
 
         err = Console(stderr=True)
         if out.exists() and not out.is_dir():
             raise UserError(f"--out {out}: exists and is not a directory")
         with err.status("analysing and plotting ..."):
+            store = _store(db)
+            analysis = (
+                run_analysis(
+                    store,
+                    selected,
+                    n_boot=n_boot,
+                    seed=seed,
+                    baselines=_baselines(baseline),
+                    exclude_retried=True,
+                )
+                if exclude_retried
+                else None
+            )
             files = write_report(
-                _store(db), out, selected, n_boot=n_boot, seed=seed, baselines=_baselines(baseline)
+                store,
+                out,
+                selected,
+                n_boot=n_boot,
+                seed=seed,
+                baselines=_baselines(baseline),
+                analysis=analysis,
             )
         for name in files.missing_plots:
             typer.echo(f"no data for plot {name} (the report says so)")
