@@ -203,6 +203,14 @@ class Manifest(_Strict):
     execution: Execution = Field(default_factory=Execution)
     store: str | None = Field(None, description="SQLite path or database URL.")
     plan: PlanSettings = Field(default_factory=PlanSettings)
+    # Decides nothing about a cell (not in identity.CELL_FIELDS): only whether `sweep` asks.
+    confirm_above_usd: float = Field(
+        1.0,
+        ge=0,
+        description="`sweep` asks before running (without a terminal: needs --yes) when the "
+        "plan's high USD for the cells to do (expected if larger; the budget if lower) is above "
+        "this; an unpriced model always asks.",
+    )
 
     @field_validator("targets", mode="before")
     @classmethod

@@ -1,8 +1,9 @@
 """``branchpoint sweep FILE``: plan and run a study from one manifest, resumably.
 
 Exit status: 0 when every conversation completed and no verdict is an error, 1 when some failed
-(the summary says how many and why), 2 for usage errors (a bad manifest included), 130 when
-interrupted.
+(the summary says how many and why), 2 for usage errors (a bad manifest included, and a run
+above the cost threshold with neither a terminal to ask on nor --yes), 130 when interrupted.
+Declining at the cost question ("Run it? [y/N]") is the user's choice: exit 0, nothing run.
 """
 
 from __future__ import annotations
@@ -13,8 +14,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-
-from core.errors import UserError
 
 if TYPE_CHECKING:
     from core.store import Store
@@ -44,13 +43,40 @@ def sweep_command(
             "--db", metavar="PATH", help="Store: a SQLite path or URL (wins over the manifest's)."
         ),
     ] = None,
+    retry_failed: Annotated[
+        bool,
+        typer.Option(
+            "--retry-failed",
+            help="Run the sweep's failed conversations again from their last stored turn (each "
+            "attempt is recorded; `analyze --exclude-retried` leaves them out).",
+        ),
+    ] = False,
+    yes: Annotated[
+        bool,
+        typer.Option(
+            "--yes",
+            "-y",
+            help="Run without asking. Without it, when the plan's high USD for the cells to do "
+            "(expected where that is larger; the budget's cap where lower; judging not "
+            "included) is above the manifest's confirm_above_usd (default $1), or a model is "
+            "unpriced so nothing bounds the cost, `sweep` asks 'Run it? [y/N]' on a terminal "
+            "and, with no terminal on stdin, refuses (exit 2) before writing anything. High, "
+            "not expected: the question guards against a bill nobody meant to run up, so it "
+            "asks whenever the run could exceed the threshold.",
+        ),
+    ] = False,
 ) -> None:
     """Plan the manifest's cells and run the ones not done yet; the plan is printed first.
 
     Re-running the same manifest continues it; a manifest that adds targets, conditions or
     replicates adds only the new cells; a change that would alter existing cells is refused.
+
+    Exit status: 0 when every conversation completed and no verdict is an error (and when the
+    cost question is answered no: nothing run), 1 when some failed, 2 for usage errors (a run
+    above confirm_above_usd with no terminal to ask on and no --yes included), 130 when
+    interrupted.
     """
-    from core.store import open_store
+    from core.store import open_store, resolve_url
     from simulator.sweep.identity import check_compatible
     from simulator.sweep.manifest import ManifestError, load_manifest, sweep_id_for
 
@@ -62,20 +88,32 @@ def sweep_command(
         raise typer.Exit(2) from None
     sweep_id = sweep_id_for(manifest, manifest_file)
     url = db or _store_url(manifest, manifest_file)
-    # A plan of a sweep never run needs no store, and --plan leaves none behind.
-    store = open_store(url) if not plan_only or _exists(url) else None
+    # A plan of a sweep never run needs no store: --plan leaves none behind, and neither does a
+    # run refused or declined at the cost question (the store is opened after it).
+    store = open_store(url) if _exists(url) else None
     try:
         sweep_id, stored = _identify(store, sweep_id, new_sweep)
-        plan = _plan(manifest, manifest_file, sweep_id, store, with_keys=not plan_only)
+        plan = _plan(
+            manifest,
+            manifest_file,
+            sweep_id,
+            store,
+            with_keys=not plan_only,
+            retry_failed=retry_failed,
+        )
         if stored is not None:
             check_compatible(stored, manifest, sweep_id, str(manifest_file), plan.scenario_hashes)
         for line in plan.lines():
             typer.echo(line)
         if plan_only:
             return
-        assert store is not None
-        _check_runnable(plan)
-        result, verdict_errors = _run(plan, store)
+        _check_runnable(plan, resolve_url(url))
+        if not yes and not _confirmed(plan):
+            typer.echo("nothing run")
+            return
+        if store is None:
+            store = open_store(url)
+        result, verdict_errors = _run(plan, store, retry_failed=retry_failed)
     finally:
         if store is not None:
             store.close()
@@ -115,55 +153,83 @@ def _identify(
 
 
 def _plan(
-    manifest: Manifest, path: Path, sweep_id: str, store: Store | None, *, with_keys: bool
+    manifest: Manifest,
+    path: Path,
+    sweep_id: str,
+    store: Store | None,
+    *,
+    with_keys: bool,
+    retry_failed: bool = False,
 ) -> SweepPlan:
     from simulator.sweep.plan import plan_sweep
 
-    return plan_sweep(manifest, path, sweep_id, store=store, with_keys=with_keys)
+    return plan_sweep(
+        manifest, path, sweep_id, store=store, with_keys=with_keys, retry_failed=retry_failed
+    )
 
 
-def _check_runnable(plan: SweepPlan) -> None:
-    """Refuse what is planned but not built: Ray, and budgets beyond what the plan can bound."""
-    m = plan.manifest
-    if m.execution.mode == "ray":
-        raise UserError(f"{plan.path}: execution.mode: ray is not built yet (expected local)")
-    if m.budget is None:
-        return
-    # Spend is not yet enforced while running, so a budget is honoured only when the plan's
-    # high estimate fits under it.
-    high = plan.total("usd", "high") or 0.0
-    if m.budget.usd_total is not None and high > m.budget.usd_total:
-        raise UserError(
-            f"{plan.path}: budget.usd_total: the high estimate ${high:.2f} exceeds "
-            f"${m.budget.usd_total:.2f}, and spend is not enforced during a sweep yet "
-            "(expected a budget above the plan's high estimate)"
+def _confirmed(plan: SweepPlan) -> bool:
+    """Whether to run ``plan``: yes when its cost bound is under the threshold
+    (simulator/sweep/confirm.py), else the answer on a terminal; with no terminal on stdin a
+    one-line refusal (exit 2), so a script never starts a costly sweep by accident."""
+    import sys
+
+    from simulator.sweep.confirm import cost_check
+
+    check = cost_check(plan)
+    if not check.needed:
+        return True
+    if not sys.stdin.isatty():
+        typer.echo(
+            f"error: {plan.path}: {check.reason()}; no terminal to ask on (expected --yes to "
+            "run it)",
+            err=True,
         )
-    for i, t in enumerate(plan.targets):
-        usd = t.usd["high"] or 0.0
-        if m.budget.usd_per_target is not None and usd > m.budget.usd_per_target:
-            raise UserError(
-                f"{plan.path}: budget.usd_per_target: targets[{i}] ({t.target}) may cost "
-                f"${usd:.2f} (high estimate) over ${m.budget.usd_per_target:.2f}, and spend is "
-                "not enforced during a sweep yet (expected a budget above the high estimate)"
-            )
+        raise typer.Exit(2)
+    typer.echo(f"{check.reason()}.")
+    typer.echo("Run it? [y/N] ", nl=False)
+    try:
+        answer = input()
+    except EOFError:  # Ctrl-D: no answer is no (Ctrl-C stays an interrupt: 130)
+        typer.echo()
+        return False
+    return answer.strip().lower() in ("y", "yes")
 
 
-def _run(plan: SweepPlan, store: Store) -> tuple[SweepResult, int]:
+def _check_runnable(plan: SweepPlan, store_url: str) -> None:
+    """Refuse what cannot run: on Ray, a SQLite store or a budget, or Ray not installed. (A
+    budget is enforced while a local sweep runs; the plan has already refused a budget with an
+    unpriced model.)"""
+    if plan.manifest.execution.mode == "ray":
+        from simulator.sweep.ray_exec import check_ray
+
+        check_ray(plan, store_url)
+
+
+def _run(plan: SweepPlan, store: Store, *, retry_failed: bool = False) -> tuple[SweepResult, int]:
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from simulator.sweep.monitor import SweepMonitor
     from simulator.sweep.run import run_sweep
     from tui.commands.interrupts import until_signalled
+    from tui.commands.live_view import LiveView
 
     console = Console(stderr=True)
-    progress = Progress(
-        TextColumn("turns"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
+    planned: dict[str, list[str]] = {}
+    for _, run_plan in plan.runs:
+        for tree in run_plan.trees:
+            planned.setdefault(tree.target, []).extend(a.conversation_id for a in tree.arms)
+    judges = plan.manifest.judges
+    monitor = SweepMonitor(
+        store,
+        plan.sweep_id,
+        planned,
+        judging_planned=sum(
+            len(e.rubrics) * (len(plan.runs) if e.when == "live" else 1) for e in judges
+        ),
     )
-    task = progress.add_task("turns", total=None)
+    view = LiveView(monitor, console)
+    target_of = {i: target for target, ids in planned.items() for i in ids}
     verdict_errors = 0
 
     async def judge(ids: list[str] | None, when: str) -> None:
@@ -175,6 +241,9 @@ def _run(plan: SweepPlan, store: Store) -> tuple[SweepResult, int]:
             if entry.when != when:
                 continue
             for rubric in entry.rubrics:
+                on = sorted({target_of[i] for i in ids or [] if i in target_of})
+                label = f"{entry.spec}/{rubric} {when}" + (f" on {', '.join(on)}" if on else "")
+                monitor.judge_started(label, when, len(ids if ids is not None else target_of))
                 summary = await ajudge_run(
                     None if ids is not None else plan.sweep_id,
                     store=store,
@@ -186,12 +255,13 @@ def _run(plan: SweepPlan, store: Store) -> tuple[SweepResult, int]:
                     conversation_ids=ids,
                 )
                 verdict_errors += summary.errors
+                monitor.judge_finished(label, rows=summary.rows, errors=summary.errors)
 
     async def live(ids: list[str]) -> None:
         await judge(ids, "live")
 
     def interrupted(name: str) -> None:
-        progress.stop()
+        view.stop()
         console.print(
             f"interrupted ({name}): run the same manifest again to continue sweep {plan.sweep_id}",
             markup=False,
@@ -199,21 +269,23 @@ def _run(plan: SweepPlan, store: Store) -> tuple[SweepResult, int]:
         )
 
     async def work() -> SweepResult:
-        result = await run_sweep(
-            plan,
-            store,
-            on_progress=lambda done, total: progress.update(
-                task, completed=done, total=total or None
-            ),
-            on_target_done=live,
-        )
+        if plan.manifest.execution.mode == "ray":
+            from simulator.sweep.ray_exec import run_sweep_ray
+
+            result = await run_sweep_ray(
+                plan, store, on_target_done=live, retry_failed=retry_failed, monitor=monitor
+            )
+        else:
+            result = await run_sweep(
+                plan, store, on_target_done=live, retry_failed=retry_failed, monitor=monitor
+            )
         await judge(None, "after")
         return result
 
     async def main() -> SweepResult:
         return await until_signalled(work, interrupted)
 
-    with progress:
+    with view:
         result = asyncio.run(main())
     return result, verdict_errors
 
@@ -232,12 +304,30 @@ def _summary(result: SweepResult, verdict_errors: int) -> int:
             f"model calls now: {calls or 'none'}"
         )
     )
+    if result.retried:
+        console.print(Text(f"retried {result.retried} failed conversation(s) (--retry-failed)"))
     if result.failed:
         why = ", ".join(f"{reason} {n}" for reason, n in sorted(result.failed.items()))
         console.print(Text(f"not completed, by reason: {why}"))
+        if result.failed_status:
+            console.print(
+                Text(
+                    f"{result.failed_status} conversation(s) failed: run again with "
+                    "--retry-failed to continue them from their last stored turn"
+                )
+            )
+    if result.stopped_by_budget:
+        console.print(
+            Text(
+                f"stopped by budget: {result.budget_note}; the cells not done are left "
+                "interrupted: raise the budget and run the same manifest again to continue"
+            )
+        )
+    elif result.spent_usd is not None:
+        console.print(Text(f"spent ${result.spent_usd:.4f} of the budget"))
     if verdict_errors:
         console.print(Text(f"{verdict_errors} verdict(s) are error"))
-    return 1 if result.n_failed or verdict_errors else 0
+    return 1 if result.n_failed or verdict_errors or result.stopped_by_budget else 0
 
 
 def register(app: typer.Typer) -> None:

@@ -1,0 +1,446 @@
+"""Running a planned sweep on a Ray cluster (``execution: {mode: ray}``), on a PostgreSQL store.
+
+The driver (this process) does what ``run_sweep`` does before growing trees: it holds the sweep's
+run lease, writes its Run row and provenance. It then writes one ``tree_leases`` row per tree
+not finished (``simulator.tree_lease``), puts the plan in Ray's object store (keys stripped from
+it) and starts ``execution.workers`` worker actors. Each worker opens the store and a gateway of
+its own and keeps ``execution.concurrency`` trees going: claim one (``FOR UPDATE SKIP LOCKED``),
+heartbeat it while ``simulator.execute.execute(..., trees=[spec])`` grows it, mark it done.
+Turns are committed as they are made, as in one process; a tree whose worker dies is claimable
+once its heartbeat is ``execution.lease_s`` old (at once when the driver sees the worker die),
+and whoever takes it resumes it from its last stored turn. A worker that cannot refresh a lease
+for half that time stops growing its tree itself, so that two workers never grow one tree.
+
+Every provider key has one limiter actor (``simulator.sweep.ray_limits``) that every worker's
+gateway asks for its calls: the limits in the manifest hold for the whole cluster, and a
+Retry-After one worker gets cools them all down. API keys reach workers as environment variables
+(named by each target's ``key_env``): inherited from this process on a local cluster, through the
+workers' Ray runtime environment on a cluster elsewhere; never through the plan, the store or a
+task's arguments. A budget is one budget actor (``simulator.sweep.ray_budget``) that every
+worker's gateway reserves from and settles with.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import os
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from core.errors import UserError
+from simulator.sweep.run import OnTargetDone, SweepResult
+
+if TYPE_CHECKING:
+    from core.store import Store
+    from simulator.plan import RunPlan, TreeSpec
+    from simulator.sweep.monitor import SweepMonitor
+    from simulator.sweep.plan import SweepPlan
+
+NAMESPACE = "branchpoint"
+# variables every worker needs besides the keys (none of them secret)
+PASSED_ENV = (
+    "BRANCHPOINT_PLUGINS",
+    "PYTHONPATH",
+    "HF_HUB_OFFLINE",
+    "TRANSFORMERS_OFFLINE",
+    "LITELLM_LOCAL_MODEL_COST_MAP",
+)
+FINISHED = ("completed", "failed")
+
+
+def check_ray(plan: SweepPlan, store_url: str) -> None:
+    """Refuse, in one line, what a sweep on Ray cannot do: a SQLite store, Ray missing."""
+    from core.store import resolve_url
+
+    where = plan.path
+    if not resolve_url(store_url).startswith("postgresql"):
+        raise UserError(
+            f"{where}: store: execution.mode ray needs a PostgreSQL store (got a SQLite file; "
+            "expected postgresql+psycopg://USER@HOST/DB): workers on many machines share it"
+        )
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        raise UserError(
+            f"{where}: execution.mode: ray is not installed (expected `pip install "
+            "'branchpoint[ray]'`)"
+        ) from None
+
+
+def shippable(run_plan: RunPlan) -> RunPlan:
+    """The plan without the keys a plan made to run holds (workers read theirs from their
+    environment, as the providers do)."""
+    from core.redaction import is_secret_key
+
+    def strip(tree: TreeSpec) -> TreeSpec:
+        extra = {k: v for k, v in tree.target_params.extra.items() if not is_secret_key(k)}
+        return dataclasses.replace(
+            tree, target_params=tree.target_params.model_copy(update={"extra": extra})
+        )
+
+    return dataclasses.replace(run_plan, trees=[strip(t) for t in run_plan.trees])
+
+
+def worker_env(plan: SweepPlan) -> dict[str, str]:
+    """The runtime environment's variables: each target's key (by its ``key_env``) and what
+    the providers and plugins read."""
+    env = {name: os.environ[name] for name in PASSED_ENV if os.environ.get(name)}
+    for i, target in enumerate(plan.manifest.targets):
+        if target.key_env:
+            value = os.environ.get(target.key_env)
+            if not value:
+                raise UserError(
+                    f"targets[{i}].key_env: ${target.key_env} is not set (expected the target's "
+                    "API key)"
+                )
+            env[target.key_env] = value
+    return env
+
+
+async def run_sweep_ray(
+    plan: SweepPlan,
+    store: Store,
+    *,
+    on_progress: Callable[[int, int], None] | None = None,
+    on_target_done: OnTargetDone | None = None,
+    retry_failed: bool = False,
+    monitor: SweepMonitor | None = None,
+    num_cpus: int | None = None,
+) -> SweepResult:
+    """Grow every tree of ``plan`` on Ray workers (see the module docstring).
+
+    Connects to ``execution.address`` when set, uses the cluster this process already joined,
+    or starts a local one (``num_cpus``: its size; default one a worker).
+    """
+    import ray
+
+    from simulator.lease import RunLease
+    from simulator.lifecycle import mark_interrupted, stored_turns
+    from simulator.provenance import record_provenance
+    from simulator.sweep.run import _begin, _finish
+    from simulator.tree_lease import TreeLeases, tree_id
+
+    check_ray(plan, store.url)
+    ex = plan.manifest.execution
+    result = SweepResult(plan.sweep_id)
+    feeds = [f for f in (on_progress, monitor.on_progress if monitor else None) if f is not None]
+
+    def report(done: int, total: int) -> None:
+        for feed in feeds:
+            feed(done, total)
+
+    lease = RunLease(store, plan.sweep_id)
+    claimed = lease.claim()
+    started_ray = False
+    workers: list[Any] = []
+    try:
+        result.retried = _begin(store, plan, lease.owner, retry_failed=retry_failed)
+        if not claimed:
+            lease.held()
+        for config, run_plan in plan.runs:
+            record_provenance(store, run_plan, config)
+        heartbeat = asyncio.create_task(lease.keep_alive())
+        # the live view reads the store (workers' gateways are elsewhere: no limiter rows)
+        watching = asyncio.create_task(monitor.watch()) if monitor is not None else None
+        todo = _trees_to_do(store, plan)
+        leases = TreeLeases(store, plan.sweep_id)
+        leases.enqueue(tree_id(t) for _, t in todo)
+        total = sum(p.turn_budget for _, p in plan.runs)
+        report(stored_turns(store, plan.sweep_id), total)
+        if monitor is not None:
+            monitor.rates_from_here()
+        try:
+            if todo:
+                if not ray.is_initialized():
+                    await asyncio.to_thread(_init_ray, ex.address, num_cpus or ex.workers)
+                    started_ray = True
+                # a local cluster's workers inherit this process's environment, keys included;
+                # only a cluster elsewhere is sent them (Ray's runtime-env agent logs what it
+                # is sent, on the cluster's nodes)
+                env = worker_env(plan)
+                local = started_ray and not ex.address
+                spend: dict[str, Any] = {}
+                calls = await _drive(
+                    plan, store, leases, workers, report, total, {} if local else env, spend
+                )
+                result.calls.update(calls)
+                if spend:
+                    result.stopped_by_budget = bool(spend["stopped"])
+                    result.budget_note = str(spend["summary"])
+                    result.spent_usd = float(spend["spent_total"])
+            counts = leases.counts()
+            left = counts.get("pending", 0) + counts.get("running", 0)
+            if left:
+                raise RuntimeError(f"{left} tree(s) left unfinished: every Ray worker stopped")
+        except BaseException as exc:
+            stopped = isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt))
+            why = str(exc.args[0]) if exc.args else type(exc).__name__
+            for w in workers:
+                with contextlib.suppress(Exception):
+                    ray.kill(w)
+            mark_interrupted(
+                store,
+                plan.sweep_id,
+                f"{'interrupted' if stopped else 'failed'}: {why}"[:2000],
+                run_status="interrupted" if stopped else "failed",
+            )
+            raise
+        finally:
+            heartbeat.cancel()
+            if watching is not None:
+                watching.cancel()
+        if on_target_done is not None:
+            # live judges get each set of targets once every tree is grown (workers do not judge)
+            for _, run_plan in plan.runs:
+                await on_target_done([a.conversation_id for t in run_plan.trees for a in t.arms])
+        _finish(store, plan, result)
+        if monitor is not None:
+            await asyncio.to_thread(monitor.refresh)
+    finally:
+        lease.release()
+        if started_ray:
+            ray.shutdown()
+    return result
+
+
+def _init_ray(address: str | None, num_cpus: int) -> None:
+    """Join the cluster at ``address``, or start a local one of ``num_cpus`` (a small object
+    store: only the plan goes through it)."""
+    import ray
+
+    ray.init(
+        address=address,
+        namespace=NAMESPACE,
+        num_cpus=None if address else num_cpus,
+        object_store_memory=None if address else 150 * 1024 * 1024,
+        include_dashboard=False,
+        log_to_driver=False,
+    )
+
+
+def _trees_to_do(store: Store, plan: SweepPlan) -> list[tuple[int, TreeSpec]]:
+    """(index of its run plan, tree) of every tree with an arm not finished."""
+    from core.read import run_conversations
+
+    status = {c.id: c.status for c in run_conversations(store, plan.sweep_id)}
+    return [
+        (i, t)
+        for i, (_, p) in enumerate(plan.runs)
+        for t in p.trees
+        if any(status.get(a.conversation_id) not in FINISHED for a in t.arms)
+    ]
+
+
+async def _drive(
+    plan: SweepPlan,
+    store: Store,
+    leases: Any,
+    workers: list[Any],
+    report: Callable[[int, int], None],
+    total: int,
+    env: dict[str, str],
+    budget_state: dict[str, Any],
+) -> dict[str, int]:
+    """Start the workers, wait for them, hand back a dead one's trees; the calls they made."""
+    import ray
+
+    from simulator.lifecycle import stored_turns
+    from simulator.sweep.ray_budget import budget_actor_class
+    from simulator.sweep.ray_limits import registry_actor_class
+    from simulator.sweep.run import _budget, _prices
+
+    ex = plan.manifest.execution
+    budget = _budget(plan, store)  # its spend so far rebuilt from the sweep's call rows
+    budget_actor = None
+    if budget is not None:
+        budget_actor = budget_actor_class().remote(
+            budget.usd_total,
+            budget.usd_per_target,
+            budget.snapshot().spent_by_target,
+            budget.on_reached,
+        )
+    limits = {k: v.model_dump() for config, _ in plan.runs for k, v in config.limits.items()}
+    registry = registry_actor_class().remote()
+    plans_ref = ray.put([shippable(p) for _, p in plan.runs])
+    options = {
+        "sweep_id": plan.sweep_id,
+        "store_url": store.url,
+        "limits": limits,
+        "concurrency": ex.concurrency,
+        # with no limit configured, a provider may have every worker's calls in flight (the
+        # limiter actor is global)
+        "default_concurrency": ex.concurrency * ex.workers,
+        "max_attempts": ex.retries + 1,
+        "timeout_s": ex.timeout_s,
+        "lease_s": ex.lease_s,
+        "heartbeat_s": ex.heartbeat_s,
+        "budget": budget_actor,
+        "prices": _prices(plan) if budget is not None else {},
+    }
+    try:
+        actor = ray.remote(TreeWorker)
+        for i in range(ex.workers):
+            workers.append(
+                actor.options(
+                    name=f"{plan.sweep_id}-worker-{i}",
+                    num_cpus=1,
+                    max_restarts=0,
+                    runtime_env={"env_vars": env} if env else None,
+                ).remote()
+            )
+        owners = await asyncio.gather(*(w.owner.remote() for w in workers))
+        runs = {
+            asyncio.ensure_future(_await(w.run.remote(plans_ref, registry, options))): owner
+            for w, owner in zip(workers, owners, strict=True)
+        }
+        calls: dict[str, int] = {}
+        pending = set(runs)
+        while pending:
+            done, pending = await asyncio.wait(pending, timeout=1.0, return_when="FIRST_COMPLETED")
+            report(await asyncio.to_thread(stored_turns, store, plan.sweep_id), total)
+            for fut in done:
+                owner = runs[fut]
+                try:
+                    for purpose, n in fut.result().items():
+                        calls[purpose] = calls.get(purpose, 0) + n
+                except ray.exceptions.RayActorError:
+                    # the worker died: its trees are claimable now, its limiter slots are free
+                    await asyncio.to_thread(leases.release_owner, owner)
+                    await registry.forget.remote(owner)
+        if budget_actor is not None:
+            state = await budget_actor.state.remote()
+            budget_state.update(state)
+    finally:
+        # done with them: the names are free for the next sweep, the actors' memory too (a
+        # limiter actor belongs to the registry and goes with it)
+        for handle in [*workers, registry, *([budget_actor] if budget_actor else [])]:
+            with contextlib.suppress(Exception):
+                ray.kill(handle)
+    return calls
+
+
+async def _await(ref: Any) -> Any:
+    return await ref
+
+
+class TreeWorker:
+    """A Ray worker actor: claims trees and grows them until none is left (module docstring)."""
+
+    def __init__(self) -> None:
+        from simulator.lease import owner_tag
+
+        self.tag = owner_tag()
+
+    def owner(self) -> str:
+        return self.tag
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    async def run(
+        self, plans: list[RunPlan], registry: Any, options: dict[str, Any]
+    ) -> dict[str, int]:
+        from core.store import open_store
+        from simulator.gateway import Gateway
+        from simulator.limits import ProviderLimits
+        from simulator.runner import load_plugins
+        from simulator.sweep.ray_limits import RayLimiter
+        from simulator.tree_lease import TreeLeases, tree_id
+
+        store = open_store(options["store_url"])
+        gateway = Gateway(
+            store=store,
+            limits=options["limits"],
+            default_concurrency=options["default_concurrency"],
+            max_attempts=options["max_attempts"],
+            timeout_s=options["timeout_s"],
+            write_behind=True,
+            limiter_factory=lambda key, limits: RayLimiter(
+                key, ProviderLimits.model_validate(limits), registry, self.tag
+            ),
+        )
+        if options["budget"] is not None:
+            from simulator.sweep.ray_budget import RayBudget
+
+            targets = {a.conversation_id: t.target for p in plans for t in p.trees for a in t.arms}
+            gateway.budget = RayBudget(options["budget"], targets)
+            gateway.prices = options["prices"]
+        load_plugins(gateway)
+        index = {tree_id(t): (p, t) for p in plans for t in p.trees}
+        leases = TreeLeases(store, options["sweep_id"])
+        calls: dict[str, int] = {}
+        try:
+            await asyncio.gather(
+                *(
+                    self._slot(store, gateway, leases, index, options, calls)
+                    for _ in range(options["concurrency"])
+                )
+            )
+        finally:
+            await gateway.aclose()
+            store.close()
+        return calls
+
+    async def _slot(
+        self,
+        store: Store,
+        gateway: Any,
+        leases: Any,
+        index: dict[str, tuple[RunPlan, TreeSpec]],
+        options: dict[str, Any],
+        calls: dict[str, int],
+    ) -> None:
+        from simulator.execute import execute
+
+        lease_s, beat_s = float(options["lease_s"]), float(options["heartbeat_s"])
+        while True:
+            claim = await asyncio.to_thread(leases.claim, self.tag, lease_s)
+            if claim is None:
+                counts = await asyncio.to_thread(leases.counts)
+                if not counts.get("pending") and not counts.get("running"):
+                    return
+                # trees held by others: one may go stale and be ours to take over
+                await asyncio.sleep(min(beat_s, lease_s / 4))
+                continue
+            run_plan, spec = index[claim.tree_id]
+            if claim.previous_owner is not None:
+                await asyncio.to_thread(
+                    leases.interrupt_arms,
+                    [a.conversation_id for a in spec.arms],
+                    claim.previous_owner,
+                )
+            task = asyncio.create_task(execute(run_plan, store, gateway, trees=[spec]))
+            last_beat, lost = time.monotonic(), False
+            while not task.done():
+                await asyncio.wait({task}, timeout=beat_s)
+                if task.done():
+                    break
+                try:
+                    if await asyncio.to_thread(leases.beat, self.tag, claim.tree_id):
+                        last_beat = time.monotonic()
+                    else:
+                        lost = True
+                except Exception:  # a missed beat is not fatal; a lease gone stale is
+                    pass
+                if lost or time.monotonic() - last_beat > lease_s / 2:
+                    # another worker has it (or may have it soon): stop writing this tree
+                    lost = True
+                    task.cancel()
+                    with contextlib.suppress(BaseException):
+                        await task
+                    break
+            if lost:
+                continue
+            try:
+                execution = task.result()
+            except Exception as exc:  # a store failure: hand the tree back, or give it up
+                error = f"{type(exc).__name__}: {exc}"[:2000]
+                status = "failed" if claim.attempts >= 3 else "pending"
+                await asyncio.to_thread(leases.finish, self.tag, claim.tree_id, status, error)
+                continue
+            for purpose, n in execution.calls.items():
+                calls[purpose] = calls.get(purpose, 0) + n
+            await asyncio.to_thread(leases.finish, self.tag, claim.tree_id, "done")
