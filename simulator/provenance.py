@@ -12,8 +12,10 @@ import hashlib
 import json
 from typing import TYPE_CHECKING, Any
 
+from sqlalchemy import insert, select
+
 from core.prompt_texts import put_text
-from core.records import ConversationProvenance
+from core.records import ConversationProvenance, utcnow
 
 if TYPE_CHECKING:
     from core.store import Store
@@ -21,7 +23,7 @@ if TYPE_CHECKING:
     from simulator.run_config import RunConfig
 
 # Config fields that change where or how fast a run goes, never what it produces.
-NOT_RESOLVED = ("resume", "db", "run_id", "concurrency")
+NOT_RESOLVED = ("resume", "db", "run_id", "concurrency", "processes")
 
 
 def resolved_config(config: RunConfig) -> dict[str, Any]:
@@ -63,35 +65,47 @@ def record_provenance(store: Store, plan: RunPlan, config: RunConfig) -> int:
     from simulator.gateway import stored_params
 
     chash = config_hash(config)
-    written = 0
+    table = ConversationProvenance.__table__  # type: ignore[attr-defined]
     with store.session() as s:
         persona_hash = put_text(s, "persona_template", persona_template_text())
         rules_hash = put_text(
             s, "event_rules", event_rules_text(plan.event_patterns, plan.detector)
         )
         prompts: dict[str, str | None] = {}
+        ids = [arm.conversation_id for tree in plan.trees for arm in tree.arms]
+        # one query for the rows a resume already has, one insert for the rest: a row at a
+        # time (an identity-map look-up and an ORM object each) cost seconds on a big sweep
+        column = table.c.conversation_id
+        have: set[str] = set()
+        for i in range(0, len(ids), 500):
+            have.update(s.execute(select(column).where(column.in_(ids[i : i + 500]))).scalars())
+        detector_params = stored_params(plan.detector_params) if plan.detector else {}
+        now = utcnow()
+        rows: list[dict[str, Any]] = []
         for tree in plan.trees:
             if tree.condition not in prompts:
                 prompts[tree.condition] = (
                     put_text(s, "system_prompt", tree.system_prompt) if tree.system_prompt else None
                 )
             for arm in tree.arms:
-                if s.get(ConversationProvenance, arm.conversation_id) is not None:
+                if arm.conversation_id in have:
                     continue
-                s.add(
-                    ConversationProvenance(
+                have.add(arm.conversation_id)
+                rows.append(
+                    dict(
                         conversation_id=arm.conversation_id,
                         run_id=plan.run_id,
                         system_prompt_hash=prompts[tree.condition],
                         persona_template_hash=persona_hash,
                         event_rules_hash=rules_hash,
                         detector=plan.detector or "rules",
-                        detector_params=stored_params(plan.detector_params)
-                        if plan.detector
-                        else {},
+                        detector_params=detector_params,
                         config_hash=chash,
+                        created_at=now,
                     )
                 )
-                written += 1
+        if rows:
+            s.execute(insert(table), rows)
+        written = len(rows)
         s.commit()
     return written

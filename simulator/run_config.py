@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 
@@ -36,6 +36,9 @@ class RunConfig(BaseModel):
     concurrency: int = Field(
         16, ge=1, description="Conversations in flight; also API providers' calls in flight."
     )
+    # Worker processes on this machine, each running a share of the trees with its share of
+    # ``concurrency`` and of every limit ("auto": one per CPU; simulator/processes.py).
+    processes: Annotated[int, Field(ge=1)] | Literal["auto"] = 1
     limits: dict[str, ProviderLimits] = Field(
         default_factory=dict, description="Per-provider limits by limit key (simulator.limits)."
     )

@@ -7,7 +7,9 @@
 A run is three stages: ``plan_run`` (``simulator/plan.py``) turns the config into conversation
 trees as plain data, touching no store; ``execute`` (``simulator/execute.py``) grows them into the
 store through the gateway; ``simulator/lifecycle.py`` keeps the Run row, marks interruptions and
-reads back the summaries. This module holds them together for one process.
+reads back the summaries. This module holds them together: in this process, or with
+``processes`` > 1 (``--processes``) in that many worker processes on this machine, each growing a
+share of the trees (``simulator/processes.py``).
 
 A run is recorded as a ``Run`` row (config redacted). Re-running with the same run id
 (``--resume RUN_ID`` or ``--run-id``) marks the conversations a dead process left ``running`` as
@@ -55,6 +57,7 @@ __all__ = [
     "check_specs",
     "load",
     "load_plugins",
+    "make_gateway",
     "mark_interrupted",
     "new_run_id",
     "run",
@@ -95,10 +98,13 @@ async def run(
     store: Store | None = None,
     on_progress: Callable[[int, int], None] | None = None,
     scenarios: list[Scenario] | None = None,
+    retry_failed: bool = False,
 ) -> RunResult:
     """Run (or resume) everything ``config`` names; see the module docstring.
 
     ``scenarios`` runs these Scenario objects instead of loading ``config.scenarios`` from files.
+    ``retry_failed``: the run's failed conversations continue from their last stored turn
+    (``simulator.lifecycle.retry_failed_in``); the run must exist.
     """
     from core.store import open_store
 
@@ -106,37 +112,48 @@ async def run(
     own_store = store is None
     store = store or open_store(config.db)
     try:
-        return await _run_plan(plan, config, store, gateway, Progress(on_progress))
+        return await _run_plan(
+            plan, config, store, gateway, Progress(on_progress), retry_failed=retry_failed
+        )
     finally:
         if own_store:
             store.close()
 
 
 async def _run_plan(
-    plan: RunPlan, config: RunConfig, store: Store, gateway: Gateway | None, progress: Progress
+    plan: RunPlan,
+    config: RunConfig,
+    store: Store,
+    gateway: Gateway | None,
+    progress: Progress,
+    *,
+    retry_failed: bool = False,
 ) -> RunResult:
-    from simulator.gateway import Gateway
     from simulator.lease import RunLease
+    from simulator.processes import worker_count
 
+    workers = worker_count(config, len(plan.trees))
+    if workers > 1 and gateway is not None:
+        raise UserError(
+            f"processes={workers}: each worker process makes its own gateway, so none can be "
+            "passed in (models a worker needs come from $BRANCHPOINT_PLUGINS)"
+        )
     own_gateway = gateway is None
-    gateway = gateway or Gateway(
-        store=store,
-        limits=config.limits,
-        default_concurrency=config.concurrency,
-        write_behind=True,
-    )
+    gateway = gateway or make_gateway(config, store)
     try:
         load_plugins(gateway)
         lease = RunLease(store, plan.run_id)
         claimed = lease.claim()  # before anything is changed: another live process may run it
         try:
-            result = begin_run(store, plan.run_id, config, lease.owner)
+            result = begin_run(store, plan.run_id, config, lease.owner, retry_failed=retry_failed)
             record_provenance(store, plan, config)
             if not claimed:
                 lease.held()
             heartbeat = asyncio.create_task(lease.keep_alive())
             try:
-                return await _execute_held(plan, store, gateway, progress, result)
+                return await _execute_held(
+                    plan, store, gateway, progress, result, config=config, workers=workers
+                )
             finally:
                 heartbeat.cancel()
         finally:
@@ -146,14 +163,50 @@ async def _run_plan(
             await gateway.aclose()
 
 
+def make_gateway(config: RunConfig, store: Store) -> Gateway:
+    """The gateway a run's process (or each of its worker processes) calls models through."""
+    from simulator.gateway import Gateway
+
+    return Gateway(
+        store=store,
+        limits=config.limits,
+        default_concurrency=config.concurrency,
+        write_behind=True,
+    )
+
+
+def worker_gateway(config: RunConfig, store: Store) -> Gateway:
+    """A worker process's gateway (``simulator.processes``), with the plugins loaded."""
+    gateway = make_gateway(config, store)
+    load_plugins(gateway)
+    return gateway
+
+
 async def _execute_held(
-    plan: RunPlan, store: Store, gateway: Gateway, progress: Progress, result: RunResult
+    plan: RunPlan,
+    store: Store,
+    gateway: Gateway,
+    progress: Progress,
+    result: RunResult,
+    *,
+    config: RunConfig,
+    workers: int = 1,
 ) -> RunResult:
-    """Execute the plan while this process holds the run's lease, and finalise the run."""
+    """Execute the plan while this process holds the run's lease, and finalise the run.
+
+    With ``workers`` > 1 the trees run in that many worker processes (``simulator.processes``);
+    this process keeps the lease, the progress and the run's final status."""
+    from simulator.processes import execute_in_processes
+
     progress.add_total(plan.turn_budget)
     progress.advance(stored_turns(store, plan.run_id))
     try:
-        execution = await execute(plan, store, gateway, progress=progress)
+        if workers > 1:
+            calls = await execute_in_processes(
+                plan, config, store.url, workers, progress, worker_gateway
+            )
+        else:
+            calls = (await execute(plan, store, gateway, progress=progress)).calls
     except BaseException as exc:
         stopped = isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt))
         why = str(exc.args[0]) if exc.args else type(exc).__name__
@@ -164,7 +217,7 @@ async def _execute_held(
             run_status="interrupted" if stopped else "failed",
         )
         raise
-    result.calls = execution.calls
+    result.calls = calls
     complete_run(store, plan.run_id)
     result.conversations = summaries(store, plan.run_id)
     return result

@@ -214,14 +214,19 @@ def plan_sweep(
     *,
     store: Store | None = None,
     with_keys: bool = False,
+    retry_failed: bool = False,
 ) -> SweepPlan:
-    """The plan of ``manifest`` under ``sweep_id`` (cells done counted from ``store``)."""
+    """The plan of ``manifest`` under ``sweep_id`` (cells done counted from ``store``).
+
+    ``retry_failed``: failed cells are to do again (``--retry-failed``), their trees estimated
+    in full (an upper bound: the retry continues from their stored turns)."""
     from simulator.plan import load, plan_run
 
     configs = run_configs(manifest, path, sweep_id, with_keys=with_keys)
     scenarios = load(configs[0][0].scenarios)
     variants = select_variants(manifest, scenarios)
     status = _statuses(store, sweep_id) if store is not None else {}
+    done_states = ("completed",) if retry_failed else DONE
     runs: list[tuple[RunConfig, RunPlan]] = []
     estimates: dict[str, TargetEstimate] = {}
     prices = _prices(manifest)
@@ -236,7 +241,7 @@ def plan_sweep(
         count_pairs(plan.trees, contrasts)
         for tree in plan.trees:
             est = estimates.setdefault(tree.target, TargetEstimate(tree.target))
-            finished = sum(1 for a in tree.arms if status.get(a.conversation_id) in DONE)
+            finished = sum(1 for a in tree.arms if status.get(a.conversation_id) in done_states)
             est.cells += len(tree.arms)
             est.done += finished
             if finished < len(tree.arms):

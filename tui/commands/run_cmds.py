@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
@@ -122,6 +122,17 @@ def run_command(
             "calls in flight of API providers without a --limit.",
         ),
     ] = 16,
+    processes: Annotated[
+        str,
+        typer.Option(
+            "--processes",
+            metavar="N|auto",
+            help="Worker processes on this machine (auto: one per CPU), each running a share of "
+            "the conversation trees. Limits are not shared between processes: each gets "
+            "1/N of --concurrency and of every --limit/--limits value (at least 1). Not with a "
+            "local model (embedded, hf:), which every process would load.",
+        ),
+    ] = "1",
     seed: Annotated[
         int, typer.Option("--seed", metavar="N", help="Base seed; replicate r uses seed + r.")
     ] = 0,
@@ -183,6 +194,14 @@ def run_command(
             help="Retries when the persona breaks character.",
         ),
     ] = 2,
+    retry_failed: Annotated[
+        bool,
+        typer.Option(
+            "--retry-failed",
+            help="With --run-id/--resume: run that run's failed conversations again from their "
+            "last stored turn (each attempt is recorded; `analyze --exclude-retried` leaves them out).",
+        ),
+    ] = False,
 ) -> None:
     """Play every variant of the scenarios against each target and condition, storing every turn.
 
@@ -191,6 +210,7 @@ def run_command(
     """
     from simulator.events import load_patterns
     from simulator.limits import load_limits
+    from simulator.processes import resolve_processes
     from simulator.runner import RunConfig, check_specs, load, new_run_id
     from simulator.specs import pairs_to_dict
 
@@ -198,6 +218,10 @@ def run_command(
         raise UserError(f"--fork {fork!r}: expected shared or independent")
     if resume and run_id and resume != run_id:
         raise UserError("--resume and --run-id name different runs; give one")
+    if retry_failed and not (resume or run_id):
+        raise UserError(
+            "--retry-failed: expected --run-id ID or --resume ID naming the run to retry"
+        )
     config = RunConfig(
         scenarios=[str(p) for p in scenario],
         targets=target or ["embedded"],
@@ -215,6 +239,7 @@ def run_command(
         run_id=resume or run_id or new_run_id(),  # known up front: an interrupt message can name it
         resume=resume is not None,
         concurrency=concurrency,
+        processes=_processes(processes),
         seed=seed,
         persona_retries=persona_retries,
         event_patterns=load_patterns(str(event_rules)) if event_rules else None,
@@ -223,10 +248,21 @@ def run_command(
     # Bad scenarios or specs fail here, as one line, before any progress bar is drawn.
     scenarios = load(config.scenarios)
     check_specs(config)
-    _run_with_progress(config, scenarios)
+    resolve_processes(config)  # a local model with --processes > 1
+    _run_with_progress(config, scenarios, retry_failed=retry_failed)
 
 
-def _run_with_progress(config: RunConfig, scenarios: list[Scenario]) -> None:
+def _processes(value: str) -> int | Literal["auto"]:
+    if value.strip() == "auto":
+        return "auto"
+    if not value.strip().isdigit() or int(value) < 1:
+        raise UserError(f"--processes {value!r}: expected a number >= 1 or auto")
+    return int(value)
+
+
+def _run_with_progress(
+    config: RunConfig, scenarios: list[Scenario], *, retry_failed: bool = False
+) -> None:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -259,11 +295,22 @@ def _run_with_progress(config: RunConfig, scenarios: list[Scenario]) -> None:
 
     async def main() -> RunResult:
         return await until_signalled(
-            lambda: run(config, on_progress=on_progress, scenarios=scenarios), interrupted
+            lambda: run(
+                config, on_progress=on_progress, scenarios=scenarios, retry_failed=retry_failed
+            ),
+            interrupted,
         )
 
-    with progress:
-        result = asyncio.run(main())
+    from simulator.processes import WorkerFailed
+
+    try:
+        with progress:
+            result = asyncio.run(main())
+    except WorkerFailed as exc:  # the run is marked failed; its conversations can be resumed
+        console.print(
+            f"error: {exc}; resume with --resume {config.run_id}", markup=False, highlight=False
+        )
+        raise typer.Exit(1) from None
     _print_summary(result)
     if _print_failures(result):
         raise typer.Exit(1)  # some conversations failed: a script must not take it for success
@@ -277,19 +324,31 @@ def _print_failures(result: RunResult) -> int:
     from simulator.transcript import safe_text
 
     failed = [c for c in result.conversations if c.status != "completed"]
+    err = Console(stderr=True)
+    if result.retried:
+        err.print(Text(f"retried {result.retried} failed conversation(s) (--retry-failed)"))
     if failed:
         reasons: dict[str, int] = {}
         for c in failed:
             why = (c.error or c.stop_reason or c.status).splitlines()[0][:160]
             reasons[why] = reasons.get(why, 0) + 1
         top = sorted(reasons.items(), key=lambda kv: -kv[1])[:3]
-        Console(stderr=True).print(
+        err.print(
             Text(
                 f"{len(failed)} of {len(result.conversations)} conversation(s) did not complete: "
                 + "; ".join(f"{n} x {safe_text(why)}" for why, n in top)
             ),
             soft_wrap=True,
         )
+        if any(c.status == "failed" for c in failed):
+            err.print(
+                Text(
+                    "run again with --run-id "
+                    f"{result.run_id} --retry-failed to continue the failed ones from their "
+                    "last stored turn"
+                ),
+                soft_wrap=True,
+            )
     return len(failed)
 
 
