@@ -194,7 +194,15 @@ def main() -> None:
     parser.add_argument("--skip-growth", action="store_true")
     parser.add_argument("--only-litellm", action="store_true")
     parser.add_argument("--extra", action="append", default=[], help="more `run` arguments")
+    parser.add_argument(
+        "--processes",
+        default="1",
+        metavar="N|auto",
+        help="`run --processes`: worker processes (CPU and peak RSS are then the parent's and "
+        "its waited-for workers' together: CPU summed, RSS the largest one)",
+    )
     args = parser.parse_args()
+    args.extra = [*args.extra, "--processes", args.processes]
 
     arms = arms_per_replicate()
 

@@ -14,7 +14,11 @@ tag. Size, nesting depth and aliases are bounded (core/yaml_limits.py) before an
 from __future__ import annotations
 
 import difflib
+import functools
+import hashlib
+import marshal
 import os
+import sys
 import types
 import typing
 from collections.abc import Iterable, Sequence
@@ -251,7 +255,88 @@ def _short_field(loc: tuple[str | int, ...], keep: int = 4) -> str:
 
 
 def parse_yaml(text: str, path: str | Path) -> tuple[Any, PosMap, list[LoadError]]:
-    """Parse ``text``; return plain data, the position of every value, and errors."""
+    """Parse ``text``; return plain data, the position of every value, and errors.
+
+    A text that parsed without errors before is read back from the parse cache
+    (:func:`_cached_parse`): the same bytes give the same data and positions, and ruamel's
+    round-trip parser, pure Python, costs most of a run's start on a big library."""
+    cached = _cached_parse(text)
+    if cached is not None:
+        return cached[0], cached[1], []
+    data, pos, errors = _parse_yaml(text, path)
+    if not errors:
+        _store_parse(text, data, pos)
+    return data, pos, errors
+
+
+# -- the parse cache -------------------------------------------------------------------------------
+# One file per text that parsed cleanly, named by the sha256 of the text and of this parser's own
+# code (a change to either is a miss), holding the plain data and positions in marshal's format
+# (plain types only: nothing is constructed on reading). Texts with errors are never cached, so
+# every error is found and worded by the parser itself. BRANCHPOINT_YAML_CACHE=0 turns it off;
+# the folder is BRANCHPOINT_CACHE_DIR (or ~/.cache/branchpoint), yaml/. A cache that cannot be
+# read or written costs only speed.
+
+_MIN_CACHED = 2048  # characters: below this, parsing costs about what reading a cache file does
+
+
+def _cache_file(text: str) -> Path | None:
+    if os.environ.get("BRANCHPOINT_YAML_CACHE", "1") == "0" or len(text) < _MIN_CACHED:
+        return None
+    base = os.environ.get("BRANCHPOINT_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "branchpoint"
+    )
+    digest = hashlib.sha256(_parser_salt() + text.encode("utf-8", "surrogatepass")).hexdigest()
+    return Path(base) / "yaml" / f"{digest}.marshal"
+
+
+@functools.lru_cache(maxsize=1)
+def _parser_salt() -> bytes:
+    """This parser's version: its code and the limits' code, ruamel's version, Python's."""
+    import ruamel.yaml
+
+    from core import yaml_limits
+
+    parts = [Path(__file__).read_bytes(), Path(yaml_limits.__file__).read_bytes()]
+    parts.append(f"{ruamel.yaml.__version__}|{sys.version}|{marshal.version}".encode())
+    return hashlib.sha256(b"\0".join(parts)).digest()
+
+
+def _cached_parse(text: str) -> tuple[Any, PosMap] | None:
+    try:
+        file = _cache_file(text)
+        if file is None:
+            return None
+        data, positions = marshal.loads(file.read_bytes())
+        pos = PosMap()
+        for loc, fields in positions.items():
+            pos[loc] = NodePos(*fields)
+        return data, pos
+    except Exception:  # missing, unreadable, from another layout: parse as if never cached
+        return None
+
+
+def _store_parse(text: str, data: Any, pos: PosMap) -> None:
+    try:
+        file = _cache_file(text)
+        if file is None:
+            return
+        positions = {
+            loc: (n.line, n.col, n.key_line, n.key_col, n.container, n.field)
+            for loc, n in pos.items()
+        }
+        blob = marshal.dumps((data, positions))  # ValueError on a type marshal lacks: no cache
+        if marshal.loads(blob) != (data, positions):
+            return  # not a faithful copy (a subclass of a plain type): parse every time
+        file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = file.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_bytes(blob)
+        os.replace(tmp, file)  # whole or absent: a reader never sees half a file
+    except Exception:
+        return
+
+
+def _parse_yaml(text: str, path: str | Path) -> tuple[Any, PosMap, list[LoadError]]:
     shown = str(path)
     errors: list[LoadError] = []
     try:

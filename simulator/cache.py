@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import json.encoder
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
@@ -37,15 +38,68 @@ def key_params(params: GenParams) -> dict[str, Any]:
 
 
 def request_hash(spec: str, messages: list[Message], params: GenParams) -> str:
-    payload = {
-        "spec": spec,
-        "messages": [(m.role, m.content) for m in messages],
-        "params": key_params(params),
-    }
-    blob = json.dumps(
-        payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str
+    """sha256 of the canonical JSON of (spec, messages, params): sorted keys, no spaces, UTF-8.
+
+    The bytes are those of ``json.dumps({"spec", "messages": [[role, content], ...], "params"},
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)``; stored hashes
+    (cache keys, ``model_calls.request_hash``) depend on it. "messages" sorts first, so the
+    hash of a message list extends the hash of its prefix: ``_PREFIXES`` keeps those states,
+    and a call at exchange 20 hashes its two new messages, not the whole conversation again."""
+    digest = _PREFIXES.state(messages)
+    tail = (
+        "],"
+        + '"params":'
+        + json.dumps(
+            key_params(params),
+            sort_keys=True,
+            separators=(",", ":"),
+            ensure_ascii=False,
+            default=str,
+        )
+        + ',"spec":'
+        + json.dumps(spec, ensure_ascii=False)
+        + "}"
     )
-    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+    digest.update(tail.encode("utf-8"))
+    return digest.hexdigest()
+
+
+class _PrefixHashes:
+    """A trie of sha256 states over message lists: node -> {(role, content): child node}.
+
+    Each node holds the hash of ``{"messages":[`` and the messages up to it; a list whose prefix
+    was hashed before (the same conversation one exchange earlier) costs one dict look-up per
+    old message. Bounded: past ``limit`` nodes the trie starts again (only speed is lost)."""
+
+    def __init__(self, limit: int = 200_000) -> None:
+        self.limit = limit
+        self._reset()
+
+    def _reset(self) -> None:
+        self.root: tuple[Any, dict[Any, Any]] = (hashlib.sha256(b'{"messages":['), {})
+        self.nodes = 1
+
+    def state(self, messages: list[Message]) -> Any:
+        if self.nodes > self.limit:
+            self._reset()
+        node = self.root
+        first = True
+        for m in messages:
+            key = (m.role, m.content)
+            child = node[1].get(key)
+            if child is None:
+                digest = node[0].copy()
+                item = "[" + _encode(m.role) + "," + _encode(m.content) + "]"
+                digest.update((item if first else "," + item).encode("utf-8"))
+                child = node[1][key] = (digest, {})
+                self.nodes += 1
+            node = child
+            first = False
+        return node[0].copy()
+
+
+_encode = json.encoder.encode_basestring  # what json.dumps(ensure_ascii=False) writes for a str
+_PREFIXES = _PrefixHashes()
 
 
 def cacheable(params: GenParams) -> bool:

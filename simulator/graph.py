@@ -15,13 +15,15 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.graph import END, START, StateGraph
+from langgraph.graph import START, StateGraph
+from langgraph.types import Command
 
 from simulator.call_layout import CallLayout, TurnsRef
 from simulator.completion import Completion, GenParams, Message, ModelError
+from simulator.events import RuleDetector
 
 if TYPE_CHECKING:
     from scenarios.models import BranchOption, Scenario, Stage
@@ -94,6 +96,20 @@ class GroupContext:
     independent: bool = False
     opening: Callable[[Any], str] | None = None  # variant -> first persona message
     calls: CallCounter = field(default_factory=CallCounter)
+    # the history's messages as made for the last call: a group's history only grows
+    _messages: list[Message] = field(default_factory=list)
+
+    def history_messages(self, history: list[dict[str, Any]]) -> list[Message]:
+        """``history`` as messages (the chatbot's view), making only those new since last time."""
+        made = self._messages
+        n = len(made)
+        if n > len(history) or any(
+            m.content is not h["content"] or m.role != h["role"] for m, h in zip(made, history)
+        ):
+            made.clear()  # not the history this was made for (a copy after a fork): start again
+            n = 0
+        made += [Message(role=h["role"], content=h["content"]) for h in history[n:]]
+        return list(made)
 
     @property
     def leader(self) -> Arm:
@@ -174,14 +190,22 @@ def _ctx(config: RunnableConfig) -> GroupContext:
     return config["configurable"]["ctx"]
 
 
-async def route(state: ConvState, config: RunnableConfig) -> ConvState:
-    ctx = _ctx(config)
+def _stopped(ctx: GroupContext, state: ConvState) -> ConvState | None:
+    """The stop that the next exchange's route would find before anything else, if any."""
     exchange = state.get("exchange", 0)
     if exchange > 0:
         if state.get("persona_ended"):
             return ConvState(stop_reason="persona_ended")
         if exchange >= ctx.max_turns:
             return ConvState(stop_reason="max_turns")
+    return None
+
+
+async def route(state: ConvState, config: RunnableConfig) -> ConvState:
+    ctx = _ctx(config)
+    stopped = _stopped(ctx, state)
+    if stopped is not None:
+        return stopped
     fired, stage = fired_next(ctx.scenario, state)
     disagree = [b for b in fired if len({ctx.option_of(a, b) for a in ctx.arms}) > 1]
     if disagree:
@@ -254,7 +278,7 @@ async def target(state: ConvState, config: RunnableConfig) -> ConvState:
     messages: list[Message] = []
     if ctx.system_prompt:
         messages.append(Message(role="system", content=ctx.system_prompt))
-    messages += [Message(role=h["role"], content=h["content"]) for h in history]
+    messages += ctx.history_messages(history)
     params = ctx.target_params
     if params.seed is None:
         params = params.merged({"seed": ctx.seed_for(len(history), "target")})
@@ -284,11 +308,16 @@ async def observe(state: ConvState, config: RunnableConfig) -> ConvState:
     history = list(state.get("history") or [])
     reply = state["reply"] or {}
     completion: Completion = reply["completion"]
-    context = [Message(role=h["role"], content=h["content"]) for h in history]
-    kwargs = (
-        {"conversation_id": ctx.leader.conversation_id} if hasattr(ctx.detector, "gateway") else {}
-    )
-    detection = await ctx.detector.detect(completion.text, context, **kwargs)
+    if isinstance(ctx.detector, RuleDetector):  # rules read the reply alone
+        detection = await ctx.detector.detect(completion.text)
+    else:
+        context = ctx.history_messages(history)
+        kwargs = (
+            {"conversation_id": ctx.leader.conversation_id}
+            if hasattr(ctx.detector, "gateway")
+            else {}
+        )
+        detection = await ctx.detector.detect(completion.text, context, **kwargs)
     if detection.source != "rules":
         ctx.calls.detector += 1
     source = detection.source + (f": {detection.error}" if detection.error else "")
@@ -327,19 +356,18 @@ async def exchange(state: ConvState, config: RunnableConfig) -> ConvState:
     nodes' own work against a fast server, so an exchange is one node running the steps in order
     (entered at ``persona`` after a fork: the fork has applied the options already)."""
     merged: dict[str, Any] = dict(state)
-    update: dict[str, Any] = {}
 
     def apply(step: ConvState) -> bool:
         merged.update(step)
-        update.update(step)
         return not (step.get("stop_reason") or step.get("split"))
 
     if state.get("next") != "persona" and not apply(await route(merged, config)):  # type: ignore[arg-type]
-        return ConvState(**update)  # type: ignore[typeddict-item]
-    update["next"] = "route"
-    if apply(await persona(merged, config)):  # type: ignore[arg-type]
-        apply(await reply(merged, config))  # type: ignore[arg-type]
-    return ConvState(**update)  # type: ignore[typeddict-item]
+        return merged  # type: ignore[return-value]
+    merged["next"] = "route"
+    if apply(await persona(merged, config)) and apply(await reply(merged, config)):  # type: ignore[arg-type]
+        # the last exchange: stop in this step, not in one more that would only find the stop
+        apply(_stopped(_ctx(config), merged) or ConvState())  # type: ignore[arg-type]
+    return merged  # type: ignore[return-value]
 
 
 async def reply(state: ConvState, config: RunnableConfig) -> ConvState:
@@ -366,19 +394,40 @@ def _completion_fields(completion: Completion | None, call_id: str | None) -> di
     )
 
 
-# -- edges ----------------------------------------------------------------------------------------
+# -- the graph ------------------------------------------------------------------------------------
 
 
-def _enter(state: ConvState) -> str:
-    return "reply" if state.get("next") == "target" else "exchange"
+class GraphState(TypedDict):
+    """The graph's one channel: the whole ConvState, replaced by each step.
+
+    One channel instead of one per ConvState key: LangGraph reads, copies and writes every
+    channel on every step, and a step here always produces the whole next state anyway."""
+
+    conv: ConvState
 
 
-def _after_exchange(state: ConvState) -> str:
-    return END if state.get("stop_reason") or state.get("split") else "exchange"
+async def _exchange_step(
+    state: GraphState, config: RunnableConfig
+) -> Command[Literal["exchange", "__end__"]]:
+    conv = await exchange(state["conv"], config)
+    stop = conv.get("stop_reason") or conv.get("split")
+    return Command(update=GraphState(conv=conv), goto="__end__" if stop else "exchange")
 
 
-def _after_reply(state: ConvState) -> str:
-    return END if state.get("stop_reason") else "exchange"
+async def _reply_step(
+    state: GraphState, config: RunnableConfig
+) -> Command[Literal["exchange", "__end__"]]:
+    conv = ConvState(**{**state["conv"], **await reply(state["conv"], config)})
+    return Command(
+        update=GraphState(conv=conv), goto="__end__" if conv.get("stop_reason") else "exchange"
+    )
+
+
+# The next node comes with each step's update (a Command), not from a conditional edge: an edge
+# is one more runnable per step, and a plain-function edge runs in a thread pool (a thread hop
+# and a fight for the GIL on every step) when the graph runs async.
+async def _enter(state: GraphState) -> str:
+    return "reply" if state["conv"].get("next") == "target" else "exchange"
 
 
 _GRAPH: Any = None
@@ -389,15 +438,14 @@ def conversation_graph() -> Any:
 
     One super-step per exchange (``exchange``: route -> persona -> target -> observe), and
     ``reply`` (target -> observe) where a resumed conversation's last stored turn is the
-    persona's. No checkpointer: the store is the checkpoint (``simulator.tree.restore_state``)."""
+    persona's. No checkpointer: the store is the checkpoint (``simulator.tree.restore_state``).
+    Its state is one channel holding the ConvState (``GraphState``)."""
     global _GRAPH
     if _GRAPH is None:
-        g = StateGraph(ConvState)
-        g.add_node("exchange", exchange)
-        g.add_node("reply", reply)
+        g = StateGraph(GraphState)
+        g.add_node("exchange", _exchange_step)
+        g.add_node("reply", _reply_step)
         g.add_conditional_edges(START, _enter, ["exchange", "reply"])
-        g.add_conditional_edges("reply", _after_reply, ["exchange", END])
-        g.add_conditional_edges("exchange", _after_exchange, ["exchange", END])
         _GRAPH = g.compile()
     return _GRAPH
 
@@ -407,6 +455,6 @@ async def run_group(state: ConvState, ctx: GroupContext) -> ConvState:
     graph = conversation_graph()
     limit = 4 * (ctx.max_turns + 2) + 10
     result = await graph.ainvoke(
-        state, config={"configurable": {"ctx": ctx}, "recursion_limit": limit}
+        GraphState(conv=state), config={"configurable": {"ctx": ctx}, "recursion_limit": limit}
     )
-    return ConvState(**result)
+    return ConvState(**result["conv"])

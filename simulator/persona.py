@@ -73,6 +73,22 @@ _OTHER_SPEAKER = re.compile(
 )
 
 
+_GROUP_REF = re.compile(r"\\[1-9]|\(\?P=|\(\?\(")  # \1, (?P=name), (?(1)yes|no)
+
+
+def _combined(patterns: Sequence[re.Pattern[str]]) -> re.Pattern[str] | None:
+    """One pattern that matches where any of ``patterns`` does, or None where they do not
+    combine (a backreference would shift; a global inline flag or a repeated group name)."""
+    if not patterns or any(_GROUP_REF.search(p.pattern) for p in patterns):
+        return None
+    try:
+        return re.compile(
+            "|".join(f"(?:{p.pattern})" for p in patterns), re.IGNORECASE | re.MULTILINE
+        )
+    except re.error:
+        return None
+
+
 @lru_cache(maxsize=1)
 def sandbox() -> SandboxedEnvironment:
     # Sandboxed: scenario files come from users; a template must not reach Python internals.
@@ -126,6 +142,7 @@ class PersonaSimulator:
             (reason, re.compile(p, re.IGNORECASE | re.MULTILINE))
             for reason, p in (role_breaks if role_breaks is not None else DEFAULT_ROLE_BREAKS)
         ]
+        self._any_break = _combined([p for _, p in self.role_breaks])
         from scenarios.variants import render_persona
 
         p = render_persona(scenario)
@@ -237,6 +254,8 @@ class PersonaSimulator:
         """Why ``text`` is not a message this persona would write, or None."""
         if not text.strip():
             return "was empty"
+        if self._any_break is not None and self._any_break.search(text) is None:
+            return None  # nearly every message: one scan instead of one per pattern
         for reason, pattern in self.role_breaks:
             if pattern.search(text):
                 return reason

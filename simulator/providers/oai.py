@@ -1,8 +1,9 @@
-"""``oai:MODEL``: an OpenAI-compatible server over raw aiohttp, the fast path for big sweeps.
+"""``oai:MODEL``: an OpenAI-compatible server over a lean HTTP/1.1 client, the fast path for big sweeps.
 
 litellm spends milliseconds of CPU per call on logging and cost bookkeeping; against a local vLLM
-or llama.cpp server at thousands of calls that dominates. This client keeps one ClientSession with
-a large connector and does nothing per call beyond JSON. Needs ``api_base``. The key, if any, is
+or llama.cpp server at thousands of calls that dominates. This client keeps its connections alive
+(``simulator/providers/http1.py``, leaner per request than aiohttp's ClientSession) and does
+nothing per call beyond JSON, each message's JSON made once. Needs ``api_base``. The key, if any, is
 read from the environment variable named by ``extra.api_key_env`` (default OPENAI_API_KEY).
 A request with a ``json_schema`` climbs the structured-output ladder (``simulator/structured.py``).
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import json.encoder
 import os
 from typing import Any
 
@@ -18,30 +20,31 @@ from core.errors import UserError
 from core.redaction import is_secret_key, redact_text
 from simulator.completion import Completion, GenParams, Message, ModelError
 from simulator.providers.base import RETRYABLE_STATUS, ProviderKind, retry_after_from
+from simulator.providers.http1 import HTTPClient
 from simulator.structured import PIN_PARAM, Ladder, Mode, http_error, response_format
 
+_ascii = json.encoder.encode_basestring_ascii  # json.dumps of a str, ensure_ascii as by default
 _CONTROL = {"api_key_env", PIN_PARAM}
+_FRAGMENTS_KEPT = 50_000  # messages whose JSON is kept: the conversations in flight, a few times
 
 
 class OpenAICompatProvider:
     def __init__(self, connector_limit: int = 1024) -> None:
         self.connector_limit = connector_limit
-        self._session: Any = None
+        self._http: HTTPClient | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.ladder = Ladder()
+        self._fragments: dict[tuple[str, str], str] = {}  # (role, content) -> its JSON
 
-    def _client(self) -> Any:
-        import aiohttp
-
+    def _client(self) -> HTTPClient:
         loop = asyncio.get_running_loop()
-        if self._session is None or self._session.closed or self._loop is not loop:
-            # One session per event loop: aiohttp sessions cannot cross loops (tests run several).
-            connector = aiohttp.TCPConnector(limit=self.connector_limit, ttl_dns_cache=300)
-            self._session = aiohttp.ClientSession(
-                connector=connector, timeout=aiohttp.ClientTimeout(total=None)
-            )
+        if self._http is None or self._loop is not loop:
+            # One client per event loop: connections cannot cross loops (tests run several).
+            if self._http is not None:
+                self._http.close()
+            self._http = HTTPClient(limit=self.connector_limit)
             self._loop = loop
-        return self._session
+        return self._http
 
     def body(
         self,
@@ -70,6 +73,39 @@ class OpenAICompatProvider:
                 body["response_format"] = shape
         return body
 
+    def payload(
+        self,
+        model: str,
+        messages: list[Message],
+        params: GenParams,
+        mode: Mode | None = "json_schema",
+    ) -> bytes:
+        """``json.dumps(self.body(...))``, byte for byte, with each message's JSON made once.
+
+        A conversation's call at exchange 20 repeats the 19 exchanges before it: encoding them
+        again for every call was most of the client's own CPU on long conversations."""
+        return self._encode(self.body(model, [], params, mode), messages)
+
+    def _encode(self, body: dict[str, Any], messages: list[Message]) -> bytes:
+        body = dict(body)
+        body.pop("messages")
+        fragments = self._fragments
+        if len(fragments) > _FRAGMENTS_KEPT:
+            fragments.clear()  # only speed is lost: the next calls encode their messages again
+        parts = []
+        for m in messages:
+            key = (m.role, m.content)
+            part = fragments.get(key)
+            if part is None:
+                # what json.dumps({"role": ..., "content": ...}) writes, without its set-up cost
+                part = '{"role": ' + _ascii(m.role) + ', "content": ' + _ascii(m.content) + "}"
+                fragments[key] = part
+            parts.append(part)
+        text = '{"model": ' + _ascii(body.pop("model")) + ', "messages": [' + ", ".join(parts)
+        rest = json.dumps(body)  # the keys after "messages", in the order body() puts them
+        text += "]}" if rest == "{}" else "], " + rest[1:]
+        return text.encode("utf-8")
+
     async def complete(self, model: str, messages: list[Message], params: GenParams) -> Completion:
         if not params.api_base:
             raise UserError(
@@ -87,33 +123,31 @@ class OpenAICompatProvider:
     async def _send(
         self, model: str, messages: list[Message], params: GenParams, mode: Mode | None
     ) -> Completion:
-        import aiohttp
-
         assert params.api_base is not None
         url = params.api_base.rstrip("/") + "/chat/completions"
         headers = {"Content-Type": "application/json"}
         key = os.environ.get(str(params.extra.get("api_key_env", "OPENAI_API_KEY")))
         if key:
             headers["Authorization"] = f"Bearer {key}"
-        body = self.body(model, messages, params, mode)
-        payload = json.dumps(body)
+        body = self.body(model, [], params, mode)
+        payload = self._encode(body, messages)
         try:
-            async with self._client().post(url, data=payload, headers=headers) as response:
-                raw = await response.read()
-                if response.status >= 400:
-                    detail = redact_text(raw[:1000].decode("utf-8", "replace"))
-                    raise http_error(
-                        response.status,
-                        " ".join(f"HTTP {response.status} from {url}: {detail[:500]}".split()),
-                        detail,
-                        sent_format="response_format" in body,
-                        retryable_status=RETRYABLE_STATUS,
-                        retry_after=retry_after_from(response.headers),
-                    )
-        except (TimeoutError, aiohttp.ClientError, ConnectionError) as exc:
+            response = await self._client().post(url, payload, headers)
+        except (TimeoutError, OSError) as exc:  # refused, reset, DNS, TLS, a broken answer
             raise ModelError(
                 redact_text(f"{type(exc).__name__} calling {url}: {exc}"), retryable=True
             ) from None
+        raw = response.body
+        if response.status >= 400:
+            detail = redact_text(raw[:1000].decode("utf-8", "replace"))
+            raise http_error(
+                response.status,
+                " ".join(f"HTTP {response.status} from {url}: {detail[:500]}".split()),
+                detail,
+                sent_format="response_format" in body,
+                retryable_status=RETRYABLE_STATUS,
+                retry_after=retry_after_from(response.headers),
+            )
         try:
             data = json.loads(raw)
             choice = data["choices"][0]
@@ -134,12 +168,9 @@ class OpenAICompatProvider:
         )
 
     async def aclose(self) -> None:
-        if self._session is not None and not self._session.closed:
-            try:
-                await self._session.close()
-            except RuntimeError:
-                pass  # its loop is gone (a test's asyncio.run ended); nothing left to release
-        self._session = None
+        if self._http is not None:
+            self._http.close()
+        self._http = None
 
 
 def _limit_key(model: str, params: GenParams) -> str:

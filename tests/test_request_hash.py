@@ -1,0 +1,62 @@
+"""``request_hash`` keeps its bytes: stored cache keys and ``model_calls.request_hash`` values
+were made by the canonical JSON below, so the prefix-hashing shortcut must give the same digest."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+
+from simulator.cache import _PrefixHashes, key_params, request_hash
+from simulator.completion import GenParams, Message
+from simulator.events import RuleDetector, _alternation
+
+
+def _canonical(spec: str, messages: list[Message], params: GenParams) -> str:
+    payload = {
+        "spec": spec,
+        "messages": [(m.role, m.content) for m in messages],
+        "params": key_params(params),
+    }
+    blob = json.dumps(
+        payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str
+    )
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def test_the_hash_is_the_canonical_json_hash_for_growing_and_diverging_histories() -> None:
+    text = 'é "q" \\ \n \u2028 😀 \x00'
+    history = [Message(role="system", content="p" * 300)]
+    params = [
+        GenParams(),
+        GenParams(seed=1, temperature=0.5, stop=["\n"], api_base="http://x/v1"),
+        GenParams(json_schema={"b": 1, "a": [2]}, extra={"z": {"y": 1}, "api_key": "k"}),
+    ]
+    for i in range(8):
+        history.append(Message(role="user" if i % 2 else "assistant", content=f"{text}{i}"))
+        other = [*history[:-1], Message(role="user", content="a different last message")]
+        for messages in (history, other, history[1:], []):
+            for p in params:
+                for spec in ("oai:m", 'litellm:é/"x"'):
+                    assert request_hash(spec, messages, p) == _canonical(spec, messages, p)
+
+
+def test_a_full_trie_starts_again_and_still_hashes_right() -> None:
+    trie = _PrefixHashes(limit=3)
+    msgs = [Message(role="user", content=str(i)) for i in range(6)]
+    first = trie.state(msgs).hexdigest()
+    assert trie.nodes <= 7
+    assert trie.state(msgs).hexdigest() == first  # after the reset
+    assert trie.nodes <= 7
+
+
+def test_combined_event_patterns_find_what_the_patterns_do_one_by_one() -> None:
+    detector = RuleDetector({"limit": [r"\bcan(not|'t) help\b", r"(a)\1", r"(?i)x"]})
+    replies = ["I can't help with that", "aa", "nothing here", "Call 988 now", "X"]
+    for reply in replies:
+        one_by_one = [
+            e for e, pats in detector.patterns.items() if any(p.search(reply) for p in pats)
+        ]
+        assert detector.events_in(reply) == one_by_one
+    found = _alternation([re.compile(r"(a)\1", re.IGNORECASE)])  # kept apart: a backreference
+    assert found("xAAx") and not found("ab")
