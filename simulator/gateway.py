@@ -18,7 +18,7 @@ import random
 import time
 import uuid
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from sqlalchemy import insert
 
@@ -29,7 +29,13 @@ from core.redaction import redact, redact_text
 from simulator.cache import CompletionCache, cacheable, request_hash
 from simulator.call_layout import SHORT, CallLayout
 from simulator.completion import Completion, GenParams, Message, ModelError
-from simulator.limits import Limiter, ProviderLimits
+from simulator.limits import (
+    CallLimiter,
+    LimiterFactory,
+    LimiterState,
+    ProviderLimits,
+    local_limiter,
+)
 from simulator.providers.base import Provider
 from simulator.providers.registry import provider_kind
 from simulator.specs import Spec, parse_spec
@@ -38,12 +44,17 @@ from simulator.thinking import split_reasoning
 
 if TYPE_CHECKING:
     from core.store import Store
+    from simulator.budget import Budget, Reservation
+    from simulator.sweep.costs import Price
 
 _MODEL_CALLS = ModelCall.__table__  # type: ignore[attr-defined]
 _PROMPT_TEXTS = PromptText.__table__  # type: ignore[attr-defined]
 _INSERT_MODEL_CALL = insert(_MODEL_CALLS)
 
 __all__ = ["Gateway", "ProviderLimits", "redact"]
+
+# the output tokens a budget reserves for a call without max_tokens
+UPPER_OUTPUT_TOKENS = 4096
 
 
 class Gateway:
@@ -66,8 +77,18 @@ class Gateway:
         timeout_s: float | None = 600.0,
         write_behind: bool = False,
         default_concurrency: int | None = None,
+        limiter_factory: LimiterFactory | None = None,
+        budget: Budget | None = None,
+        prices: Mapping[str, Price] | None = None,
     ) -> None:
         self.store = store
+        # how a provider key's limiter is made: in process by default, a Ray actor's client
+        # when workers share one provider's limits
+        self.limiter_factory: LimiterFactory = limiter_factory or local_limiter
+        # budget: every attempt reserves its upper-bound cost at ``prices`` (spec -> USD per
+        # token) before it is sent and settles its actual cost after (simulator/budget.py)
+        self.budget = budget
+        self.prices: dict[str, Price] = dict(prices or {})
         # write_behind: ModelCall rows and cache entries go to the store's writer thread (a run
         # drains it before it finishes); otherwise each is committed before the call returns.
         self.writer = None
@@ -88,7 +109,7 @@ class Gateway:
         self.timeout_s = timeout_s
         self._registered: dict[str, Provider] = {}
         self._providers: dict[str, Provider] = {}  # by prefix, or prefix:model (one_per_model)
-        self._limiters: dict[str, Limiter] = {}
+        self._limiters: dict[str, CallLimiter] = {}
         self._inflight: dict[str, asyncio.Future[Completion]] = {}
         self.stats = {"calls": 0, "cached": 0, "failed": 0, "retries": 0}
         # prompt text -> its hash, for texts stored by this gateway (a few per scenario)
@@ -112,7 +133,7 @@ class Gateway:
             provider = self._providers[slot] = kind.create(spec.model)
         return provider
 
-    def _limiter(self, spec: Spec, params: GenParams, provider: Provider) -> Limiter:
+    def _limiter(self, spec: Spec, params: GenParams, provider: Provider) -> CallLimiter:
         kind = provider_kind(spec.kind)
         key = kind.key(spec.model, params)
         limiter = self._limiters.get(key)
@@ -128,8 +149,12 @@ class Gateway:
                     or kind.default_concurrency
                 )
             )
-            limiter = self._limiters[key] = Limiter(limits)
+            limiter = self._limiters[key] = self.limiter_factory(key, limits)
         return limiter
+
+    def limiter_states(self) -> list[LimiterState]:
+        """Each provider key's limiter now (calls in flight, current limit, 429s, cool-down)."""
+        return [limiter.snapshot() for limiter in self._limiters.values()]
 
     # -- the call ------------------------------------------------------------------------------
 
@@ -183,7 +208,7 @@ class Gateway:
             self._inflight[key] = future
         try:
             completion, attempts, error = await self._call_with_retries(
-                parsed, provider, messages, params
+                parsed, provider, messages, params, conversation_id=conversation_id
             )
         except BaseException:  # cancelled: release anyone waiting on this request
             if future is not None and not future.done():
@@ -214,39 +239,86 @@ class Gateway:
         return completion, call_id
 
     async def _call_with_retries(
-        self, spec: Spec, provider: Provider, messages: list[Message], params: GenParams
+        self,
+        spec: Spec,
+        provider: Provider,
+        messages: list[Message],
+        params: GenParams,
+        *,
+        conversation_id: str | None = None,
     ) -> tuple[Completion | None, int, str | None]:
+        """Raises BudgetReached (before sending an attempt) when the budget would not cover it."""
         limiter = self._limiter(spec, params, provider)
+        price = self.prices.get(spec.raw)
+        earlier: list[str] = []  # the failed attempts' reasons, for the final error
         attempt = 0
         while True:
             attempt += 1
+            reservation: Reservation | None = None
+            await limiter.acquire()
+            outcome: Literal["ok", "throttled", "error"] = "error"
+            retry_after: float | None = None
+            used = 0
             try:
-                async with limiter.semaphore:
-                    if limiter.bucket is not None:
-                        await limiter.bucket.acquire()
-                    started = time.perf_counter()
-                    async with asyncio.timeout(self.timeout_s):
-                        completion = await provider.complete(spec.model, messages, params)
-                    completion = split_reasoning(completion)  # <think> blocks, any provider
-                    completion.latency_s = time.perf_counter() - started
-                    return completion, attempt, None
+                if self.budget is not None:
+                    # after the slot: only calls about to be sent hold part of the budget
+                    target = self.budget.target_for(conversation_id, spec.raw)
+                    reservation = await self.budget.acquire(
+                        target, self._upper_usd(price, messages, params)
+                    )
+                started = time.perf_counter()
+                async with asyncio.timeout(self.timeout_s):
+                    completion = await provider.complete(spec.model, messages, params)
+                completion = split_reasoning(completion)  # <think> blocks, any provider
+                completion.latency_s = time.perf_counter() - started
+                if completion.cost is None and price is not None:
+                    completion.cost = (
+                        completion.tokens_in * price.input + completion.tokens_out * price.output
+                    )
+                outcome, used = "ok", completion.tokens_in + completion.tokens_out
+                return completion, attempt, None
             except ModelError as exc:
                 error, retryable, retry_after = exc.reason, exc.retryable, exc.retry_after
+                if exc.status == 429:
+                    outcome = "throttled"
             except TimeoutError:
                 error, retryable, retry_after = f"timed out after {self.timeout_s:g}s", True, None
             except UserError:
                 raise
-            except (
-                Exception
-            ) as exc:  # a provider bug or an unmapped library error: record, do not retry
+            except Exception as exc:
+                from simulator.budget import BudgetReached
+
+                if isinstance(exc, BudgetReached):
+                    raise
+                # a provider bug or an unmapped library error: record, do not retry
                 error, retryable, retry_after = f"{type(exc).__name__}: {exc}", False, None
+            finally:
+                limiter.release(outcome, retry_after=retry_after, tokens=used)
+                if reservation is not None and self.budget is not None:
+                    # a failed attempt is settled at 0: what it was billed, if anything, is unknown
+                    cost = (completion.cost or 0.0) if outcome == "ok" else 0.0
+                    self.budget.settle(reservation, cost)
             error = redact_text(" ".join(str(error).split()))[:2000]
             if not retryable or attempt >= self.max_attempts:
                 if attempt > 1:
-                    error = f"{error} (after {attempt} attempts)"
+                    # what the earlier attempts met too, each different reason once
+                    before = [e for e in dict.fromkeys(earlier) if e != error[:200]]
+                    also = f"; earlier: {' | '.join(before)}" if before else ""
+                    error = f"{error} (after {attempt} attempts{also})"[:2000]
                 return None, attempt, error
+            earlier.append(error[:200])
             self.stats["retries"] += 1
             await asyncio.sleep(self._delay(attempt, retry_after))
+
+    def _upper_usd(self, price: Price | None, messages: list[Message], params: GenParams) -> float:
+        """A bound on one attempt's cost: a generous token count of the prompt (2 characters a
+        token, plus each message's framing) and all of ``max_tokens`` (UPPER_OUTPUT_TOKENS
+        without one)."""
+        if price is None:
+            return 0.0
+        prompt = sum(len(m.content) // 2 + 8 for m in messages) + 16
+        output = params.max_tokens or UPPER_OUTPUT_TOKENS
+        return prompt * price.input + output * price.output
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
         backoff = min(self.max_backoff_s, self.backoff_s * 2 ** (attempt - 1))

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from core.records import Turn
+from simulator.budget import BudgetReached
 from simulator.graph import (
     CallCounter,
     ConvState,
@@ -176,6 +177,12 @@ async def run_tree(spec: TreeSpec, env: TreeEnv) -> list[ArmResult]:
                 final = await run_group(state, ctx)
             except asyncio.CancelledError:
                 raise
+            except BudgetReached as exc:
+                # not a failure: the arms stop where they are, resumable by a re-run
+                error = f"stopped_by_budget: {exc}"[:2000]
+                await env.writer.set_status(arms, "interrupted", "stopped_by_budget", error)
+                n = len(state.get("history") or [])
+                return [ArmResult(a, "interrupted", "stopped_by_budget", n, error) for a in arms]
             except (
                 Exception
             ) as exc:  # a bug or a store failure: record it on the arms, keep the run going

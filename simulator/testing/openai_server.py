@@ -310,7 +310,7 @@ class ChatServer:
             429,
             "rate limited, slow down",
             "rate_limit_error",
-            headers={"Retry-After": f"{max(retry_after, 0.001):.3f}"},
+            headers={"Retry-After": f"{max(retry_after, 0.001):g}"},
         )
 
     def _over_limits(self) -> tuple[str, float] | None:
