@@ -160,7 +160,48 @@ class CallLimiter(Protocol):
 LimiterFactory = Callable[[str, ProviderLimits], CallLimiter]
 
 
-class Limiter:
+class AdaptiveLimit:
+    """The adaptive in-flight rule, one definition for the local limiter and the Ray limiter
+    actor (``simulator.sweep.ray_limits``): see ``Limiter``. ``now`` is ``time.monotonic()``."""
+
+    def __init__(
+        self, configured: int, *, cut: float = 0.8, grow_after: int = 8, cut_interval_s: float = 1.0
+    ) -> None:
+        self.configured = configured
+        self.cut = cut
+        self.grow_after = max(1, grow_after)
+        self.cut_interval_s = cut_interval_s
+        self._limit = float(configured)
+        self.throttled = self.errors = self.ok = 0
+        self.cooling_until = 0.0  # time.monotonic() before which no call starts
+        self._streak = 0
+        self._last_cut = -float("inf")
+
+    @property
+    def limit(self) -> int:
+        return max(1, int(self._limit))
+
+    def observe(self, outcome: Outcome, retry_after: float | None, now: float) -> None:
+        """Adapt the limit to one attempt's outcome."""
+        if outcome == "throttled":
+            self.throttled += 1
+            self._streak = 0
+            if now - self._last_cut >= self.cut_interval_s:
+                self._limit = max(1.0, self._limit * self.cut)
+                self._last_cut = now
+            if retry_after is not None and retry_after > 0:
+                self.cooling_until = max(self.cooling_until, now + retry_after)
+        elif outcome == "ok":
+            self.ok += 1
+            self._streak += 1
+            if self._streak >= self.grow_after and self._limit < self.configured:
+                self._limit = min(float(self.configured), float(int(self._limit) + 1))
+                self._streak = 0
+        else:
+            self.errors += 1
+
+
+class Limiter(AdaptiveLimit):
     """The local adaptive limiter for one provider key (one event loop).
 
     The in-flight limit starts at ``max_concurrency``. A 429 cuts it by ``cut`` (never below 1;
@@ -180,25 +221,15 @@ class Limiter:
         grow_after: int = 8,
         cut_interval_s: float = 1.0,
     ) -> None:
+        super().__init__(
+            limits.max_concurrency, cut=cut, grow_after=grow_after, cut_interval_s=cut_interval_s
+        )
         self.key = key
         self.limits = limits
-        self.configured = limits.max_concurrency
-        self.cut = cut
-        self.grow_after = max(1, grow_after)
-        self.cut_interval_s = cut_interval_s
-        self._limit = float(limits.max_concurrency)
         self.in_flight = 0
-        self.throttled = self.errors = self.ok = 0
-        self.cooling_until = 0.0  # time.monotonic() before which no call starts
-        self._streak = 0
-        self._last_cut = -float("inf")
         self._waiters: deque[asyncio.Future[None]] = deque()
         self.bucket = TokenBucket(limits.rpm) if limits.rpm else None
         self.tokens = TokenBudget(limits.tpm) if limits.tpm else None
-
-    @property
-    def limit(self) -> int:
-        return max(1, int(self._limit))
 
     async def acquire(self) -> None:
         await self._slot()
@@ -219,23 +250,7 @@ class Limiter:
     ) -> None:
         if tokens and self.tokens is not None:
             self.tokens.charge(tokens)
-        now = time.monotonic()
-        if outcome == "throttled":
-            self.throttled += 1
-            self._streak = 0
-            if now - self._last_cut >= self.cut_interval_s:
-                self._limit = max(1.0, self._limit * self.cut)
-                self._last_cut = now
-            if retry_after is not None and retry_after > 0:
-                self.cooling_until = max(self.cooling_until, now + retry_after)
-        elif outcome == "ok":
-            self.ok += 1
-            self._streak += 1
-            if self._streak >= self.grow_after and self._limit < self.configured:
-                self._limit = min(float(self.configured), float(int(self._limit) + 1))
-                self._streak = 0
-        else:
-            self.errors += 1
+        self.observe(outcome, retry_after, time.monotonic())
         self._free()
 
     def snapshot(self) -> LimiterState:

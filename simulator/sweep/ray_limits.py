@@ -24,33 +24,23 @@ import contextlib
 import time
 from typing import Any
 
-from simulator.limits import LimiterState, Outcome, ProviderLimits
+from simulator.limits import AdaptiveLimit, LimiterState, Outcome, ProviderLimits
 
-CUT, GROW_AFTER, CUT_INTERVAL_S = 0.8, 8, 1.0
 FULL_WAIT_S = 0.02  # asked again this soon when every slot is taken (no wake-up across processes)
 
 
-class SharedLimit:
+class SharedLimit(AdaptiveLimit):
     """The global state of one provider key (see the module docstring); ``now`` is monotonic."""
 
     def __init__(self, key: str, limits: ProviderLimits) -> None:
+        super().__init__(limits.max_concurrency)
         self.key, self.limits = key, limits
-        self.configured = limits.max_concurrency
-        self._limit = float(limits.max_concurrency)
         self.held: dict[str, int] = {}  # owner -> slots it holds
-        self.throttled = self.errors = self.ok = 0
-        self.cooling_until = 0.0
-        self._streak = 0
-        self._last_cut = -float("inf")
         self.rate = (limits.rpm or 0.0) / 60.0
         self.tokens = 1.0  # one request of burst: see simulator.limits.TokenBucket
         self.tpm_rate = (limits.tpm or 0.0) / 60.0
         self.tpm_credit = self.tpm_rate  # a second's worth (simulator.limits.TokenBudget)
         self.updated = time.monotonic()
-
-    @property
-    def limit(self) -> int:
-        return max(1, int(self._limit))
 
     @property
     def in_flight(self) -> int:
@@ -94,22 +84,7 @@ class SharedLimit:
             self.held[owner] -= 1
         if tokens and self.tpm_rate:
             self.tpm_credit -= tokens
-        if outcome == "throttled":
-            self.throttled += 1
-            self._streak = 0
-            if now - self._last_cut >= CUT_INTERVAL_S:
-                self._limit = max(1.0, self._limit * CUT)
-                self._last_cut = now
-            if retry_after is not None and retry_after > 0:
-                self.cooling_until = max(self.cooling_until, now + retry_after)
-        elif outcome == "ok":
-            self.ok += 1
-            self._streak += 1
-            if self._streak >= GROW_AFTER and self._limit < self.configured:
-                self._limit = min(float(self.configured), float(int(self._limit) + 1))
-                self._streak = 0
-        else:
-            self.errors += 1
+        self.observe(outcome, retry_after, now)
 
     def forget(self, owner: str) -> int:
         """Drop the slots of a worker that is gone; how many it held."""
