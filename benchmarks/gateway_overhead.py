@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -26,29 +25,7 @@ os.environ.setdefault("OPENAI_API_KEY", "sk-benchmark-dummy-key")
 from simulator.completion import GenParams, Message  # noqa: E402
 from simulator.gateway import Gateway  # noqa: E402
 from simulator.limits import ProviderLimits  # noqa: E402
-
-
-def start_server(delay_ms: float) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "simulator.testing.openai_server",
-            "--port",
-            "0",
-            "--delay-ms",
-            str(delay_ms),
-        ],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
-    url = proc.stdout.readline().strip()
-    if not url.startswith("http://127.0.0.1:"):
-        proc.kill()
-        raise SystemExit(f"server did not start: {url!r}")
-    return proc, url
+from simulator.testing.openai_server import spawn as start_server  # noqa: E402
 
 
 async def sweep(

@@ -24,7 +24,6 @@ import argparse
 import asyncio
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,23 +32,10 @@ import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from simulator.testing.openai_server import spawn as start_server  # noqa: E402
+
 SCENARIO = ROOT / "scenarios" / "library" / "teen" / "teen-ah-rail-bridge-jump.yaml"
-
-
-def start_server(delay_ms: float) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "simulator.testing.openai_server", "--port", "0"]
-        + ["--delay-ms", str(delay_ms)],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
-    url = proc.stdout.readline().strip()
-    if not url.startswith("http://127.0.0.1:"):
-        proc.kill()
-        raise SystemExit(f"server did not start: {url!r}")
-    return proc, url
 
 
 def stats(url: str) -> dict[str, float]:

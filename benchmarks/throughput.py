@@ -35,6 +35,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from simulator.testing.openai_server import spawn as start_server  # noqa: E402
+
 LIBRARY = ROOT / "scenarios" / "library" / "teen"
 
 
@@ -46,22 +49,6 @@ def arms_per_replicate() -> int:
 
     plan = plan_run(RunConfig(scenarios=[str(LIBRARY)], fork="independent", targets=["oai:x"]))
     return sum(len(t.arms) for t in plan.trees)
-
-
-def start_server(delay_ms: float) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "simulator.testing.openai_server", "--port", "0"]
-        + ["--delay-ms", str(delay_ms)],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
-    url = proc.stdout.readline().strip()
-    if not url.startswith("http://127.0.0.1:"):
-        proc.kill()
-        raise SystemExit(f"server did not start: {url!r}")
-    return proc, url
 
 
 def server_stats(url: str) -> dict[str, float]:

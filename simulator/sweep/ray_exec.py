@@ -118,9 +118,9 @@ async def run_sweep_ray(
     import ray
 
     from simulator.lease import RunLease
-    from simulator.lifecycle import mark_interrupted, stored_turns
+    from simulator.lifecycle import stored_turns
     from simulator.provenance import record_provenance
-    from simulator.sweep.run import _begin, _finish
+    from simulator.sweep.run import _begin, _finish, _mark_stopped
     from simulator.tree_lease import TreeLeases, tree_id
 
     check_ray(plan, store.url)
@@ -176,17 +176,10 @@ async def run_sweep_ray(
             if left:
                 raise RuntimeError(f"{left} tree(s) left unfinished: every Ray worker stopped")
         except BaseException as exc:
-            stopped = isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt))
-            why = str(exc.args[0]) if exc.args else type(exc).__name__
             for w in workers:
                 with contextlib.suppress(Exception):
                     ray.kill(w)
-            mark_interrupted(
-                store,
-                plan.sweep_id,
-                f"{'interrupted' if stopped else 'failed'}: {why}"[:2000],
-                run_status="interrupted" if stopped else "failed",
-            )
+            _mark_stopped(store, plan.sweep_id, exc)
             raise
         finally:
             heartbeat.cancel()

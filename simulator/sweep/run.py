@@ -71,7 +71,7 @@ async def run_sweep(
     from simulator.execute import Progress, execute
     from simulator.gateway import Gateway
     from simulator.lease import RunLease
-    from simulator.lifecycle import mark_interrupted, stored_turns
+    from simulator.lifecycle import stored_turns
     from simulator.provenance import record_provenance
     from simulator.runner import load_plugins
 
@@ -127,14 +127,7 @@ async def run_sweep(
             try:
                 await asyncio.gather(*(one(p) for _, p in plan.runs))
             except BaseException as exc:
-                stopped = isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt))
-                why = str(exc.args[0]) if exc.args else type(exc).__name__
-                mark_interrupted(
-                    store,
-                    plan.sweep_id,
-                    f"{'interrupted' if stopped else 'failed'}: {why}"[:2000],
-                    run_status="interrupted" if stopped else "failed",
-                )
+                _mark_stopped(store, plan.sweep_id, exc)
                 raise
             finally:
                 heartbeat.cancel()
@@ -203,6 +196,20 @@ def _begin(store: Store, plan: SweepPlan, owner: str, *, retry_failed: bool = Fa
             s.add(row)
         s.commit()
     return retried
+
+
+def _mark_stopped(store: Store, sweep_id: str, exc: BaseException) -> None:
+    """Record why a sweep stopped early: interrupted (a signal, a cancel) or failed."""
+    from simulator.lifecycle import mark_interrupted
+
+    stopped = isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt))
+    why = str(exc.args[0]) if exc.args else type(exc).__name__
+    mark_interrupted(
+        store,
+        sweep_id,
+        f"{'interrupted' if stopped else 'failed'}: {why}"[:2000],
+        run_status="interrupted" if stopped else "failed",
+    )
 
 
 def _finish(store: Store, plan: SweepPlan, result: SweepResult) -> None:

@@ -34,6 +34,8 @@ import argparse
 import asyncio
 import itertools
 import random
+import subprocess
+import sys
 import threading
 import time
 from collections import defaultdict, deque
@@ -408,6 +410,23 @@ class ServerThread:
             asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(30)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
+
+
+def spawn(delay_ms: float = 0.0, *args: str) -> tuple[subprocess.Popen[str], str]:
+    """This server in a process of its own (benchmarks: its CPU is not the client's), on a free
+    port; returns the process and its base URL. ``args`` are more command-line flags."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "simulator.testing.openai_server", "--port", "0"]
+        + ["--delay-ms", str(delay_ms), *args],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    url = proc.stdout.readline().strip()
+    if not url.startswith(f"http://{HOST}:"):
+        proc.kill()
+        raise RuntimeError(f"the loopback server did not start: {url!r}")
+    return proc, url
 
 
 def main(argv: list[str] | None = None) -> None:
