@@ -134,6 +134,7 @@ def test_parsing_a_spec_imports_only_its_own_provider_module() -> None:
     providers, heavy = (json.loads(line) for line in proc.stdout.splitlines()[-2:])
     assert providers == [
         "simulator.providers.base",
+        "simulator.providers.http1",  # oai's own HTTP client
         "simulator.providers.oai",
         "simulator.providers.registry",
         "simulator.providers.scripted",
