@@ -13,7 +13,7 @@ from typing import Any
 
 from simulator.completion import GenParams, Message
 from simulator.providers.scripted import ScriptedModel
-from simulator.testing.openai_server import ServerThread
+from simulator.testing.openai_server import ServerThread, max_in_window
 
 REPO = Path(__file__).resolve().parents[1]
 TEEN = REPO / "scenarios" / "library" / "teen"
@@ -101,7 +101,7 @@ def test_faults_end_every_conversation_with_a_reason_and_the_rpm_holds(tmp_path:
         # for 41) ...
         per_window = RPM * WINDOW_S / 60
         span = 2 * WINDOW_S
-        assert _max_in_window(stats.arrivals, span) <= RPM * span / 60 * 1.05 + 1
+        assert max_in_window(stats.arrivals, span) <= RPM * span / 60 * 1.05 + 1
         # ... over a sweep long enough that going faster would have shown
         assert len(stats.arrivals) > 3 * per_window
         # failed calls are recorded with the reason of each attempt: a 429, a 500, a hang
@@ -119,15 +119,6 @@ def test_faults_end_every_conversation_with_a_reason_and_the_rpm_holds(tmp_path:
         assert len(final) == len(convs) and {s for (s,) in final} == {"completed"}
     finally:
         server.stop()
-
-
-def _max_in_window(times: list[float], window_s: float) -> int:
-    best, lo = 0, 0
-    for hi, t in enumerate(times):
-        while times[lo] <= t - window_s:
-            lo += 1
-        best = max(best, hi - lo + 1)
-    return best
 
 
 def _rows(db: Path, sql: str) -> list[tuple[Any, ...]]:

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 from fixtures.engine.helpers import cli_command, plugin_env, run_cli
+from test_kill_under_load import _count, _rows
 
 from simulator.limits import ProviderLimits
 from simulator.plan import plan_run
@@ -55,27 +56,6 @@ def slow_server() -> Iterator[ServerThread]:
 
 
 # -- reading the store and the process table ---------------------------------------------------
-
-
-def _rows(db: str, sql: str) -> list[tuple[Any, ...]]:
-    from sqlalchemy import create_engine, text
-    from sqlalchemy.exc import DBAPIError
-
-    if "://" not in db and not Path(db).exists():
-        return []
-    engine = create_engine(db if "://" in db else f"sqlite:///{db}")
-    try:
-        with engine.connect() as con:
-            return [tuple(r) for r in con.execute(text(sql)).fetchall()]
-    except DBAPIError:  # tables not created yet
-        return []
-    finally:
-        engine.dispose()
-
-
-def _count(db: str, sql: str) -> int:
-    rows = _rows(db, sql)
-    return int(rows[0][0]) if rows else 0
 
 
 def _transcripts(db: str) -> dict[str, Any]:

@@ -179,8 +179,8 @@ class ChatServer:
                 "last_at": self.last_at,
                 "counts": dict(self.counts),
                 "window_s": self.window_s,
-                "max_in_window": _max_in_window(self.arrivals, self.window_s),
-                "max_per_60s": _max_in_window(self.arrivals, 60.0),
+                "max_in_window": max_in_window(self.arrivals, self.window_s),
+                "max_per_60s": max_in_window(self.arrivals, 60.0),
                 "arrivals": self.arrivals,
                 "throttled_at": self.throttled_at,
             }
@@ -342,7 +342,7 @@ class ChatServer:
         return None
 
 
-def _max_in_window(times: list[float], window_s: float) -> int:
+def max_in_window(times: list[float], window_s: float) -> int:
     """The most of ``times`` (sorted) in any half-open window ``[t, t + window_s)``."""
     best, lo = 0, 0
     for hi, t in enumerate(times):
