@@ -22,7 +22,7 @@ process died can be resumed (at once on the same host).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from core.errors import UserError
@@ -91,6 +91,22 @@ def load_plugins(gateway: Gateway) -> list[str]:
     return names
 
 
+def check_scripted_models(plans: Iterable[RunPlan], gateway: Gateway) -> None:
+    """A scripted model that is not registered is a usage error before anything is written,
+    not a failed conversation per arm (other kinds need the network or weights to tell)."""
+    from simulator.specs import parse_spec
+
+    specs: set[str] = set()
+    for plan in plans:
+        specs |= {t.target for t in plan.trees} | {plan.simulator, *plan.simulators}
+        if plan.detector:
+            specs.add(plan.detector)
+    for raw in sorted(specs):
+        spec = parse_spec(raw)
+        if spec.kind == "scripted":
+            gateway.provider_for(spec)  # raises UserError naming the spec and the known names
+
+
 async def run(
     config: RunConfig,
     *,
@@ -142,6 +158,7 @@ async def _run_plan(
     gateway = gateway or make_gateway(config, store)
     try:
         load_plugins(gateway)
+        check_scripted_models([plan], gateway)
         lease = RunLease(store, plan.run_id)
         claimed = lease.claim()  # before anything is changed: another live process may run it
         try:

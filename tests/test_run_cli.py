@@ -7,7 +7,7 @@ import sqlite3
 
 import pytest
 from fixtures.engine.helpers import HERE as FIX  # importing it puts the test plugin on sys.path
-from fixtures.engine.helpers import run_cli
+from fixtures.engine.helpers import plugin_env, run_cli
 from typer.testing import CliRunner
 
 
@@ -167,3 +167,37 @@ def test_event_rules_file_replaces_the_keyword_rules(cli, tmp_path) -> None:
 
         with pytest.raises(UserError, match=message):
             cli("run", str(FIX / "on_event.yaml"), "--event-rules", str(bad), "--db", str(db))
+
+
+def test_an_unregistered_scripted_model_is_a_usage_error_before_anything_is_stored(
+    tmp_path,
+) -> None:
+    # Registered names (the plugin's) and built-in ones run; an unknown name stops the run
+    # before its Run row, instead of failing every conversation (it once answered as whichever
+    # scripted model was created first).
+    db = tmp_path / "cli.db"
+    proc = run_cli(
+        "run",
+        str(FIX / "on_event.yaml"),
+        "--target",
+        "scripted:echo",
+        "--target",
+        "scripted:no-such-bot",
+        "--simulator",
+        "scripted:persona",
+        "--db",
+        str(db),
+        "--max-turns",
+        "3",
+        env=plugin_env(),
+        timeout=120,
+    )
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip() and not re.match(r"^turns", ln)]
+    assert lines == [
+        "error: model spec 'scripted:no-such-bot': no scripted model of that name is registered "
+        "(built in: scripted:echo)"
+    ], proc.stderr
+    with sqlite3.connect(db) as con:
+        assert con.execute("select count(*) from runs").fetchone() == (0,)
+        assert con.execute("select count(*) from conversations").fetchone() == (0,)

@@ -163,6 +163,12 @@ def _create(model: str) -> ScriptedModel:
 
 
 # Other scripted models are registered on a gateway by spec (``Gateway.register``).
+# One provider per name: each name is a different model (one shared provider would answer
+# ``scripted:NAME`` with whichever built-in model was created first).
 PROVIDER = ProviderKind(
-    prefix="scripted", usage="scripted:NAME", create=_create, default_concurrency=64
+    prefix="scripted",
+    usage="scripted:NAME",
+    create=_create,
+    default_concurrency=64,
+    one_per_model=True,
 )

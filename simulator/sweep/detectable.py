@@ -109,8 +109,8 @@ def lines(contrasts: dict[ContrastKey, ContrastPairs], base_rate: float, targets
         "  scenario-level paired t-test as analysis runs it; assumes independent arms (no "
         "within-pair correlation: conservative), the same effect in every scenario, every pair "
         "realised",
-        f"  {'contrast':44}{'scenarios':>10}{'pairs':>8}{'pooled':>14}"
-        + (f"{'per target':>16}" if targets > 1 else ""),
+        f"  {'contrast':44}{'scenarios':>10}{'pairs':>8}{'pooled':>22}"
+        + (f"{'per target':>22}" if targets > 1 else ""),
     ]
     for key in sorted(contrasts):
         c = contrasts[key]
@@ -118,9 +118,10 @@ def lines(contrasts: dict[ContrastKey, ContrastPairs], base_rate: float, targets
         k = c.scenarios()
         pairs = max(sum(v) for v in sizes.values())
         row = f"  {c.label[:43]:44}{k:>10}{pairs:>8}"
-        row += f"{_points(_weakest(base_rate, list(sizes.values())), k):>14}"
+        # 22: the widest cell ("no test (1 scenario)") keeps a space before it
+        row += f"{_points(_weakest(base_rate, list(sizes.values())), k):>22}"
         if targets > 1:
             per = _weakest(base_rate, list(c.target_sizes().values()))
-            row += f"{_points(per, k):>16}"
+            row += f"{_points(per, k):>22}"
         out.append(row)
     return out

@@ -73,7 +73,7 @@ async def run_sweep(
     from simulator.lease import RunLease
     from simulator.lifecycle import stored_turns
     from simulator.provenance import record_provenance
-    from simulator.runner import load_plugins
+    from simulator.runner import check_scripted_models, load_plugins
 
     m = plan.manifest
     own_gateway = gateway is None
@@ -101,6 +101,7 @@ async def run_sweep(
         monitor.attach(gateway)
     try:
         load_plugins(gateway)
+        check_scripted_models([p for _, p in plan.runs], gateway)
         lease = RunLease(store, plan.sweep_id)
         claimed = lease.claim()
         try:
