@@ -18,7 +18,7 @@ import random
 import time
 import uuid
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import insert
 
@@ -33,6 +33,7 @@ from simulator.limits import (
     CallLimiter,
     LimiterFactory,
     LimiterState,
+    Outcome,
     ProviderLimits,
     local_limiter,
 )
@@ -40,6 +41,7 @@ from simulator.providers.base import Provider
 from simulator.providers.registry import provider_kind
 from simulator.specs import Spec, parse_spec
 from simulator.structured import call_record
+from simulator.sweep.costs import Tokens
 from simulator.thinking import split_reasoning
 
 if TYPE_CHECKING:
@@ -256,7 +258,7 @@ class Gateway:
             attempt += 1
             reservation: Reservation | None = None
             await limiter.acquire()
-            outcome: Literal["ok", "throttled", "error"] = "error"
+            outcome: Outcome = "error"
             retry_after: float | None = None
             used = 0
             try:
@@ -272,9 +274,7 @@ class Gateway:
                 completion = split_reasoning(completion)  # <think> blocks, any provider
                 completion.latency_s = time.perf_counter() - started
                 if completion.cost is None and price is not None:
-                    completion.cost = (
-                        completion.tokens_in * price.input + completion.tokens_out * price.output
-                    )
+                    completion.cost = Tokens(completion.tokens_in, completion.tokens_out).usd(price)
                 outcome, used = "ok", completion.tokens_in + completion.tokens_out
                 return completion, attempt, None
             except ModelError as exc:
@@ -318,7 +318,7 @@ class Gateway:
             return 0.0
         prompt = sum(len(m.content) // 2 + 8 for m in messages) + 16
         output = params.max_tokens or UPPER_OUTPUT_TOKENS
-        return prompt * price.input + output * price.output
+        return Tokens(prompt, output).usd(price)
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
         backoff = min(self.max_backoff_s, self.backoff_s * 2 ** (attempt - 1))

@@ -229,7 +229,7 @@ def plan_sweep(
     done_states = ("completed",) if retry_failed else DONE
     runs: list[tuple[RunConfig, RunPlan]] = []
     estimates: dict[str, TargetEstimate] = {}
-    prices = _prices(manifest)
+    prices = model_prices(manifest)
     # the limits as run_sweep hands them to its one gateway
     limits = {k: v for config, _ in configs for k, v in config.limits.items()}
     work = Workload(limits, manifest.execution.concurrency)
@@ -260,7 +260,9 @@ def plan_sweep(
     return sweep
 
 
-def _prices(manifest: Manifest) -> dict[str, Price | None]:
+def model_prices(manifest: Manifest) -> dict[str, Price | None]:
+    """USD per token of every model the manifest calls (None: unpriced), a target's own
+    ``price`` over litellm's."""
     prices: dict[str, Price | None] = {}
     for entry in manifest.targets:
         override = (

@@ -119,29 +119,19 @@ async def run_sweep_ray(
 
     from simulator.lease import RunLease
     from simulator.lifecycle import stored_turns
-    from simulator.provenance import record_provenance
-    from simulator.sweep.run import _begin, _finish, _mark_stopped
+    from simulator.sweep.run import _finish, _mark_stopped, _start, progress_feed
     from simulator.tree_lease import TreeLeases, tree_id
 
     check_ray(plan, store.url)
     ex = plan.manifest.execution
     result = SweepResult(plan.sweep_id)
-    feeds = [f for f in (on_progress, monitor.on_progress if monitor else None) if f is not None]
-
-    def report(done: int, total: int) -> None:
-        for feed in feeds:
-            feed(done, total)
-
+    report = progress_feed(on_progress, monitor)
     lease = RunLease(store, plan.sweep_id)
     claimed = lease.claim()
     started_ray = False
     workers: list[Any] = []
     try:
-        result.retried = _begin(store, plan, lease.owner, retry_failed=retry_failed)
-        if not claimed:
-            lease.held()
-        for config, run_plan in plan.runs:
-            record_provenance(store, run_plan, config)
+        result.retried = _start(store, plan, lease, claimed, retry_failed=retry_failed)
         heartbeat = asyncio.create_task(lease.keep_alive())
         # the live view reads the store (workers' gateways are elsewhere: no limiter rows)
         watching = asyncio.create_task(monitor.watch()) if monitor is not None else None

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from core.store import Store
     from simulator.budget import Budget
     from simulator.gateway import Gateway
+    from simulator.lease import RunLease
     from simulator.plan import RunPlan
     from simulator.sweep.costs import Price
     from simulator.sweep.monitor import SweepMonitor
@@ -72,7 +73,6 @@ async def run_sweep(
     from simulator.gateway import Gateway
     from simulator.lease import RunLease
     from simulator.lifecycle import stored_turns
-    from simulator.provenance import record_provenance
     from simulator.runner import check_scripted_models, load_plugins
 
     m = plan.manifest
@@ -89,13 +89,7 @@ async def run_sweep(
     budget = _budget(plan, store)
     if budget is not None:
         gateway.budget, gateway.prices = budget, _prices(plan)
-    feeds = [f for f in (on_progress, monitor.on_progress if monitor else None) if f is not None]
-
-    def report(done: int, total: int) -> None:
-        for feed in feeds:
-            feed(done, total)
-
-    progress = Progress(report)
+    progress = Progress(progress_feed(on_progress, monitor))
     result = SweepResult(plan.sweep_id)
     if monitor is not None:
         monitor.attach(gateway)
@@ -105,11 +99,7 @@ async def run_sweep(
         lease = RunLease(store, plan.sweep_id)
         claimed = lease.claim()
         try:
-            result.retried = _begin(store, plan, lease.owner, retry_failed=retry_failed)
-            if not claimed:
-                lease.held()
-            for config, run_plan in plan.runs:
-                record_provenance(store, run_plan, config)
+            result.retried = _start(store, plan, lease, claimed, retry_failed=retry_failed)
             heartbeat = asyncio.create_task(lease.keep_alive())
             watching = asyncio.create_task(monitor.watch()) if monitor is not None else None
             progress.add_total(sum(p.turn_budget for _, p in plan.runs))
@@ -147,6 +137,35 @@ async def run_sweep(
         if own_gateway:
             await gateway.aclose()
     return result
+
+
+def progress_feed(
+    on_progress: Callable[[int, int], None] | None, monitor: SweepMonitor | None
+) -> Callable[[int, int], None]:
+    """One progress callback that feeds the caller's and the live view's."""
+    feeds = [f for f in (on_progress, monitor.on_progress if monitor else None) if f is not None]
+
+    def report(done: int, total: int) -> None:
+        for feed in feeds:
+            feed(done, total)
+
+    return report
+
+
+def _start(
+    store: Store, plan: SweepPlan, lease: RunLease, claimed: bool, *, retry_failed: bool
+) -> int:
+    """The sweep's bookkeeping before any tree grows (local or on Ray): its Run row, the lease
+    taken over if another process held it, each run config's provenance. Returns how many
+    failed conversations ``retry_failed`` set to run again."""
+    from simulator.provenance import record_provenance
+
+    retried = _begin(store, plan, lease.owner, retry_failed=retry_failed)
+    if not claimed:
+        lease.held()
+    for config, run_plan in plan.runs:
+        record_provenance(store, run_plan, config)
+    return retried
 
 
 def _begin(store: Store, plan: SweepPlan, owner: str, *, retry_failed: bool = False) -> int:
@@ -253,20 +272,8 @@ def _budget(plan: SweepPlan, store: Store) -> Budget | None:
 
 
 def _prices(plan: SweepPlan) -> dict[str, Price]:
-    """USD per token of every model the sweep calls (plan_sweep refused unpriced ones)."""
-    from simulator.sweep.costs import price_of
+    """USD per token of every priced model the sweep calls (plan_sweep refused unpriced ones
+    when a budget is set)."""
+    from simulator.sweep.plan import model_prices
 
-    m = plan.manifest
-    out: dict[str, Price] = {}
-    for entry in m.targets:
-        override = (
-            (entry.price.input_per_mtok, entry.price.output_per_mtok) if entry.price else None
-        )
-        price = price_of(entry.spec, override)
-        if price is not None:
-            out[entry.spec] = price
-    for spec in [*m.simulators, *([m.detector.spec] if m.detector else [])]:
-        price = price_of(spec)
-        if price is not None:
-            out.setdefault(spec, price)
-    return out
+    return {spec: p for spec, p in model_prices(plan.manifest).items() if p is not None}
