@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, Field
 
 from core.errors import UserError
+from simulator import event_loop
 
 if TYPE_CHECKING:
     from multiprocessing.context import ForkServerContext, SpawnContext
@@ -364,7 +365,7 @@ def worker_main(job: WorkerJob, control: Connection, reports: Connection) -> Non
     sys.path[:] = job.sys_path
     code = 0
     try:
-        asyncio.run(_work(job, control, reports))
+        event_loop.run(_work(job, control, reports))
     except _Stopped as stop:
         _send(reports, WorkerReport(kind="stopped", error=str(stop)))
         code = EXIT_STOPPED

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from core.errors import UserError
+from simulator import event_loop
 from simulator.execute import Progress, execute
 from simulator.lifecycle import (
     ConversationSummary,
@@ -256,4 +257,4 @@ async def run_scenario(
 def run_scenarios(config: RunConfig | None = None, **kwargs: Any) -> RunResult:
     """Synchronous ``run``: ``run_scenarios(RunConfig(...))`` or ``run_scenarios(scenarios=[...], ...)``."""
     config = config or RunConfig(**kwargs)
-    return asyncio.run(run(config))
+    return event_loop.run(run(config))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
@@ -304,8 +303,10 @@ def _run_with_progress(
     from simulator.processes import WorkerFailed
 
     try:
+        from simulator import event_loop
+
         with progress:
-            result = asyncio.run(main())
+            result = event_loop.run(main())
     except WorkerFailed as exc:  # the run is marked failed; its conversations can be resumed
         console.print(
             f"error: {exc}; resume with --resume {config.run_id}", markup=False, highlight=False

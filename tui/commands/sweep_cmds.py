@@ -8,7 +8,6 @@ Declining at the cost question ("Run it? [y/N]") is the user's choice: exit 0, n
 
 from __future__ import annotations
 
-import asyncio
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -285,8 +284,10 @@ def _run(plan: SweepPlan, store: Store, *, retry_failed: bool = False) -> tuple[
     async def main() -> SweepResult:
         return await until_signalled(work, interrupted)
 
+    from simulator import event_loop
+
     with view:
-        result = asyncio.run(main())
+        result = event_loop.run(main())
     return result, verdict_errors
 
 
