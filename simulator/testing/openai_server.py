@@ -42,9 +42,12 @@ from collections import defaultdict, deque
 from collections.abc import Mapping
 from typing import Any, Literal
 
+import orjson
 from aiohttp import web
 
 from simulator.completion import GenParams, Message, ModelError
+from simulator.providers.scripted import BUILTIN, ScriptedModel
+from simulator.thinking import split_reasoning
 
 HOST = "127.0.0.1"
 ALIASES = {"scripted-echo": "scripted:echo", "echo": "scripted:echo"}
@@ -74,10 +77,11 @@ def _text(content: Any) -> str:
     return "" if content is None else str(content)
 
 
+_ROLES = {"developer": "system", "system": "system", "assistant": "assistant"}
+
+
 def _role(role: Any) -> str:
-    return {"developer": "system", "system": "system", "assistant": "assistant"}.get(
-        str(role), "user"
-    )
+    return _ROLES.get(str(role), "user")
 
 
 class ChatServer:
@@ -112,6 +116,7 @@ class ChatServer:
         self.gateway = Gateway(cache=False, max_attempts=1, timeout_s=None)
         for spec, provider in (models or {}).items():  # e.g. a scripted judge, for tests
             self.gateway.register(spec, provider)
+        self._registered = set(models or {})
         self.structured = structured
         self.refuse_status = refuse_status
         self.formats: list[str] = []  # each request's response_format type ("text" when none)
@@ -146,8 +151,14 @@ class ChatServer:
         self.arrivals: list[float] = []  # time.time() of every chat request
         self.throttled_at: list[tuple[float, float]] = []  # (time.time(), Retry-After) of 429s
         self.counts: dict[str, int] = defaultdict(int)  # answer kind -> how many
-        self.last_headers: dict[str, str] = {}
+        self._last_headers: Mapping[str, str] = {}
         self._ids = itertools.count(1)
+        self._direct_models: dict[str, ScriptedModel | None] = {}
+
+    @property
+    def last_headers(self) -> dict[str, str]:
+        """The headers of the last chat request, names in lower case."""
+        return {k.lower(): v for k, v in self._last_headers.items()}
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -206,19 +217,21 @@ class ChatServer:
     async def _chat(self, request: web.Request) -> web.Response:
         self.requests += 1
         self.arrivals.append(time.time())
-        self.last_headers = {k.lower(): v for k, v in request.headers.items()}
+        self._last_headers = request.headers  # copied only when read: most never are
         if (
             self.require_key is not None
             and request.headers.get("Authorization") != f"Bearer {self.require_key}"
         ):
             return self._error(401, "invalid api key", "authentication_error")
         try:
-            body = await request.json()
+            body = orjson.loads(await request.read())
+            # model_construct: _role and _text already give each field its type, and this runs
+            # for every message of every request
             messages = [
-                Message(role=_role(m.get("role")), content=_text(m.get("content")))
+                Message.model_construct(role=_role(m.get("role")), content=_text(m.get("content")))
                 for m in body["messages"]
             ]
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:  # JSONDecodeError too
             return self._error(400, f"bad request body: {exc}", "invalid_request_error")
         model = str(body.get("model") or self.spec)
 
@@ -263,9 +276,14 @@ class ChatServer:
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
         try:
-            completion, _ = await self.gateway.complete(
-                self.routes.get(model, self.spec), messages, params, purpose="server"
-            )
+            spec = self.routes.get(model, self.spec)
+            direct = self._direct(spec)
+            if direct is not None:
+                completion = split_reasoning(direct.reply_for(messages, params))
+            else:
+                completion, _ = await self.gateway.complete(
+                    spec, messages, params, purpose="server"
+                )
         except ModelError as exc:
             self.counts["error_500"] += 1
             return self._error(500, exc.reason, "server_error")
@@ -283,7 +301,7 @@ class ChatServer:
         reasoning = completion.reasoning or self.reasoning
         if reasoning:
             message["reasoning_content"] = reasoning
-        return web.json_response(
+        return _json_response(
             {
                 "id": f"chatcmpl-bp{next(self._ids)}",
                 "object": "chat.completion",
@@ -303,6 +321,19 @@ class ChatServer:
                 },
             }
         )
+
+    def _direct(self, spec: str) -> ScriptedModel | None:
+        """A built-in scripted model answers without the gateway: its reply is the same, and the
+        gateway's work per call (hash, limiter, timeout) would make this server, not the client
+        a benchmark measures, the bottleneck at thousands of requests a second."""
+        if spec in self._direct_models:
+            return self._direct_models[spec]
+        model: ScriptedModel | None = None
+        kind, _, name = spec.partition(":")
+        if kind == "scripted" and name in BUILTIN and spec not in self._registered:
+            model = BUILTIN[name]()
+        self._direct_models[spec] = model
+        return model
 
     def _throttle(self, why: str, retry_after: float) -> web.Response:
         self.counts[why] += 1
@@ -340,6 +371,10 @@ class ChatServer:
                 return kind
             u -= share
         return None
+
+
+def _json_response(body: Any) -> web.Response:
+    return web.Response(body=orjson.dumps(body), content_type="application/json")
 
 
 def max_in_window(times: list[float], window_s: float) -> int:
@@ -511,7 +546,10 @@ def main(argv: list[str] | None = None) -> None:
             await runner.cleanup()
 
     try:
-        asyncio.run(serve())
+        from simulator import event_loop
+
+        with asyncio.Runner(loop_factory=event_loop.loop_factory()) as runner:
+            runner.run(serve())
     except KeyboardInterrupt:
         pass
 
