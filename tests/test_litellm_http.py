@@ -1,4 +1,4 @@
-"""Real HTTP round trips through litellm (and the raw aiohttp fast path) to a server on 127.0.0.1."""
+"""Real HTTP round trips through litellm (and the ``oai:`` fast path) to a server on 127.0.0.1."""
 
 from __future__ import annotations
 

@@ -43,10 +43,10 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 import orjson
-from aiohttp import web
 
 from simulator.completion import GenParams, Message, ModelError
 from simulator.providers.scripted import BUILTIN, ScriptedModel
+from simulator.testing.http_server import HTTPServer, Reply, Request
 from simulator.thinking import split_reasoning
 
 HOST = "127.0.0.1"
@@ -160,29 +160,33 @@ class ChatServer:
         """The headers of the last chat request, names in lower case."""
         return {k.lower(): v for k, v in self._last_headers.items()}
 
-    def app(self) -> web.Application:
-        app = web.Application(client_max_size=64 * 1024 * 1024)
-        app.router.add_post("/v1/chat/completions", self.chat)
-        app.router.add_post("/chat/completions", self.chat)
-        app.router.add_get("/v1/models", self.models)
-        app.router.add_get("/models", self.models)
-        app.router.add_get("/v1/_stats", self.stats)
-        app.on_cleanup.append(self._cleanup)
-        return app
+    async def handle(self, request: Request) -> Reply:
+        """Route one HTTP request."""
+        route = (request.method, request.path.rstrip("/"))
+        if route in (("POST", "/v1/chat/completions"), ("POST", "/chat/completions")):
+            return await self.chat(request)
+        if route in (("GET", "/v1/models"), ("GET", "/models")):
+            return self.models()
+        if route == ("GET", "/v1/_stats"):
+            return self.stats()
+        known = {"/v1/chat/completions", "/chat/completions", "/v1/models", "/models", "/v1/_stats"}
+        if route[1] in known:
+            return Reply(405, b"405: Method Not Allowed", "text/plain")
+        return Reply(404, b"404: Not Found", "text/plain")
 
-    async def _cleanup(self, _app: web.Application) -> None:
+    async def aclose(self) -> None:
         await self.gateway.aclose()
 
-    async def models(self, _request: web.Request) -> web.Response:
-        return web.json_response(
+    def models(self) -> Reply:
+        return _json_response(
             {
                 "object": "list",
                 "data": [{"id": self.spec, "object": "model", "owned_by": "branchpoint"}],
             }
         )
 
-    async def stats(self, _request: web.Request) -> web.Response:
-        return web.json_response(
+    def stats(self) -> Reply:
+        return _json_response(
             {
                 "requests": self.requests,
                 "peak_in_flight": self.peak_in_flight,
@@ -199,11 +203,11 @@ class ChatServer:
 
     def _error(
         self, status: int, message: str, kind: str, headers: dict[str, str] | None = None
-    ) -> web.Response:
+    ) -> Reply:
         body = {"error": {"message": message, "type": kind, "code": status}}
-        return web.json_response(body, status=status, headers=headers)
+        return _json_response(body, status, headers)
 
-    async def chat(self, request: web.Request) -> web.Response:
+    async def chat(self, request: Request) -> Reply:
         self.in_flight += 1
         self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
         if self.first_at is None:
@@ -214,21 +218,19 @@ class ChatServer:
             self.in_flight -= 1
             self.last_at = time.time()
 
-    async def _chat(self, request: web.Request) -> web.Response:
+    async def _chat(self, request: Request) -> Reply:
         self.requests += 1
         self.arrivals.append(time.time())
         self._last_headers = request.headers  # copied only when read: most never are
         if (
             self.require_key is not None
-            and request.headers.get("Authorization") != f"Bearer {self.require_key}"
+            and request.headers.get("authorization") != f"Bearer {self.require_key}"
         ):
             return self._error(401, "invalid api key", "authentication_error")
         try:
-            body = orjson.loads(await request.read())
-            # model_construct: _role and _text already give each field its type, and this runs
-            # for every message of every request
+            body = orjson.loads(request.body)
             messages = [
-                Message.model_construct(role=_role(m.get("role")), content=_text(m.get("content")))
+                Message(role=_role(m.get("role")), content=_text(m.get("content")))
                 for m in body["messages"]
             ]
         except (ValueError, KeyError, TypeError, AttributeError) as exc:  # JSONDecodeError too
@@ -291,11 +293,7 @@ class ChatServer:
             self._spent.append((time.monotonic(), completion.tokens_in + completion.tokens_out))
         if fault == "malformed":
             self.counts["fault_malformed"] += 1
-            return web.Response(
-                status=200,
-                text='{"id": "chatcmpl-broken", "choices": [{"mess',
-                content_type="application/json",
-            )
+            return Reply(200, b'{"id": "chatcmpl-broken", "choices": [{"mess')
         self.counts["ok"] += 1
         message: dict[str, Any] = {"role": "assistant", "content": completion.text}
         reasoning = completion.reasoning or self.reasoning
@@ -335,7 +333,7 @@ class ChatServer:
         self._direct_models[spec] = model
         return model
 
-    def _throttle(self, why: str, retry_after: float) -> web.Response:
+    def _throttle(self, why: str, retry_after: float) -> Reply:
         self.counts[why] += 1
         self.counts["429"] += 1
         self.throttled_at.append((time.time(), max(retry_after, 0.001)))
@@ -373,8 +371,8 @@ class ChatServer:
         return None
 
 
-def _json_response(body: Any) -> web.Response:
-    return web.Response(body=orjson.dumps(body), content_type="application/json")
+def _json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Reply:
+    return Reply(status, orjson.dumps(body), headers=headers or {})
 
 
 def max_in_window(times: list[float], window_s: float) -> int:
@@ -394,14 +392,23 @@ def _schema_of(shape: dict[str, Any]) -> dict[str, Any] | None:
     return schema if isinstance(schema, dict) else None
 
 
-async def start(server: ChatServer, port: int = 0) -> tuple[web.AppRunner, str]:
-    """Start serving on 127.0.0.1; returns the runner and the base URL (``http://127.0.0.1:PORT/v1``)."""
-    runner = web.AppRunner(server.app(), access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, HOST, port)
-    await site.start()
-    bound = runner.addresses[0][1]
-    return runner, f"http://{HOST}:{bound}/v1"
+class Listener:
+    """A ChatServer listening on 127.0.0.1 (``start``); ``cleanup`` stops both."""
+
+    def __init__(self, server: ChatServer) -> None:
+        self.server = server
+        self.http = HTTPServer(server.handle)
+
+    async def cleanup(self) -> None:
+        await self.http.cleanup()
+        await self.server.aclose()
+
+
+async def start(server: ChatServer, port: int = 0) -> tuple[Listener, str]:
+    """Start serving on 127.0.0.1; returns the listener and the base URL (``http://127.0.0.1:PORT/v1``)."""
+    listener = Listener(server)
+    bound = await listener.http.start(HOST, port)
+    return listener, f"http://{HOST}:{bound}/v1"
 
 
 class ServerThread:
@@ -416,7 +423,7 @@ class ServerThread:
         self._ready = threading.Event()
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="openai-server", daemon=True)
-        self._runner: web.AppRunner | None = None
+        self._runner: Listener | None = None
 
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)

@@ -1,0 +1,95 @@
+"""The loopback server's own HTTP/1.1 layer, spoken to over raw sockets: what clients other than
+branchpoint's send (chunked bodies, several requests on one connection, HTTP/1.0) is answered."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+
+from simulator.testing.openai_server import ServerThread
+
+
+@pytest.fixture
+def server() -> tuple[str, int]:
+    thread = ServerThread()
+    url = thread.start()
+    host, port = url.removeprefix("http://").removesuffix("/v1").split(":")
+    yield host, int(port)
+    thread.stop()
+
+
+def _read_reply(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, "connection closed before the head ended"
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split(" ")[1])
+    headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+    length = int(headers["content-length"])
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        assert chunk, "connection closed before the body ended"
+        body += chunk
+    return status, headers, body[:length]
+
+
+def _chat(content: str) -> bytes:
+    return json.dumps({"model": "m", "messages": [{"role": "user", "content": content}]}).encode()
+
+
+def test_keep_alive_serves_requests_in_order_on_one_connection(server: tuple[str, int]) -> None:
+    with socket.create_connection(server) as sock:
+        # both requests in one send: the second waits in the buffer until the first is answered
+        payload = b""
+        for word in ("first", "second"):
+            body = _chat(word)
+            payload += (
+                b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                + f"Content-Length: {len(body)}\r\n\r\n".encode()
+                + body
+            )
+        sock.sendall(payload)
+        replies = [_read_reply(sock) for _ in range(2)]
+    assert [json.loads(b)["choices"][0]["message"]["content"] for _, _, b in replies] == [
+        "first",
+        "second",
+    ]
+    assert all(h["connection"] == "keep-alive" for _, h, _ in replies)
+
+
+def test_chunked_body_split_across_sends(server: tuple[str, int]) -> None:
+    body = _chat("chunked hello")
+    half = len(body) // 2
+    chunks = f"{half:x}\r\n".encode() + body[:half] + b"\r\n"
+    chunks += f"{len(body) - half:x}\r\n".encode() + body[half:] + b"\r\n0\r\n\r\n"
+    head = b"POST /chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+    with socket.create_connection(server) as sock:
+        data = head + chunks
+        for i in range(0, len(data), 7):  # the parser must wait for the rest, not fail
+            sock.sendall(data[i : i + 7])
+        status, _, reply = _read_reply(sock)
+    assert status == 200
+    assert json.loads(reply)["choices"][0]["message"]["content"] == "chunked hello"
+
+
+def test_http10_closes_and_errors_are_answered(server: tuple[str, int]) -> None:
+    with socket.create_connection(server) as sock:
+        sock.sendall(b"GET /v1/models HTTP/1.0\r\n\r\n")
+        status, headers, body = _read_reply(sock)
+        assert status == 200 and headers["connection"] == "close"
+        assert json.loads(body)["data"][0]["id"] == "scripted:echo"
+        assert sock.recv(10) == b""  # closed by the server
+    for request, expected in (
+        (b"GET /nowhere HTTP/1.1\r\n\r\n", 404),
+        (b"GET /v1/chat/completions HTTP/1.1\r\n\r\n", 405),
+        (b"POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 3\r\n\r\nnot", 400),
+        (b"NONSENSE\r\n\r\n", 400),
+    ):
+        with socket.create_connection(server) as sock:
+            sock.sendall(request)
+            assert _read_reply(sock)[0] == expected, request
