@@ -184,7 +184,10 @@ class ConversationProvenance(SQLModel, table=True):
 
 
 class CacheEntry(SQLModel, table=True):
-    """Content-addressed completion cache: key = hash(model, messages, params, seed)."""
+    """Completion cache entries of stores written by earlier versions (key = hash(model, messages,
+    params, seed)).
+
+    They are still read; new entries are the calls' own rows (``ModelCall.request_hash``)."""
 
     __tablename__ = "cache"
     key: str = Field(primary_key=True)

@@ -11,11 +11,12 @@ from __future__ import annotations
 import hashlib
 import json
 import json.encoder
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import select
+from sqlalchemy import and_, select
 
-from core.records import CacheEntry, utcnow
+from core.records import CacheEntry, ModelCall
 from core.redaction import is_secret_key
 from simulator.completion import Completion, GenParams, Message
 
@@ -107,29 +108,35 @@ def cacheable(params: GenParams) -> bool:
 
 
 class CompletionCache:
-    """The store's ``cache`` table when a store is given, else a dict in memory.
+    """Without a store, a dict in memory. With one, the store's own record of the calls.
 
-    With a store, the keys of each model's entries are read once (one query per model and
-    process), so a miss, nearly every call of a fresh sweep, costs no query; a hit costs one. With
-    ``writer`` (the store's write-behind queue) an entry is written off the event loop and served
-    from memory until it is committed.
+    A call's ModelCall row (its request hash, text, tokens, finish reason) is its cache entry:
+    nothing is written twice, and an entry is as durable as the call's record. Entries in the
+    ``cache`` table, which earlier versions wrote, are still served. The hashes of a model's
+    successful calls are read once (one query per model and process), so a miss, nearly every
+    call of a fresh sweep, costs no query; a hit costs one. A completion whose row is still in
+    the write-behind queue is served from memory until its row is committed.
     """
 
     def __init__(self, store: Store | None = None, writer: BatchWriter | None = None) -> None:
         self.store = store
         self.writer = writer
         self._memory: dict[str, Completion] = {}
-        self._known: dict[str, set[str]] = {}  # model -> keys stored under it
-        self._pending: dict[str, Completion] = {}  # written, not yet committed
+        self._known: dict[str, set[str]] = {}  # model -> hashes it can answer
+        self._pending: dict[str, Completion] = {}  # put, its call row not yet committed
 
     def _keys(self, model: str) -> set[str]:
         known = self._known.get(model)
         if known is None:
             assert self.store is not None
-            table = CacheEntry.__table__  # type: ignore[attr-defined]
             with self.store.engine.connect() as conn:
-                rows = conn.execute(select(table.c.key).where(table.c.model == model))
-                known = self._known[model] = {r[0] for r in rows}
+                calls = conn.execute(
+                    select(_CALLS.c.request_hash).where(_CALLS.c.model == model, _ANSWERED)
+                )
+                known = {r[0] for r in calls}
+                legacy = conn.execute(select(_LEGACY.c.key).where(_LEGACY.c.model == model))
+                known.update(r[0] for r in legacy)
+            self._known[model] = known
         return known
 
     def get(self, key: str, model: str | None = None) -> Completion | None:
@@ -141,34 +148,72 @@ class CompletionCache:
             return pending.model_copy()
         if model is not None and key not in self._keys(model):
             return None
-        with self.store.session() as s:
-            row = s.get(CacheEntry, key)
-            if row is None:
-                return None
-            try:
-                return Completion.model_validate(row.completion)
-            except ValueError:
-                return None  # written by an older layout: treat as a miss, it will be rewritten
+        with self.store.engine.connect() as conn:
+            row = conn.execute(
+                select(*_ENTRY).where(_CALLS.c.request_hash == key, _ANSWERED).limit(1)
+            ).first()
+            if row is not None:
+                return _from_call(row._mapping)
+            old = conn.execute(select(_LEGACY.c.completion).where(_LEGACY.c.key == key)).first()
+        if old is None:
+            return None
+        try:
+            return Completion.model_validate(old[0])
+        except ValueError:
+            return None  # written by an older layout: a miss
 
-    def put(self, key: str, model: str, completion: Completion) -> None:
+    def put(
+        self, key: str, model: str, completion: Completion
+    ) -> Callable[[BaseException | None], None] | None:
+        """Make ``completion`` the answer to ``key``. With a store, its call's row (which the
+        gateway writes next) is the entry: the returned callback, run once that row is committed
+        or has failed, stops serving it from memory."""
         if self.store is None:
             self._memory[key] = completion.model_copy()
-            return
-        data = completion.model_dump(exclude={"cached", "attempts"})
+            return None
         if model in self._known:
             self._known[model].add(key)
-        if self.writer is None:
-            with self.store.session() as s:
-                s.merge(CacheEntry(key=key, model=model, completion=data))
-                s.commit()
-            return
-        from simulator.write_behind import RANK_CACHE, Write, upsert
-
         self._pending[key] = completion.model_copy()
-        row = {"key": key, "model": model, "completion": data, "created_at": utcnow()}
-        stmt = upsert(self.store, CacheEntry.__table__, ["key"], ["completion"])  # type: ignore[attr-defined]
 
         def committed(_exc: BaseException | None) -> None:
-            self._pending.pop(key, None)  # failed too: a later call is a miss, and writes again
+            self._pending.pop(key, None)  # failed too: a later call is a miss, and calls again
 
-        self.writer.submit(Write([(RANK_CACHE, stmt, [row])], done=committed))
+        return committed
+
+
+_CALLS = ModelCall.__table__  # type: ignore[attr-defined]
+_LEGACY = CacheEntry.__table__  # type: ignore[attr-defined]
+# a call's row answers its request when the call succeeded and was not itself served from cache
+_ANSWERED = and_(_CALLS.c.error.is_(None), _CALLS.c.cached.is_(False))
+_ENTRY = [
+    _CALLS.c[name]
+    for name in (
+        "text",
+        "reasoning",
+        "tokens_in",
+        "tokens_out",
+        "cost",
+        "latency_s",
+        "finish_reason",
+        "provider_request_id",
+        "model",
+        "params",
+    )
+]
+
+
+def _from_call(row: Any) -> Completion:
+    params = row["params"] or {}
+    return Completion(
+        text=row["text"] or "",
+        reasoning=row["reasoning"],
+        tokens_in=row["tokens_in"] or 0,
+        tokens_out=row["tokens_out"] or 0,
+        cost=row["cost"],
+        latency_s=row["latency_s"] or 0.0,
+        finish_reason=row["finish_reason"],
+        request_id=row["provider_request_id"],
+        model=row["model"],
+        structured=params.get("structured"),
+        structured_refused=list(params.get("structured_refused") or []),
+    )

@@ -17,7 +17,7 @@ import asyncio
 import random
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import insert
@@ -91,7 +91,7 @@ class Gateway:
         # token) before it is sent and settles its actual cost after (simulator/budget.py)
         self.budget = budget
         self.prices: dict[str, Price] = dict(prices or {})
-        # write_behind: ModelCall rows and cache entries go to the store's writer thread (a run
+        # write_behind: ModelCall rows (the cache entries too) go to the store's writer thread (a run
         # drains it before it finishes); otherwise each is committed before the call returns.
         self.writer = None
         if write_behind and store is not None:
@@ -183,10 +183,14 @@ class Gateway:
         self.stats["calls"] += 1
         use_cache = self.cache is not None and cacheable(params)
 
-        def record(completion: Completion, error: str | None) -> None:
+        def record(
+            completion: Completion,
+            error: str | None,
+            committed: Callable[[BaseException | None], None] | None = None,
+        ) -> None:
             self._record(
                 call_id, parsed, params, key, messages, purpose, run_id, conversation_id,
-                completion, error, layout,
+                completion, error, layout, committed,
             )  # fmt: skip
 
         if use_cache:
@@ -235,9 +239,11 @@ class Gateway:
         completion.model = parsed.raw
         completion.attempts = attempts
         completion.cached = False
+        committed = None
         if use_cache and self.cache is not None:
-            self.cache.put(key, parsed.raw, completion)
-        record(completion, None)
+            # with a store, this call's row is the cache entry (simulator.cache)
+            committed = self.cache.put(key, parsed.raw, completion)
+        record(completion, None, committed)
         return completion, call_id
 
     async def _call_with_retries(
@@ -352,7 +358,9 @@ class Gateway:
         completion: Completion,
         error: str | None,
         layout: CallLayout | None = None,
+        committed: Callable[[BaseException | None], None] | None = None,
     ) -> None:
+        """Store the call's row; ``committed`` is told once it is committed (or has failed)."""
         if self.store is None:
             return
         prompt: list[dict[str, Any]] | None = None
@@ -393,6 +401,8 @@ class Gateway:
                     put_text(s, kind, text)
                 s.add(ModelCall(**values))
                 s.commit()
+            if committed is not None:
+                committed(None)
             return
         from simulator.write_behind import RANK_MODEL_CALL, RANK_PROMPT_TEXT, upsert
 
@@ -404,7 +414,7 @@ class Gateway:
             ]
             ops.append((RANK_PROMPT_TEXT, upsert(self.store, _PROMPT_TEXTS, ["hash"], []), rows))
         ops.append((RANK_MODEL_CALL, _INSERT_MODEL_CALL, [values]))
-        self.writer.send(ops)
+        self.writer.send(ops, notify=committed)
 
     def _stored_params(self, params: GenParams) -> dict[str, Any]:
         # Redaction scans the environment for secrets, costly once per call; a run's calls share
@@ -441,7 +451,7 @@ class Gateway:
         return parts, texts
 
     async def flush(self) -> None:
-        """Wait until every ModelCall row and cache entry written so far is committed."""
+        """Wait until every ModelCall row written so far is committed."""
         if self.writer is not None:
             await self.writer.drain()
 

@@ -4,7 +4,7 @@ The engine's loop only queues writes (Core statements with their parameters); a 
 everything queued, runs it in one transaction (rows of one statement in one executemany) and
 commits. A write that the engine must know is durable before it goes on (a turn: the crash
 guarantee is that a stored turn is never made twice) is awaited: its future resolves after the
-commit that holds it. Other writes (a model call's row, a cache entry) are not awaited: a crash
+commit that holds it. Other writes (a model call's row, also its cache entry) are not awaited: a crash
 loses at most those of the calls in flight, whose turns are not stored either, and ``drain``
 (which the end of a run awaits) makes sure none is left.
 
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 # Statement ranks inside one transaction: a conversation row before the turns that refer to it.
 RANK_CONVERSATION, RANK_SPLIT, RANK_TURN, RANK_PROGRESS = 0, 1, 2, 3
-RANK_PROMPT_TEXT, RANK_MODEL_CALL, RANK_CACHE = 4, 5, 6
+RANK_PROMPT_TEXT, RANK_MODEL_CALL = 4, 5
 
 MAX_GROUP = 512  # writes per transaction: small enough that one commit stays short
 LINGER_S = 0.003
@@ -44,7 +44,8 @@ class Write:
     """Statements to run in order, as one unit; ``rank`` orders units' statements in a group."""
 
     ops: list[tuple[int, Executable, list[dict[str, Any]]]]
-    done: Callable[[BaseException | None], None] | None = None
+    done: Callable[[BaseException | None], None] | None = None  # takes over a failure
+    notify: Callable[[BaseException | None], None] | None = None  # told; the failure stays
 
 
 @dataclass
@@ -92,9 +93,14 @@ class BatchWriter:
             self._queue.put(writes)
             self._ensure_thread()
 
-    def send(self, ops: Sequence[tuple[int, Executable, list[dict[str, Any]]]]) -> None:
-        """Queue ``ops`` without waiting; a failure surfaces at the next ``drain``."""
-        self.submit(Write(list(ops)))
+    def send(
+        self,
+        ops: Sequence[tuple[int, Executable, list[dict[str, Any]]]],
+        notify: Callable[[BaseException | None], None] | None = None,
+    ) -> None:
+        """Queue ``ops`` without waiting; a failure surfaces at the next ``drain``. ``notify``
+        is called (on the writer's thread) with the outcome once they are committed or failed."""
+        self.submit(Write(list(ops), notify=notify))
 
     async def write(self, ops: Sequence[tuple[int, Executable, list[dict[str, Any]]]]) -> None:
         """Queue ``ops`` and return once they are committed (raise what their commit raised)."""
@@ -168,6 +174,8 @@ class BatchWriter:
                 except Exception as exc:
                     outcomes.append(exc)
         for write, outcome in zip(group, outcomes, strict=True):
+            if write.notify is not None:
+                write.notify(outcome)
             if write.done is not None:
                 write.done(outcome)
             elif outcome is not None:

@@ -10,7 +10,8 @@ from sqlmodel import select
 
 from core.errors import UserError
 from core.records import CacheEntry, ModelCall
-from simulator.completion import GenParams, Message, ModelError
+from simulator.cache import request_hash
+from simulator.completion import Completion, GenParams, Message, ModelError
 from simulator.gateway import Gateway, stored_params
 from simulator.limits import ProviderLimits
 from simulator.providers.scripted import ScriptedModel
@@ -157,16 +158,55 @@ def test_cache_serves_seeded_calls_and_not_sampled_ones(store) -> None:  # type:
     assert len(rows) == 7 and sum(r.cached for r in rows) == 2
     assert all(r.cost == 0.0 for r in rows if r.cached)
     with store.session() as s:
-        assert len(s.exec(select(CacheEntry)).all()) == 3
+        # the calls' rows are the cache: nothing is written twice
+        assert s.exec(select(CacheEntry)).all() == []
 
-    # A new gateway on the same store reuses the stored cache: no provider call.
-    async def again() -> bool:
+    # A new gateway on the same store reuses the stored calls: no provider call.
+    async def again() -> tuple[Completion, Completion]:
         gw = Gateway(store=store)
         gw.register("scripted:c", model)
         c, _ = await gw.complete("scripted:c", MSGS, GenParams(temperature=0.9, seed=7))
-        return c.cached and c.text == "reply 1"
+        g, _ = await gw.complete("scripted:c", MSGS, GenParams(temperature=0))
+        return c, g
 
-    assert run(again()) and model.calls == 5
+    c, g = run(again())
+    assert (c.cached, c.text, g.cached, g.text) == (True, "reply 1", True, "reply 3")
+    assert model.calls == 5
+    assert (c.tokens_in, c.tokens_out, c.finish_reason) == (a.tokens_in, a.tokens_out, "stop")
+
+
+def test_failed_calls_are_not_cache_entries_and_legacy_entries_are_served(store) -> None:  # type: ignore[no-untyped-def]
+    flaky = ScriptedModel(rules=[("boom", ModelError("no", retryable=False))], default="fine")
+    params = GenParams(seed=3)
+    boom = [Message(role="user", content="boom")]
+
+    async def go() -> tuple[str, int]:
+        gw = Gateway(store=store)
+        gw.register("scripted:f", flaky)
+        with pytest.raises(ModelError):
+            await gw.complete("scripted:f", boom, params)
+        flaky.rules.clear()  # the same request now succeeds: the failed row answered nothing
+        done, _ = await gw.complete("scripted:f", boom, params)
+        await gw.aclose()
+        return done.text, flaky.calls
+
+    assert run(go()) == ("fine", 2)
+
+    # a store written before calls became the cache: its `cache` rows still answer
+    key = request_hash("scripted:old", MSGS, params)
+    with store.session() as s:
+        s.add(CacheEntry(key=key, model="scripted:old", completion={"text": "from an old store"}))
+        s.commit()
+    never = ScriptedModel(default="not called")
+
+    async def legacy() -> Completion:
+        gw = Gateway(store=store)
+        gw.register("scripted:old", never)
+        hit, _ = await gw.complete("scripted:old", MSGS, params)
+        return hit
+
+    hit = run(legacy())
+    assert (hit.text, hit.cached, never.calls) == ("from an old store", True, 0)
 
 
 def test_concurrent_identical_seeded_calls_run_once() -> None:
