@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlmodel import select
 
 from core.errors import UserError
 from simulator.limits import ProviderLimits
@@ -200,6 +201,32 @@ def test_a_sqlite_store_is_refused_in_one_line(
     plan = _plan(path, None)
     with pytest.raises(UserError, match=r"store: execution.mode ray needs a PostgreSQL store"):
         check_ray(plan, str(tmp_path / "r.db"))
+
+
+def test_an_unknown_scripted_model_stops_a_ray_sweep_before_anything_is_stored(
+    tmp_path: Path, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from core.records import Conversation, Run
+    from core.store import open_store
+    from simulator.sweep.ray_exec import run_sweep_ray
+
+    monkeypatch.setenv("BOT_KEY", "sk-unused-0123456789")
+    path = _manifest(tmp_path, "http://127.0.0.1:9/v1", "http://127.0.0.1:9/v1", 60, postgres_url)
+    path.write_text(
+        path.read_text(encoding="utf-8").replace("spec: oai:target-bot", "spec: scripted:no-bot"),
+        encoding="utf-8",
+    )
+    store = open_store(postgres_url)
+    try:
+        plan = _plan(path, store)
+        with pytest.raises(UserError, match=r"'scripted:no-bot': no scripted model of that name"):
+            asyncio.run(run_sweep_ray(plan, store))
+        with store.session() as s:  # refused before the Run row, and before Ray started
+            assert s.get(Run, plan.sweep_id) is None
+            assert s.exec(select(Conversation)).first() is None
+        assert not ray.is_initialized()
+    finally:
+        store.close()
 
 
 def test_budget_actor_is_shared_by_workers_waits_for_settles_and_refuses_past_the_total(
