@@ -91,8 +91,8 @@ class Gateway:
         # token) before it is sent and settles its actual cost after (simulator/budget.py)
         self.budget = budget
         self.prices: dict[str, Price] = dict(prices or {})
-        # write_behind: ModelCall rows (the cache entries too) go to the store's writer thread (a run
-        # drains it before it finishes); otherwise each is committed before the call returns.
+        # write_behind: ModelCall rows (also the cache's entries) go to the store's writer thread
+        # (a run drains it before it finishes); otherwise each is committed before the call returns.
         self.writer = None
         if write_behind and store is not None:
             from simulator.write_behind import shared_writer
@@ -183,6 +183,8 @@ class Gateway:
         self.stats["calls"] += 1
         use_cache = self.cache is not None and cacheable(params)
 
+        earlier: list[str] = []  # why the attempts before the last failed
+
         def record(
             completion: Completion,
             error: str | None,
@@ -190,7 +192,7 @@ class Gateway:
         ) -> None:
             self._record(
                 call_id, parsed, params, key, messages, purpose, run_id, conversation_id,
-                completion, error, layout, committed,
+                completion, error, layout, committed, earlier,
             )  # fmt: skip
 
         if use_cache:
@@ -214,7 +216,7 @@ class Gateway:
             self._inflight[key] = future
         try:
             completion, attempts, error = await self._call_with_retries(
-                parsed, provider, messages, params, conversation_id=conversation_id
+                parsed, provider, messages, params, earlier, conversation_id=conversation_id
             )
         except BaseException:  # cancelled: release anyone waiting on this request
             if future is not None and not future.done():
@@ -252,13 +254,14 @@ class Gateway:
         provider: Provider,
         messages: list[Message],
         params: GenParams,
+        earlier: list[str],
         *,
         conversation_id: str | None = None,
     ) -> tuple[Completion | None, int, str | None]:
-        """Raises BudgetReached (before sending an attempt) when the budget would not cover it."""
+        """Raises BudgetReached (before sending an attempt) when the budget would not cover it.
+        Appends each failed attempt's reason but the last one's to ``earlier``."""
         limiter = self._limiter(spec, params, provider)
         price = self.prices.get(spec.raw)
-        earlier: list[str] = []  # the failed attempts' reasons, for the final error
         attempt = 0
         while True:
             attempt += 1
@@ -359,6 +362,7 @@ class Gateway:
         error: str | None,
         layout: CallLayout | None = None,
         committed: Callable[[BaseException | None], None] | None = None,
+        earlier: list[str] | None = None,
     ) -> None:
         """Store the call's row; ``committed`` is told once it is committed (or has failed)."""
         if self.store is None:
@@ -374,7 +378,11 @@ class Gateway:
             purpose=purpose,
             model=spec.raw,
             # with the structured-output mode used and the refusals met, where there was one
-            params=self._stored_params(params) | call_record(completion),
+            params=self._stored_params(params)
+            | call_record(completion)
+            # a call that succeeded after retries keeps why the attempts before failed (a failed
+            # call's error says it already)
+            | ({"earlier_errors": list(earlier)} if earlier and error is None else {}),
             request_hash=key,
             messages=[]
             if prompt is not None

@@ -113,6 +113,8 @@ def test_retry_honours_retry_after_and_counts_attempts(store) -> None:  # type: 
     assert elapsed >= 0.6  # two waits of at least Retry-After, not the 10 ms backoff
     (row,) = calls(store)
     assert row.attempts == 3 and row.error is None
+    # why the two attempts before the last failed, kept on the successful call's row
+    assert row.params["earlier_errors"] == ["scripted failure 1 of 2", "scripted failure 2 of 2"]
 
 
 def test_retries_are_bounded_and_failure_recorded(store) -> None:  # type: ignore[no-untyped-def]
@@ -128,6 +130,7 @@ def test_retries_are_bounded_and_failure_recorded(store) -> None:  # type: ignor
     assert model.calls == 3
     (row,) = calls(store)
     assert row.attempts == 3 and "scripted failure 3" in row.error
+    assert "earlier_errors" not in row.params  # the error names them: "(after 3 attempts; ...)"
 
 
 def test_cache_serves_seeded_calls_and_not_sampled_ones(store) -> None:  # type: ignore[no-untyped-def]
