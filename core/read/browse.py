@@ -374,11 +374,6 @@ def run_progress(store: Store, run_id: str, now: datetime) -> list[TargetProgres
         ]
 
 
-def get_run(store: Store, run_id: str) -> Run | None:
-    with store.session() as s:
-        return s.get(Run, run_id)
-
-
 def latest_running_run(store: Store) -> str | None:
     """The most recently updated run still marked running, else the most recent run."""
     q = select(R.id).order_by(R.status != "running", R.updated_at.desc())

@@ -16,7 +16,8 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
-from core.read.browse import TargetProgress, get_run, latest_running_run, run_progress
+from core.read.browse import TargetProgress, latest_running_run, run_progress
+from core.read.runs import find_run
 from core.records import Run
 from tui.app.context import AppContext
 from tui.app.safe_text import one_line
@@ -92,7 +93,7 @@ class LiveScreen(Screen[None]):
         store = self.bp_app.store
         run_id = self.run_id or latest_running_run(store)
         now = datetime.now(UTC)
-        run = get_run(store, run_id) if run_id else None
+        run = find_run(store, run_id) if run_id else None
         progress = run_progress(store, run_id, now) if run_id else []
         self.app.call_from_thread(self._update, run, progress, now)
 
