@@ -20,22 +20,32 @@ def server() -> tuple[str, int]:
     thread.stop()
 
 
-def _read_reply(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = sock.recv(65536)
-        assert chunk, "connection closed before the head ended"
-        data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    status = int(lines[0].split(" ")[1])
-    headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
-    length = int(headers["content-length"])
-    while len(body) < length:
-        chunk = sock.recv(65536)
-        assert chunk, "connection closed before the body ended"
-        body += chunk
-    return status, headers, body[:length]
+class _Replies:
+    """Replies read off one connection, in order; bytes of the next one read early are kept."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        sock.settimeout(10)  # a missing answer fails the test instead of hanging it
+        self.sock = sock
+        self.data = b""
+
+    def _more(self) -> None:
+        chunk = self.sock.recv(65536)
+        assert chunk, "connection closed before the reply ended"
+        self.data += chunk
+
+    def next(self) -> tuple[int, dict[str, str], bytes]:
+        while b"\r\n\r\n" not in self.data:
+            self._more()
+        head, _, rest = self.data.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        status = int(lines[0].split(" ")[1])
+        headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+        length = int(headers["content-length"])
+        self.data = rest
+        while len(self.data) < length:
+            self._more()
+        body, self.data = self.data[:length], self.data[length:]
+        return status, headers, body
 
 
 def _chat(content: str) -> bytes:
@@ -54,7 +64,8 @@ def test_keep_alive_serves_requests_in_order_on_one_connection(server: tuple[str
                 + body
             )
         sock.sendall(payload)
-        replies = [_read_reply(sock) for _ in range(2)]
+        reader = _Replies(sock)
+        replies = [reader.next() for _ in range(2)]
     assert [json.loads(b)["choices"][0]["message"]["content"] for _, _, b in replies] == [
         "first",
         "second",
@@ -72,7 +83,7 @@ def test_chunked_body_split_across_sends(server: tuple[str, int]) -> None:
         data = head + chunks
         for i in range(0, len(data), 7):  # the parser must wait for the rest, not fail
             sock.sendall(data[i : i + 7])
-        status, _, reply = _read_reply(sock)
+        status, _, reply = _Replies(sock).next()
     assert status == 200
     assert json.loads(reply)["choices"][0]["message"]["content"] == "chunked hello"
 
@@ -80,7 +91,7 @@ def test_chunked_body_split_across_sends(server: tuple[str, int]) -> None:
 def test_http10_closes_and_errors_are_answered(server: tuple[str, int]) -> None:
     with socket.create_connection(server) as sock:
         sock.sendall(b"GET /v1/models HTTP/1.0\r\n\r\n")
-        status, headers, body = _read_reply(sock)
+        status, headers, body = _Replies(sock).next()
         assert status == 200 and headers["connection"] == "close"
         assert json.loads(body)["data"][0]["id"] == "scripted:echo"
         assert sock.recv(10) == b""  # closed by the server
@@ -92,4 +103,4 @@ def test_http10_closes_and_errors_are_answered(server: tuple[str, int]) -> None:
     ):
         with socket.create_connection(server) as sock:
             sock.sendall(request)
-            assert _read_reply(sock)[0] == expected, request
+            assert _Replies(sock).next()[0] == expected, request
