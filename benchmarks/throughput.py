@@ -51,6 +51,22 @@ def arms_per_replicate() -> int:
     return sum(len(t.arms) for t in plan.trees)
 
 
+def reference_ms() -> float:
+    """CPU ms of a fixed piece of Python work (dicts, JSON, hashing, small objects: what the
+    engine does). On a shared VM the same code's CPU per call moves with the host (measured here:
+    0.9 to 1.6 ms within ten minutes); figures from runs whose reference differs are scaled by it
+    before they are compared."""
+    import hashlib
+
+    started = time.process_time()
+    for i in range(60_000):
+        row = {"id": f"c{i}", "role": "user", "content": "hello " * (i % 7), "n": i}
+        text = json.dumps(row)
+        hashlib.sha256(text.encode()).hexdigest()
+        json.loads(text)
+    return (time.process_time() - started) * 1000
+
+
 def server_stats(url: str) -> dict[str, float]:
     with urllib.request.urlopen(f"{url}/_stats", timeout=30) as response:
         return json.loads(response.read())
@@ -197,6 +213,7 @@ def main() -> None:
         return max(1, round(conversations / arms))
 
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"reference work before: {reference_ms():.0f} ms of CPU")
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         jobs: list[tuple[str, str, int, int]] = []
@@ -254,6 +271,7 @@ def main() -> None:
                 f"store per conversation: {sizes[10] / 1024:.1f} KiB at 10 exchanges, "
                 f"{sizes[20] / 1024:.1f} KiB at 20: {sizes[20] / sizes[10]:.2f}x"
             )
+    print(f"reference work after: {reference_ms():.0f} ms of CPU")
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
