@@ -34,15 +34,17 @@ def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     return uvloop.new_event_loop
 
 
-def tune_gc() -> None:
-    """Move everything alive now (modules, loaded scenarios) out of the collector's sight and
-    make young collections rarer."""
+def run(main: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run(main)`` on the loop ``loop_factory`` gives, with the collector tuned while it
+    runs: what is alive at the start (modules, loaded scenarios) is frozen out of the collector's
+    sight, and young collections are rarer. Both are undone at the end, so that a process that
+    runs many sweeps (a notebook, a test suite) can still collect what each one left."""
+    thresholds = gc.get_threshold()
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
-
-
-def run(main: Coroutine[Any, Any, T]) -> T:
-    """``asyncio.run(main)`` on the loop ``loop_factory`` gives, after ``tune_gc``."""
-    tune_gc()
-    with asyncio.Runner(loop_factory=loop_factory()) as runner:
-        return runner.run(main)
+    try:
+        with asyncio.Runner(loop_factory=loop_factory()) as runner:
+            return runner.run(main)
+    finally:
+        gc.set_threshold(*thresholds)
+        gc.unfreeze()
