@@ -77,6 +77,14 @@ def _text(content: Any) -> str:
     return "" if content is None else str(content)
 
 
+# path -> the one method it answers
+_ROUTES = {
+    "/v1/chat/completions": "POST",
+    "/chat/completions": "POST",
+    "/v1/models": "GET",
+    "/models": "GET",
+    "/v1/_stats": "GET",
+}
 _ROLES = {"developer": "system", "system": "system", "assistant": "assistant"}
 
 
@@ -162,17 +170,15 @@ class ChatServer:
 
     async def handle(self, request: Request) -> Reply:
         """Route one HTTP request."""
-        route = (request.method, request.path.rstrip("/"))
-        if route in (("POST", "/v1/chat/completions"), ("POST", "/chat/completions")):
-            return await self.chat(request)
-        if route in (("GET", "/v1/models"), ("GET", "/models")):
-            return self.models()
-        if route == ("GET", "/v1/_stats"):
-            return self.stats()
-        known = {"/v1/chat/completions", "/chat/completions", "/v1/models", "/models", "/v1/_stats"}
-        if route[1] in known:
+        path = request.path.rstrip("/")
+        method = _ROUTES.get(path)
+        if method is None:
+            return Reply(404, b"404: Not Found", "text/plain")
+        if request.method != method:
             return Reply(405, b"405: Method Not Allowed", "text/plain")
-        return Reply(404, b"404: Not Found", "text/plain")
+        if method == "POST":
+            return await self.chat(request)
+        return self.stats() if path.endswith("_stats") else self.models()
 
     async def aclose(self) -> None:
         await self.gateway.aclose()
