@@ -92,10 +92,17 @@ def load_plugins(gateway: Gateway) -> list[str]:
     return names
 
 
-def check_scripted_models(plans: Iterable[RunPlan], gateway: Gateway) -> None:
+def check_scripted_models(plans: Iterable[RunPlan], gateway: Gateway | None = None) -> None:
     """A scripted model that is not registered is a usage error before anything is written,
-    not a failed conversation per arm (other kinds need the network or weights to tell)."""
+    not a failed conversation per arm (other kinds need the network or weights to tell).
+    Without ``gateway`` (a driver whose gateways are elsewhere), one with the plugins loaded."""
     from simulator.specs import parse_spec
+
+    if gateway is None:
+        from simulator.gateway import Gateway
+
+        gateway = Gateway(cache=False)  # no store: only the plugins' registrations are read
+        load_plugins(gateway)
 
     specs: set[str] = set()
     for plan in plans:

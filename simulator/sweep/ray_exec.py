@@ -70,17 +70,6 @@ def check_ray(plan: SweepPlan, store_url: str) -> None:
         ) from None
 
 
-def _check_models(plan: SweepPlan) -> None:
-    """An unknown scripted model stops the sweep here, as it does a local one, instead of
-    failing each conversation on the workers."""
-    from simulator.gateway import Gateway
-    from simulator.runner import check_scripted_models, load_plugins
-
-    gateway = Gateway(cache=False)  # no store: only the plugins' registrations are read
-    load_plugins(gateway)
-    check_scripted_models([p for _, p in plan.runs], gateway)
-
-
 def shippable(run_plan: RunPlan) -> RunPlan:
     """The plan without the keys a plan made to run holds (workers read theirs from their
     environment, as the providers do)."""
@@ -130,11 +119,13 @@ async def run_sweep_ray(
 
     from simulator.lease import RunLease
     from simulator.lifecycle import stored_turns
+    from simulator.runner import check_scripted_models
     from simulator.sweep.run import _finish, _mark_stopped, _start, progress_feed
     from simulator.tree_lease import TreeLeases, tree_id
 
     check_ray(plan, store.url)
-    _check_models(plan)
+    # an unknown scripted model stops the sweep here, as a local one, not on every worker
+    check_scripted_models([p for _, p in plan.runs])
     ex = plan.manifest.execution
     result = SweepResult(plan.sweep_id)
     report = progress_feed(on_progress, monitor)
