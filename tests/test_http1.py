@@ -234,3 +234,37 @@ def test_the_request_bytes_are_json_dumps_of_the_body(mode: str | None) -> None:
                 body = provider.body("mødel", messages, p, mode)  # type: ignore[arg-type]
                 assert sent == json.dumps(body).encode()
                 assert b"never-sent" not in sent
+
+
+@pytest.mark.parametrize(
+    ("url", "key", "head"),
+    [
+        (
+            "http://127.0.0.1:8000/v1/chat",
+            ("http", "127.0.0.1", 8000),
+            "POST /v1/chat HTTP/1.1\r\nHost: 127.0.0.1:8000",
+        ),
+        (
+            "HTTPS://api.example.org/v1?x=1",
+            ("https", "api.example.org", 443),
+            "POST /v1?x=1 HTTP/1.1\r\nHost: api.example.org",
+        ),
+        ("http://[::1]:9/", ("http", "::1", 9), "POST / HTTP/1.1\r\nHost: [::1]:9"),
+        ("http://localhost", ("http", "localhost", 80), "POST / HTTP/1.1\r\nHost: localhost"),
+    ],
+)
+def test_request_target_and_host_header(url: str, key: tuple[str, str, int], head: str) -> None:
+    from simulator.providers.http1 import _target
+
+    assert _target(url) == (key, head)
+
+
+@pytest.mark.parametrize("url", ["ftp://127.0.0.1/x", "http:///no-host", "127.0.0.1:8000/v1"])
+def test_unsupported_url_is_a_connection_error_every_time(url: str) -> None:
+    async def main() -> None:
+        client = HTTPClient()
+        for _ in range(2):  # a refused URL is not remembered as a target
+            with pytest.raises(ConnectionError, match="unsupported URL"):
+                await client.post(url, b"{}", {})
+
+    asyncio.run(main())

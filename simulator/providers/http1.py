@@ -213,6 +213,21 @@ class _Connection(asyncio.Protocol):
             waiter.set_result(self._response())
 
 
+def _target(url: str) -> tuple[tuple[str, str, int], str]:
+    """(scheme, host, port) and the request's first lines (``POST path`` and ``Host``)."""
+    split = urlsplit(url)
+    scheme = split.scheme.lower()
+    if scheme not in ("http", "https") or not split.hostname:
+        raise ConnectionError(f"unsupported URL {url!r} (expected http:// or https://)")
+    host = split.hostname
+    port = split.port or (443 if scheme == "https" else 80)
+    path = (split.path or "/") + (f"?{split.query}" if split.query else "")
+    netloc = host if split.port is None else f"{host}:{split.port}"
+    if ":" in host:  # an IPv6 literal goes in brackets in the Host header
+        netloc = f"[{host}]" + (f":{split.port}" if split.port is not None else "")
+    return (scheme, host, port), f"POST {path} HTTP/1.1\r\nHost: {netloc}"
+
+
 class HTTPClient:
     """Keep-alive connections per server, at most ``limit`` open at once."""
 
@@ -222,23 +237,21 @@ class HTTPClient:
         self._idle: dict[tuple[str, str, int], deque[_Connection]] = {}
         self._slots: asyncio.Semaphore | None = None
         self._ssl: ssl.SSLContext | None = None
+        # url -> its connection key and request line with Host: every call of a sweep posts
+        # to one or two URLs, and parsing each again was a percent of the engine's CPU
+        self._targets: dict[str, tuple[tuple[str, str, int], str]] = {}
 
     async def post(self, url: str, body: bytes, headers: dict[str, str]) -> Response:
-        split = urlsplit(url)
-        scheme = split.scheme.lower()
-        if scheme not in ("http", "https") or not split.hostname:
-            raise ConnectionError(f"unsupported URL {url!r} (expected http:// or https://)")
-        host = split.hostname
-        port = split.port or (443 if scheme == "https" else 80)
-        path = (split.path or "/") + (f"?{split.query}" if split.query else "")
-        netloc = host if split.port is None else f"{host}:{split.port}"
-        if ":" in host:  # an IPv6 literal goes in brackets in the Host header
-            netloc = f"[{host}]" + (f":{split.port}" if split.port is not None else "")
-        lines = [f"POST {path} HTTP/1.1", f"Host: {netloc}", f"Content-Length: {len(body)}"]
+        target = self._targets.get(url)
+        if target is None:
+            if len(self._targets) >= 1024:
+                self._targets.clear()
+            target = self._targets[url] = _target(url)
+        key, head = target
+        lines = [head, f"Content-Length: {len(body)}"]
         merged = {**self.headers, **headers} if self.headers else headers
         lines += [f"{k}: {v}" for k, v in merged.items()]
         data = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
-        key = (scheme, host, port)
         if self._slots is None:
             self._slots = asyncio.Semaphore(self.limit)
         async with self._slots:
