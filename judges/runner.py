@@ -29,7 +29,7 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from judges.panel import Panel
 from judges.rubric import ERROR, Criterion, Rubric
@@ -50,6 +50,9 @@ class JudgeSummary:
     rows: int = 0  # Judgment rows written
     errors: int = 0  # of which with verdict "error"
     model_calls: int = 0  # judge model calls recorded during this run (cached ones included)
+    # units left unjudged because the budget refused their call (judged by a later run)
+    stopped_by_budget: int = 0
+    budget_note: str | None = None  # why, the first time
     not_final: list[str] = field(
         default_factory=list
     )  # conversations left out of conversation scope
@@ -444,14 +447,28 @@ class JudgingRunner:
         return verdicts
 
     async def _group(self, group: _Group, sem: asyncio.Semaphore) -> None:
+        from simulator.budget import BudgetReached
+
         async with sem:
             panel = self.panel
             need = panel is not None and any(
                 self._key(u, panel.name, panel.version) not in self._done for u in group.units
             )
-            results = await asyncio.gather(
-                *(self._ensure(j, group, want=need) for j in self.judges)
+            outcomes = await asyncio.gather(
+                *(self._ensure(j, group, want=need) for j in self.judges), return_exceptions=True
             )
+            # A call the budget refused leaves its units without that judge's verdicts (no
+            # error verdict: nothing failed, and the next run judges them) and the panel,
+            # which needs every member, waits for that run too.
+            refused = [o for o in outcomes if isinstance(o, BudgetReached)]
+            for outcome in outcomes:
+                if isinstance(outcome, BaseException) and not isinstance(outcome, BudgetReached):
+                    raise outcome
+            if refused:
+                self.summary.stopped_by_budget += len(group.units) * len(refused)
+                self.summary.budget_note = self.summary.budget_note or str(refused[0])
+                return
+            results = cast(list[list[CriterionVerdict]], outcomes)
             if panel is not None:
                 await self._ensure(panel, group, {j.name: r for j, r in zip(self.judges, results)})
 

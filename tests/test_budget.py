@@ -215,3 +215,77 @@ def test_spend_is_rebuilt_from_the_call_rows_by_target(store) -> None:  # type: 
         s.commit()
     assert spend_of_run(store, "r1") == {"oai:a": 0.75, "oai:b": 1.0, "oai:d": 0.125}
     assert spend_of_run(store, "none") == {}
+
+
+def _not_applicable_judge(messages: list[Any], params: Any) -> str:
+    """A judge behind the server: every criterion it is asked about does not apply."""
+    import re
+
+    ids = re.findall(r"^\[([a-z0-9_\-]+)\] ", messages[0].content, re.M)
+    return json.dumps(
+        {c: {"applicable": False, "verdict": None, "rationale": "n/a", "evidence": []} for c in ids}
+    )
+
+
+def test_judging_counts_against_the_budget_and_what_it_leaves_is_judged_later(
+    tmp_path: Path, plugin: None
+) -> None:
+    from simulator.providers.scripted import ScriptedModel
+
+    judge_spec = "litellm:openai/gpt-4o-mini"  # priced by litellm's map, as the target is
+    server = ServerThread(
+        models={"scripted:judge": ScriptedModel(default=_not_applicable_judge)},
+        routes={"gpt-4o-mini": "scripted:judge"},
+    )
+    url = server.start()
+    judges = [
+        {
+            "spec": judge_spec,
+            "rubrics": ["teen"],
+            "params": {"api_base": url, "max_tokens": 400},
+        }
+    ]
+
+    def judged(db: Path) -> dict[str, int]:
+        return dict(rows(db, "select verdict, count(*) from judgments group by verdict"))
+
+    def judge_spend(db: Path) -> float:
+        sql = "select coalesce(sum(cost), 0) from model_calls where purpose = 'judge'"
+        return float(rows(db, sql)[0][0])
+
+    try:
+        full_dir = tmp_path / "full"
+        full_dir.mkdir()
+        code, out = cli("sweep", str(write(full_dir / "study.yaml", url, 100.0, judges=judges)))
+        assert code == 0, out
+        full_db = full_dir / "results.db"
+        full, judging = spent(full_db), judge_spend(full_db)
+        all_verdicts = judged(full_db)
+        assert judging > 0 and "error" not in all_verdicts and sum(all_verdicts.values()) > 0
+        assert f"spent ${full:.4f} of the budget" in out  # the judges' spend is the budget's
+
+        # The trees' cost and most of the judging: the trees complete, judging stops within the
+        # budget. (A judge call reserves about 4 times what it costs, so four fifths of the
+        # judging leaves room for one of the few calls the cache does not answer.)
+        db = tmp_path / "results.db"
+        cap = (full - judging) + judging * 0.8
+        study = write(tmp_path / "study.yaml", url, cap, judges=judges)
+        code, out = cli("sweep", str(study))
+        assert code == 1, out
+        assert "judging stopped by budget: usd_total" in out
+        assert spent(db) <= cap
+        assert rows(db, "select status, count(*) from conversations group by status") == rows(
+            full_db, "select status, count(*) from conversations group by status"
+        )
+        some = judged(db)
+        assert "error" not in some  # a refused call is not a failed judgment
+        assert 0 < sum(some.values()) < sum(all_verdicts.values())
+
+        # A bigger budget judges the rest, each unit once, and spends what one full run does.
+        write(study, url, full * 3, judges=judges)
+        code, out = cli("sweep", str(study))
+        assert code == 0, out
+        assert judged(db) == all_verdicts
+        assert spent(db) == pytest.approx(full)
+    finally:
+        server.stop()

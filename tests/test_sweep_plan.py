@@ -317,3 +317,23 @@ def test_readme_example_manifest_is_the_example_file_and_its_plan_is_as_printed(
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+def test_an_unpriced_judge_with_a_budget_is_an_error_and_a_judge_price_counts(
+    tmp_path: Path,
+) -> None:
+    manifest, path = _manifest(tmp_path, targets=["litellm:openai/gpt-4o"])
+    judged = {
+        **manifest.model_dump(),
+        "budget": {"usd_total": 5},
+        "judges": [{"spec": "litellm:openai/not-a-real-judge-xyz", "rubrics": ["teen"]}],
+    }
+    with pytest.raises(UserError, match=r"judges\[0\]\.price: 'litellm:openai/not-a-real-judge"):
+        plan_sweep(Manifest.model_validate(judged), path, "s")
+    judged["judges"][0]["price"] = {"input_per_mtok": 3.0, "output_per_mtok": 6.0}
+    plan = plan_sweep(Manifest.model_validate(judged), path, "s")
+    assert plan.unpriced == []
+    from simulator.sweep.run import sweep_prices
+
+    price = sweep_prices(plan)["litellm:openai/not-a-real-judge-xyz"]
+    assert (price.input, price.output) == pytest.approx((3e-6, 6e-6))

@@ -124,6 +124,7 @@ class JudgeEntry(_Strict):
     rubrics: list[str] = Field(min_length=1, description="Rubric names or files.")
     params: dict[str, Any] = Field(default_factory=dict)
     when: Literal["live", "after"] = "after"
+    price: Price | None = None  # as a target's: a budget counts judging too
 
     @field_validator("spec")
     @classmethod

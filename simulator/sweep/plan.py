@@ -271,6 +271,13 @@ def model_prices(manifest: Manifest) -> dict[str, Price | None]:
         prices[entry.spec] = price_of(entry.spec, override)
     for spec in [*manifest.simulators, *([manifest.detector.spec] if manifest.detector else [])]:
         prices.setdefault(spec, price_of(spec))
+    for judge in manifest.judges:
+        if judge.spec != "heuristic":
+            override = (
+                (judge.price.input_per_mtok, judge.price.output_per_mtok) if judge.price else None
+            )
+            if override is not None or prices.get(judge.spec) is None:
+                prices[judge.spec] = price_of(judge.spec, override)
     return prices
 
 
@@ -359,7 +366,7 @@ def _check_budget(plan: SweepPlan) -> None:
     spec = plan.unpriced[0]
     where = next(
         (f"targets[{i}].price" for i, t in enumerate(m.targets) if t.spec == spec),
-        "budget",
+        next((f"judges[{i}].price" for i, j in enumerate(m.judges) if j.spec == spec), "budget"),
     )
     raise UserError(
         f"{plan.path}: {where}: {spec!r} has no price in litellm's price map and a budget is set "

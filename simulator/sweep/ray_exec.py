@@ -236,10 +236,10 @@ async def _drive(
     from simulator.lifecycle import stored_turns
     from simulator.sweep.ray_budget import budget_actor_class
     from simulator.sweep.ray_limits import registry_actor_class
-    from simulator.sweep.run import _budget, _prices
+    from simulator.sweep.run import sweep_budget, sweep_prices
 
     ex = plan.manifest.execution
-    budget = _budget(plan, store)  # its spend so far rebuilt from the sweep's call rows
+    budget = sweep_budget(plan, store)  # its spend so far rebuilt from the sweep's call rows
     budget_actor = None
     if budget is not None:
         budget_actor = budget_actor_class().remote(
@@ -264,7 +264,7 @@ async def _drive(
         "lease_s": ex.lease_s,
         "heartbeat_s": ex.heartbeat_s,
         "budget": budget_actor,
-        "prices": _prices(plan) if budget is not None else {},
+        "prices": sweep_prices(plan) if budget is not None else {},
     }
     try:
         actor = ray.remote(TreeWorker)

@@ -67,8 +67,10 @@ async def run_sweep(
     on_target_done: OnTargetDone | None = None,
     retry_failed: bool = False,
     monitor: SweepMonitor | None = None,
+    budget: Budget | None = None,
 ) -> SweepResult:
-    """Grow every tree of ``plan`` into ``store`` (see the module docstring)."""
+    """Grow every tree of ``plan`` into ``store`` (see the module docstring). ``budget``: the
+    sweep's (``sweep_budget``), when judges must share it; else made here."""
     from simulator.execute import Progress, execute
     from simulator.gateway import Gateway
     from simulator.lease import RunLease
@@ -86,9 +88,10 @@ async def run_sweep(
         timeout_s=m.execution.timeout_s,
         write_behind=True,
     )
-    budget = _budget(plan, store)
+    if budget is None:
+        budget = sweep_budget(plan, store)
     if budget is not None:
-        gateway.budget, gateway.prices = budget, _prices(plan)
+        gateway.budget, gateway.prices = budget, sweep_prices(plan)
     progress = Progress(progress_feed(on_progress, monitor))
     result = SweepResult(plan.sweep_id)
     if monitor is not None:
@@ -253,7 +256,7 @@ def _finish(store: Store, plan: SweepPlan, result: SweepResult) -> None:
             s.commit()
 
 
-def _budget(plan: SweepPlan, store: Store) -> Budget | None:
+def sweep_budget(plan: SweepPlan, store: Store) -> Budget | None:
     """The manifest's budget, its spend so far rebuilt from the sweep's ModelCall rows (what a
     process that died had spent is in them), or None without one."""
     from simulator.budget import Budget, spend_of_run
@@ -271,7 +274,7 @@ def _budget(plan: SweepPlan, store: Store) -> Budget | None:
     )
 
 
-def _prices(plan: SweepPlan) -> dict[str, Price]:
+def sweep_prices(plan: SweepPlan) -> dict[str, Price]:
     """USD per token of every priced model the sweep calls (plan_sweep refused unpriced ones
     when a budget is set)."""
     from simulator.sweep.plan import model_prices

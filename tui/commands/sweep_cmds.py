@@ -8,6 +8,7 @@ Declining at the cost question ("Run it? [y/N]") is the user's choice: exit 0, n
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -16,6 +17,7 @@ import typer
 
 if TYPE_CHECKING:
     from core.store import Store
+    from judges.runner import JudgeSummary
     from simulator.sweep.manifest import Manifest
     from simulator.sweep.plan import SweepPlan
     from simulator.sweep.run import SweepResult
@@ -112,11 +114,11 @@ def sweep_command(
             return
         if store is None:
             store = open_store(url)
-        result, verdict_errors = _run(plan, store, retry_failed=retry_failed)
+        result, judging = _run(plan, store, retry_failed=retry_failed)
     finally:
         if store is not None:
             store.close()
-    code = _summary(result, verdict_errors)
+    code = _summary(result, judging)
     if code:
         raise typer.Exit(code)
 
@@ -205,11 +207,13 @@ def _check_runnable(plan: SweepPlan, store_url: str) -> None:
         check_ray(plan, store_url)
 
 
-def _run(plan: SweepPlan, store: Store, *, retry_failed: bool = False) -> tuple[SweepResult, int]:
+def _run(
+    plan: SweepPlan, store: Store, *, retry_failed: bool = False
+) -> tuple[SweepResult, Judging]:
     from rich.console import Console
 
     from simulator.sweep.monitor import SweepMonitor
-    from simulator.sweep.run import run_sweep
+    from simulator.sweep.run import run_sweep, sweep_budget, sweep_prices
     from tui.commands.interrupts import until_signalled
     from tui.commands.live_view import LiveView
 
@@ -229,32 +233,45 @@ def _run(plan: SweepPlan, store: Store, *, retry_failed: bool = False) -> tuple[
     )
     view = LiveView(monitor, console)
     target_of = {i: target for target, ids in planned.items() for i in ids}
-    verdict_errors = 0
+    judging = Judging()
+    local = plan.manifest.execution.mode != "ray"
+    # A local sweep's judges share its budget object (live ones judge while trees still
+    # reserve); on Ray the actors' is gone by then, and one rebuilt from the stored calls is exact.
+    budget = sweep_budget(plan, store) if local else None
 
     async def judge(ids: list[str] | None, when: str) -> None:
-        nonlocal verdict_errors
         from judges.runner import ajudge_run
+        from simulator.gateway import Gateway
         from simulator.specs import params_from
 
-        for entry in plan.manifest.judges:
-            if entry.when != when:
-                continue
-            for rubric in entry.rubrics:
-                on = sorted({target_of[i] for i in ids or [] if i in target_of})
-                label = f"{entry.spec}/{rubric} {when}" + (f" on {', '.join(on)}" if on else "")
-                monitor.judge_started(label, when, len(ids if ids is not None else target_of))
-                summary = await ajudge_run(
-                    None if ids is not None else plan.sweep_id,
-                    store=store,
-                    rubric=rubric,
-                    judges=[entry.spec],
-                    params=params_from(entry.params, where="judges.params")
-                    if entry.params
-                    else None,
-                    conversation_ids=ids,
-                )
-                verdict_errors += summary.errors
-                monitor.judge_finished(label, rows=summary.rows, errors=summary.errors)
+        entries = [e for e in plan.manifest.judges if e.when == when]
+        if not entries:
+            return
+        gateway = Gateway(store=store)
+        gateway.budget = budget if local else sweep_budget(plan, store)
+        if gateway.budget is not None:
+            gateway.prices = sweep_prices(plan)
+        try:
+            for entry in entries:
+                for rubric in entry.rubrics:
+                    on = sorted({target_of[i] for i in ids or [] if i in target_of})
+                    label = f"{entry.spec}/{rubric} {when}" + (f" on {', '.join(on)}" if on else "")
+                    monitor.judge_started(label, when, len(ids if ids is not None else target_of))
+                    summary = await ajudge_run(
+                        None if ids is not None else plan.sweep_id,
+                        store=store,
+                        rubric=rubric,
+                        judges=[entry.spec],
+                        params=params_from(entry.params, where="judges.params")
+                        if entry.params
+                        else None,
+                        conversation_ids=ids,
+                        gateway=gateway,
+                    )
+                    judging.add(summary)
+                    monitor.judge_finished(label, rows=summary.rows, errors=summary.errors)
+        finally:
+            await gateway.aclose()
 
     async def live(ids: list[str]) -> None:
         await judge(ids, "live")
@@ -268,7 +285,7 @@ def _run(plan: SweepPlan, store: Store, *, retry_failed: bool = False) -> tuple[
         )
 
     async def work() -> SweepResult:
-        if plan.manifest.execution.mode == "ray":
+        if not local:
             from simulator.sweep.ray_exec import run_sweep_ray
 
             result = await run_sweep_ray(
@@ -276,9 +293,18 @@ def _run(plan: SweepPlan, store: Store, *, retry_failed: bool = False) -> tuple[
             )
         else:
             result = await run_sweep(
-                plan, store, on_target_done=live, retry_failed=retry_failed, monitor=monitor
+                plan,
+                store,
+                on_target_done=live,
+                retry_failed=retry_failed,
+                monitor=monitor,
+                budget=budget,
             )
         await judge(None, "after")
+        if result.spent_usd is not None:  # the judges' spend too, from the call rows
+            from simulator.budget import spend_of_run
+
+            result.spent_usd = sum(spend_of_run(store, plan.sweep_id).values())
         return result
 
     async def main() -> SweepResult:
@@ -288,10 +314,24 @@ def _run(plan: SweepPlan, store: Store, *, retry_failed: bool = False) -> tuple[
 
     with view:
         result = event_loop.run(main())
-    return result, verdict_errors
+    return result, judging
 
 
-def _summary(result: SweepResult, verdict_errors: int) -> int:
+@dataclass
+class Judging:
+    """What the sweep's judges did, over every judge, rubric and pass."""
+
+    errors: int = 0  # verdicts that are error
+    stopped_by_budget: int = 0  # units the budget left unjudged
+    budget_note: str | None = None
+
+    def add(self, summary: JudgeSummary) -> None:
+        self.errors += summary.errors
+        self.stopped_by_budget += summary.stopped_by_budget
+        self.budget_note = self.budget_note or summary.budget_note
+
+
+def _summary(result: SweepResult, judging: Judging) -> int:
     """Print the outcome; the exit status it calls for (0 all done, 1 some failed)."""
     from rich.console import Console
     from rich.text import Text
@@ -326,9 +366,18 @@ def _summary(result: SweepResult, verdict_errors: int) -> int:
         )
     elif result.spent_usd is not None:
         console.print(Text(f"spent ${result.spent_usd:.4f} of the budget"))
-    if verdict_errors:
-        console.print(Text(f"{verdict_errors} verdict(s) are error"))
-    return 1 if result.n_failed or verdict_errors or result.stopped_by_budget else 0
+    if judging.errors:
+        console.print(Text(f"{judging.errors} verdict(s) are error"))
+    if judging.stopped_by_budget:
+        console.print(
+            Text(
+                f"judging stopped by budget: {judging.budget_note}; {judging.stopped_by_budget} "
+                "judging unit(s) left unjudged: raise the budget and run the same manifest again "
+                "to judge them"
+            )
+        )
+    stopped = result.stopped_by_budget or judging.stopped_by_budget
+    return 1 if result.n_failed or judging.errors or stopped else 0
 
 
 def register(app: typer.Typer) -> None:
