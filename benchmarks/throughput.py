@@ -13,7 +13,9 @@ replicates (``-n``) for about ``--conversations`` conversations. For each run it
   and the two ratios to it;
 - CPU ms per model call of the ``branchpoint run`` process (user + system, load-independent);
 - peak RSS of that process, and the most calls the server had in flight at once;
-- store bytes per conversation (a SQLite file, after a WAL checkpoint).
+- store bytes per conversation (a SQLite file, after a WAL checkpoint);
+- the loopback server's own CPU per call (Linux): it runs on the same cores, so with
+  ``--processes`` the workers and the server share the machine's CPU between them.
 
 Store growth is measured on a second, smaller pair of runs at 10 and 20 exchanges. The machine's
 load average is printed too: other work on the cores stretches wall time, not CPU time.
@@ -67,6 +69,15 @@ def reference_ms() -> float:
     return (time.process_time() - started) * 1000
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """A live process's user + system CPU so far (Linux /proc), or None where there is none."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def server_stats(url: str) -> dict[str, float]:
     with urllib.request.urlopen(f"{url}/_stats", timeout=30) as response:
         return json.loads(response.read())
@@ -84,6 +95,7 @@ class Figures:
     peak_rss_mb: float
     peak_in_flight: int
     bytes_per_conversation: float
+    server_ms_per_call: float | None = None
 
     def show(self) -> str:
         return (
@@ -94,6 +106,12 @@ class Figures:
             f"  CPU {self.cpu_ms_per_call:.2f} ms per model call, peak RSS "
             f"{self.peak_rss_mb:.0f} MB, peak calls in flight {self.peak_in_flight}, store "
             f"{self.bytes_per_conversation / 1024:.1f} KiB per conversation"
+            + (
+                f"\n  the loopback server, on the same cores: {self.server_ms_per_call:.2f} ms "
+                "CPU per call"
+                if self.server_ms_per_call is not None
+                else ""
+            )
         )
 
 
@@ -119,6 +137,7 @@ def run_once(
     delay_ms: float,
     workdir: Path,
     extra: list[str],
+    server_pid: int | None = None,
 ) -> Figures:
     db = workdir / f"{label.replace(' ', '_').replace(':', '')}.db"
     param = "api_base=" + url
@@ -150,6 +169,7 @@ def run_once(
     ]
     env = dict(os.environ, OPENAI_API_KEY="sk-benchmark-dummy-key")
     env.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    server_before = cpu_seconds(server_pid) if server_pid is not None else None
     started = time.time()
     with tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err)
@@ -161,6 +181,7 @@ def run_once(
             err.seek(0)
             raise SystemExit(f"{label}: branchpoint run failed ({proc.returncode}):\n{err.read()}")
     stats = server_stats(url)
+    server_after = cpu_seconds(server_pid) if server_pid is not None else None
     calls = int(stats["requests"])
     conversations = count(db, "SELECT count(*) FROM conversations")
     failed = count(db, "SELECT count(*) FROM conversations WHERE status != 'completed'")
@@ -181,6 +202,9 @@ def run_once(
         peak_rss_mb=usage.ru_maxrss / 1024,
         peak_in_flight=int(stats["peak_in_flight"]),
         bytes_per_conversation=store_bytes(db) / max(conversations, 1),
+        server_ms_per_call=(server_after - server_before) * 1000 / max(calls, 1)
+        if server_before is not None and server_after is not None
+        else None,
     )
 
 
@@ -241,6 +265,7 @@ def main() -> None:
                     delay_ms=args.delay_ms,
                     workdir=workdir,
                     extra=args.extra,
+                    server_pid=server.pid,
                 )
             finally:
                 server.kill()
