@@ -25,6 +25,7 @@ from simulator.sweep.calls import CallTally, schedules, tree_calls
 from simulator.sweep.costs import LEVELS, Price, Tokens, message_lengths, price_of, tokens_of
 from simulator.sweep.detectable import ContrastKey, ContrastPairs, count_pairs
 from simulator.sweep.manifest import Manifest, TargetEntry, scenario_paths
+from simulator.sweep.manifest import Price as ManifestPrice
 from simulator.sweep.timing import WallTime, Workload, latency_of
 
 if TYPE_CHECKING:
@@ -265,20 +266,17 @@ def model_prices(manifest: Manifest) -> dict[str, Price | None]:
     ``price`` over litellm's."""
     prices: dict[str, Price | None] = {}
     for entry in manifest.targets:
-        override = (
-            (entry.price.input_per_mtok, entry.price.output_per_mtok) if entry.price else None
-        )
-        prices[entry.spec] = price_of(entry.spec, override)
+        prices[entry.spec] = price_of(entry.spec, _per_mtok(entry.price))
     for spec in [*manifest.simulators, *([manifest.detector.spec] if manifest.detector else [])]:
         prices.setdefault(spec, price_of(spec))
     for judge in manifest.judges:
-        if judge.spec != "heuristic":
-            override = (
-                (judge.price.input_per_mtok, judge.price.output_per_mtok) if judge.price else None
-            )
-            if override is not None or prices.get(judge.spec) is None:
-                prices[judge.spec] = price_of(judge.spec, override)
+        if judge.spec != "heuristic" and (judge.price or prices.get(judge.spec) is None):
+            prices[judge.spec] = price_of(judge.spec, _per_mtok(judge.price))
     return prices
+
+
+def _per_mtok(price: ManifestPrice | None) -> tuple[float, float] | None:
+    return (price.input_per_mtok, price.output_per_mtok) if price else None
 
 
 def _estimate_tree(

@@ -337,44 +337,40 @@ def _summary(result: SweepResult, judging: Judging) -> int:
     from rich.text import Text
 
     console = Console()
+
+    def say(line: str) -> None:
+        console.print(Text(line))  # Text: a model name or an error is never read as markup
+
     calls = ", ".join(f"{n} {purpose}" for purpose, n in sorted(result.calls.items()))
-    console.print(
-        Text(
-            f"sweep {result.sweep_id}: {result.conversations} conversations, "
-            f"{result.completed} completed, {result.n_failed} not completed; "
-            f"model calls now: {calls or 'none'}"
-        )
+    say(
+        f"sweep {result.sweep_id}: {result.conversations} conversations, "
+        f"{result.completed} completed, {result.n_failed} not completed; "
+        f"model calls now: {calls or 'none'}"
     )
     if result.retried:
-        console.print(Text(f"retried {result.retried} failed conversation(s) (--retry-failed)"))
+        say(f"retried {result.retried} failed conversation(s) (--retry-failed)")
     if result.failed:
         why = ", ".join(f"{reason} {n}" for reason, n in sorted(result.failed.items()))
-        console.print(Text(f"not completed, by reason: {why}"))
+        say(f"not completed, by reason: {why}")
         if result.failed_status:
-            console.print(
-                Text(
-                    f"{result.failed_status} conversation(s) failed: run again with "
-                    "--retry-failed to continue them from their last stored turn"
-                )
+            say(
+                f"{result.failed_status} conversation(s) failed: run again with "
+                "--retry-failed to continue them from their last stored turn"
             )
     if result.stopped_by_budget:
-        console.print(
-            Text(
-                f"stopped by budget: {result.budget_note}; the cells not done are left "
-                "interrupted: raise the budget and run the same manifest again to continue"
-            )
+        say(
+            f"stopped by budget: {result.budget_note}; the cells not done are left "
+            "interrupted: raise the budget and run the same manifest again to continue"
         )
     elif result.spent_usd is not None:
-        console.print(Text(f"spent ${result.spent_usd:.4f} of the budget"))
+        say(f"spent ${result.spent_usd:.4f} of the budget")
     if judging.errors:
-        console.print(Text(f"{judging.errors} verdict(s) are error"))
+        say(f"{judging.errors} verdict(s) are error")
     if judging.stopped_by_budget:
-        console.print(
-            Text(
-                f"judging stopped by budget: {judging.budget_note}; {judging.stopped_by_budget} "
-                "judging unit(s) left unjudged: raise the budget and run the same manifest again "
-                "to judge them"
-            )
+        say(
+            f"judging stopped by budget: {judging.budget_note}; {judging.stopped_by_budget} "
+            "judging unit(s) left unjudged: raise the budget and run the same manifest again "
+            "to judge them"
         )
     stopped = result.stopped_by_budget or judging.stopped_by_budget
     return 1 if result.n_failed or judging.errors or stopped else 0
