@@ -52,7 +52,8 @@ class JudgeSummary:
     model_calls: int = 0  # judge model calls recorded during this run (cached ones included)
     # units left unjudged because the budget refused their call (judged by a later run)
     stopped_by_budget: int = 0
-    budget_note: str | None = None  # why, the first time
+    # why, once per judging pass the budget stopped (a list: summaries merge by adding fields)
+    budget_notes: list[str] = field(default_factory=list)
     not_final: list[str] = field(
         default_factory=list
     )  # conversations left out of conversation scope
@@ -466,7 +467,8 @@ class JudgingRunner:
                     raise outcome
             if refused:
                 self.summary.stopped_by_budget += len(group.units) * len(refused)
-                self.summary.budget_note = self.summary.budget_note or str(refused[0])
+                if not self.summary.budget_notes:
+                    self.summary.budget_notes.append(str(refused[0]))
                 return
             results = cast(list[list[CriterionVerdict]], outcomes)
             if panel is not None:

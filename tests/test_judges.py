@@ -664,3 +664,13 @@ def test_retry_errors_rejudges_only_the_units_in_error(u18_store: Any) -> None:
     again = run(u18_store, gw, judges=["scripted:j"], retry_errors=True)
     assert healthy.calls == 3 and again.judged == 3 and again.skipped == 9
     assert not any(r.verdict == "error" for r in rows(u18_store, "scripted:j"))
+
+
+def test_merged_summaries_add_counts_and_keep_each_budget_note() -> None:
+    from judges.runner import JudgeSummary
+    from judges.scenario_rubrics import merge_summaries
+
+    stopped = JudgeSummary(rows=3, stopped_by_budget=4, budget_notes=["usd_total $1 reached"])
+    merged = merge_summaries([JudgeSummary(rows=2, errors=1), stopped, JudgeSummary()])
+    assert (merged.rows, merged.errors, merged.stopped_by_budget) == (5, 1, 4)
+    assert merged.budget_notes == ["usd_total $1 reached"]

@@ -328,7 +328,7 @@ class Judging:
     def add(self, summary: JudgeSummary) -> None:
         self.errors += summary.errors
         self.stopped_by_budget += summary.stopped_by_budget
-        self.budget_note = self.budget_note or summary.budget_note
+        self.budget_note = self.budget_note or next(iter(summary.budget_notes), None)
 
 
 def _summary(result: SweepResult, judging: Judging) -> int:
