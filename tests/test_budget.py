@@ -217,24 +217,16 @@ def test_spend_is_rebuilt_from_the_call_rows_by_target(store) -> None:  # type: 
     assert spend_of_run(store, "none") == {}
 
 
-def _not_applicable_judge(messages: list[Any], params: Any) -> str:
-    """A judge behind the server: every criterion it is asked about does not apply."""
-    import re
-
-    ids = re.findall(r"^\[([a-z0-9_\-]+)\] ", messages[0].content, re.M)
-    return json.dumps(
-        {c: {"applicable": False, "verdict": None, "rationale": "n/a", "evidence": []} for c in ids}
-    )
-
-
 def test_judging_counts_against_the_budget_and_what_it_leaves_is_judged_later(
     tmp_path: Path, plugin: None
 ) -> None:
+    from sweep_plugin import not_applicable_judge  # type: ignore[import-not-found]
+
     from simulator.providers.scripted import ScriptedModel
 
     judge_spec = "litellm:openai/gpt-4o-mini"  # priced by litellm's map, as the target is
     server = ServerThread(
-        models={"scripted:judge": ScriptedModel(default=_not_applicable_judge)},
+        models={"scripted:judge": ScriptedModel(default=not_applicable_judge)},
         routes={"gpt-4o-mini": "scripted:judge"},
     )
     url = server.start()

@@ -98,8 +98,8 @@ def test_above_the_threshold_with_no_terminal_is_refused_before_anything_is_writ
     assert code == 2, out + err
     assert err.strip().splitlines() == [
         f"error: {manifest}: the {cells} cell(s) to do may cost up to "
-        f"${max(expected, high):.2f} (plan: expected ${expected:.2f}, high ${high:.2f}; "
-        "judging not included), above confirm_above_usd $1.00; no terminal to ask on "
+        f"${max(expected, high):.2f} (plan: expected ${expected:.2f}, high ${high:.2f}), "
+        "above confirm_above_usd $1.00; no terminal to ask on "
         "(expected --yes to run it)"
     ]
     assert f"({0} done, {cells} to do)" in out  # the plan was printed first
@@ -258,7 +258,7 @@ def test_on_a_terminal_it_asks_and_no_runs_nothing_and_yes_runs_it(
     assert code == 0, out
     assert (
         f"the {cells} cell(s) to do may cost up to ${max(expected, high):.2f} (plan: expected "
-        f"${expected:.2f}, high ${high:.2f}; judging not included), above confirm_above_usd "
+        f"${expected:.2f}, high ${high:.2f}), above confirm_above_usd "
         "$1.00.\nRun it? [y/N] "
     ) in out
     assert out.rstrip().endswith("nothing run")

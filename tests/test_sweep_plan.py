@@ -311,12 +311,11 @@ def test_readme_example_manifest_is_the_example_file_and_its_plan_is_as_printed(
     assert _readme_blocks("yaml")[0] == EXAMPLE.read_text(encoding="utf-8")
     manifest = load_manifest(EXAMPLE)
     plan = plan_sweep(manifest, EXAMPLE, "teen-study")
+    from judges.estimate import estimate_judging
+
+    plan.judging = estimate_judging(plan)  # as `sweep` attaches it
     printed = next(b for b in _readme_blocks("") if b.startswith("sweep teen-study:"))
     assert printed.splitlines() == plan.lines(), "paste the new --plan output into the README"
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(pytest.main([__file__, "-q"]))
 
 
 def test_an_unpriced_judge_with_a_budget_is_an_error_and_a_judge_price_counts(
@@ -337,3 +336,7 @@ def test_an_unpriced_judge_with_a_budget_is_an_error_and_a_judge_price_counts(
 
     price = sweep_prices(plan)["litellm:openai/not-a-real-judge-xyz"]
     assert (price.input, price.output) == pytest.approx((3e-6, 6e-6))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(pytest.main([__file__, "-q"]))

@@ -7,7 +7,8 @@ than the threshold, not only when it probably will. (High takes each side's ``ma
 small one can put it under expected, whose message lengths are typical ones; the larger of the
 two is taken.) A budget caps what a sweep can spend, so a budget below that is the bound
 instead. A plan with an unpriced model cannot bound
-the cost at all, so it always asks. Judging is not in the plan's cost, so not in this bound.
+the cost at all, so it always asks. Judging is in the plan's cost, so in this bound, when its
+estimate is attached (``judges.estimate``, as ``sweep`` does).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ class CostCheck:
     high: float | None
     threshold: float  # the manifest's confirm_above_usd
     by_budget: bool = False  # the bound is the budget's, below the plan's estimates
+    judging: str = ""  # what the plan's USD say of judging (SweepPlan.judging_note)
     unpriced: tuple[str, ...] = ()
 
     @property
@@ -47,7 +49,7 @@ class CostCheck:
         cap = "the budget's cap; " if self.by_budget else ""
         return (
             f"{cells} may cost up to {usd(self.bound)} ({cap}plan: expected "
-            f"{usd(self.expected)}, high {usd(self.high)}; judging not included), above "
+            f"{usd(self.expected)}, high {usd(self.high)}{self.judging}), above "
             f"confirm_above_usd {usd(self.threshold)}"
         )
 
@@ -77,5 +79,6 @@ def cost_check(plan: SweepPlan) -> CostCheck:
         high=high,
         threshold=m.confirm_above_usd,
         by_budget=by_budget,
+        judging=plan.judging_note,
         unpriced=tuple(plan.unpriced),
     )

@@ -53,6 +53,17 @@ class TargetEstimate:
 
 
 @dataclass
+class JudgingEstimate:
+    """One judge and rubric's share of the plan, for the cells still to do (made by
+    ``judges.estimate``, which knows rubrics; the plan does not)."""
+
+    label: str  # "SPEC / RUBRIC (when)"
+    calls: dict[str, int] = field(default_factory=lambda: dict.fromkeys(LEVELS, 0))
+    tokens: dict[str, Tokens] = field(default_factory=lambda: {k: Tokens() for k in LEVELS})
+    usd: dict[str, float | None] = field(default_factory=lambda: dict.fromkeys(LEVELS, 0.0))
+
+
+@dataclass
 class SweepPlan:
     sweep_id: str
     manifest: Manifest
@@ -63,6 +74,8 @@ class SweepPlan:
     wall: WallTime | None = None  # for the trees not yet finished
     kinds: list[str] = field(default_factory=list)  # provider kinds the wall time assumed
     contrasts: dict[ContrastKey, ContrastPairs] = field(default_factory=dict)  # every cell's
+    pending: list[tuple[RunPlan, TreeSpec]] = field(default_factory=list)  # trees not finished
+    judging: list[JudgingEstimate] | None = None  # None: not estimated (``judges.estimate``)
 
     @property
     def scenario_hashes(self) -> dict[str, str]:
@@ -81,7 +94,15 @@ class SweepPlan:
         if what == "calls":
             return sum(t.calls[level] for t in self.targets)
         values = [t.usd[level] for t in self.targets]
+        values += [j.usd[level] for j in self.judging or []]
         return None if any(v is None for v in values) else sum(v for v in values if v is not None)
+
+    @property
+    def judging_note(self) -> str:
+        """Whether the USD figures hold the judges', for the plan and its question."""
+        if self.judging is None:
+            return "; judging not included"
+        return "; judging included" if self.judging else ""  # [] : no judge calls a model
 
     def lines(self) -> list[str]:
         """The plan as the command prints it."""
@@ -108,9 +129,14 @@ class SweepPlan:
             f"model calls: {calls[0]} / {calls[1]} / {calls[2]} (low / expected / high) with "
             f"forking, {independent} without"
         )
+        for j in self.judging or []:
+            out.append(
+                f"judging {j.label}: {j.calls['low']} / {j.calls['expected']} / {j.calls['high']} "
+                "calls, USD " + " / ".join(_usd(j.usd[k]) for k in LEVELS)
+            )
         out.append(
             "USD: " + " / ".join(_usd(self.total("usd", k)) for k in LEVELS) + " (low / expected"
-            " / high; judging not included)"
+            f" / high{self.judging_note})"
         )
         if self.unpriced:
             out.append(f"unpriced (not in litellm's price map): {', '.join(self.unpriced)}")
@@ -235,6 +261,7 @@ def plan_sweep(
     limits = {k: v for config, _ in configs for k, v in config.limits.items()}
     work = Workload(limits, manifest.execution.concurrency)
     contrasts: dict[ContrastKey, ContrastPairs] = {}
+    pending: list[tuple[RunPlan, TreeSpec]] = []
     for index, (config, _) in enumerate(configs):
         config.variants = variants
         plan = plan_run(config, scenarios=scenarios, run_id=sweep_id)
@@ -246,6 +273,7 @@ def plan_sweep(
             est.cells += len(tree.arms)
             est.done += finished
             if finished < len(tree.arms):
+                pending.append((plan, tree))
                 _estimate_tree(
                     est, tree, plan, prices, detector=config.detector, work=work, config=index
                 )
@@ -257,6 +285,7 @@ def plan_sweep(
     sweep.wall = timing.estimate(work) if work.keys else None  # None: nothing left to do
     sweep.kinds = sorted({load.kind for load in work.keys.values()})
     sweep.contrasts = contrasts
+    sweep.pending = pending
     _check_budget(sweep)
     return sweep
 

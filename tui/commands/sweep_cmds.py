@@ -58,7 +58,7 @@ def sweep_command(
             "--yes",
             "-y",
             help="Run without asking. Without it, when the plan's high USD for the cells to do "
-            "(expected where that is larger; the budget's cap where lower; judging not "
+            "(expected where that is larger; the budget's cap where lower; judging "
             "included) is above the manifest's confirm_above_usd (default $1), or a model is "
             "unpriced so nothing bounds the cost, `sweep` asks 'Run it? [y/N]' on a terminal "
             "and, with no terminal on stdin, refuses (exit 2) before writing anything. High, "
@@ -162,11 +162,14 @@ def _plan(
     with_keys: bool,
     retry_failed: bool = False,
 ) -> SweepPlan:
+    from judges.estimate import estimate_judging
     from simulator.sweep.plan import plan_sweep
 
-    return plan_sweep(
+    plan = plan_sweep(
         manifest, path, sweep_id, store=store, with_keys=with_keys, retry_failed=retry_failed
     )
+    plan.judging = estimate_judging(plan)  # in the printed plan, its totals and the question
+    return plan
 
 
 def _confirmed(plan: SweepPlan) -> bool:
@@ -242,12 +245,14 @@ def _run(
     async def judge(ids: list[str] | None, when: str) -> None:
         from judges.runner import ajudge_run
         from simulator.gateway import Gateway
+        from simulator.runner import load_plugins
         from simulator.specs import params_from
 
         entries = [e for e in plan.manifest.judges if e.when == when]
         if not entries:
             return
         gateway = Gateway(store=store)
+        load_plugins(gateway)  # a judge may be a plugin's model, as a target may
         gateway.budget = budget if local else sweep_budget(plan, store)
         if gateway.budget is not None:
             gateway.prices = sweep_prices(plan)

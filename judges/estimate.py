@@ -1,0 +1,90 @@
+"""What a sweep's judges will cost, for the plan: calls, tokens and USD per judge and rubric.
+
+The plan (``simulator.sweep.plan``) counts the trees' calls but cannot see rubrics, so the
+judging share is made here and attached to it (``SweepPlan.judging``), where the printed plan,
+its totals and the confirmation's bound pick it up.
+
+Per-turn rubrics judge every chatbot turn once: a turn shared by arms up to their fork is judged
+once and its verdicts copied, so the judge calls are the trees' chatbot calls, at each estimate
+level (``low`` / ``expected`` / ``high`` as the plan counts them). A judge call reads the rubric's
+prompt (rendered, its length measured) and the transcript up to the rated turn; conversation
+rubrics make one call per arm that reads all of it. Output tokens: a typical verdict per
+criterion (``VERDICT_TOKENS``, low and expected), all of ``max_tokens`` for high. The estimate
+is an upper bound on what the cache lets through: identical transcripts (replicates of a
+deterministic chatbot) are answered from it for nothing. Judging's wall time is not estimated.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from judges.rubric import Rubric
+    from simulator.sweep.costs import Price
+    from simulator.sweep.manifest import JudgeEntry
+    from simulator.sweep.plan import JudgingEstimate, SweepPlan
+
+# tokens of one criterion's verdict (applicable, verdict, a rationale, evidence), low / expected
+VERDICT_TOKENS = (25, 60)
+
+
+def estimate_judging(plan: SweepPlan) -> list[JudgingEstimate]:
+    """One estimate per model judge and rubric of ``plan``'s manifest (the heuristic judge calls
+    no model); attach the result as ``plan.judging``."""
+    from judges.loading import load_rubric
+    from simulator.sweep.plan import model_prices
+
+    prices = model_prices(plan.manifest)
+    out = []
+    for entry in plan.manifest.judges:
+        if entry.spec == "heuristic":
+            continue
+        for name in entry.rubrics:
+            out.append(_estimate(plan, entry, load_rubric(name), name, prices.get(entry.spec)))
+    return out
+
+
+def _estimate(
+    plan: SweepPlan, entry: JudgeEntry, rubric: Rubric, name: str, price: Price | None
+) -> JudgingEstimate:
+    from simulator.sweep.calls import schedules, tree_calls
+    from simulator.sweep.costs import LEVELS, message_lengths
+    from simulator.sweep.plan import SCHEDULE_OF, JudgingEstimate
+
+    est = JudgingEstimate(label=f"{entry.spec} / {name} ({entry.when})")
+    prompt = _prompt_tokens(rubric)
+    n_criteria = len(rubric.criteria)
+    max_tokens = entry.params.get("max_tokens")
+    high_output = int(max_tokens) if max_tokens else min(4096, 256 + 160 * n_criteria)
+    for run_plan, tree in plan.pending:
+        events = schedules(tree)
+        for i, level in enumerate(LEVELS):
+            persona_len, reply_len = message_lengths(
+                level, run_plan.persona_params.max_tokens, tree.target_params.max_tokens
+            )
+            exchange = persona_len + reply_len
+            if rubric.scope == "conversation":
+                calls = len(tree.arms)
+                read = calls * (prompt + tree.max_turns * exchange)
+            else:
+                by_exchange = tree_calls(tree, events[SCHEDULE_OF[level]]).target
+                calls = sum(by_exchange.values())
+                read = sum(n * (prompt + k * exchange) for k, n in by_exchange.items())
+            output = high_output if level == "high" else VERDICT_TOKENS[i] * n_criteria
+            est.calls[level] += calls
+            est.tokens[level].input += read
+            est.tokens[level].output += calls * output
+    for level in LEVELS:
+        est.usd[level] = est.tokens[level].usd(price) if price is not None else None
+    return est
+
+
+def _prompt_tokens(rubric: Rubric) -> int:
+    """The rubric's judge prompt with an empty transcript, in tokens (as the plan counts them)."""
+    from judges.llm_judge import render_messages
+    from judges.verdicts import JudgingUnit
+    from simulator.sweep.costs import CHARS_PER_TOKEN
+
+    unit = JudgingUnit(conversation_id="estimate", run_id="estimate", transcript=[])
+    messages = render_messages(rubric, unit, list(rubric.criteria))
+    return sum(len(m.content) for m in messages) // CHARS_PER_TOKEN

@@ -1,0 +1,113 @@
+"""The plan's judging estimate (``judges.estimate``): per-turn judge calls are the chatbot turns
+the trees make (a shared prefix judged once), conversation rubrics one call per arm, USD at the
+judge's price, and the confirmation's bound includes it. Checked against a real sweep whose
+scripted chatbot never fires an event, where the plan's ``low`` level is exact."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from judges.estimate import estimate_judging
+from simulator.sweep.confirm import cost_check
+from simulator.sweep.manifest import Manifest
+from simulator.sweep.plan import plan_sweep
+
+REPO = Path(__file__).resolve().parents[1]
+SWEEP = REPO / "tests" / "fixtures" / "sweep"
+SCENARIO = REPO / "scenarios" / "library" / "teen" / "teen-ah-rail-bridge-jump.yaml"
+
+
+def manifest(path: Path, judges: list[dict[str, Any]], **extra: Any) -> tuple[Manifest, Path]:
+    body = {
+        "scenarios": {"paths": [str(SCENARIO)]},
+        "targets": ["scripted:quiet"],
+        "simulators": ["scripted:sweep-persona"],
+        "max_exchanges": 3,
+        "replicates": 2,
+        "fork": "shared",
+        "judges": judges,
+        "store": "results.db",
+        **extra,
+    }
+    path.write_text(json.dumps(body), encoding="utf-8")
+    return Manifest.model_validate(body), path
+
+
+@pytest.fixture
+def plugin(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BRANCHPOINT_PLUGINS", "sweep_plugin")
+    monkeypatch.syspath_prepend(str(SWEEP))
+
+
+def test_per_turn_judge_calls_are_the_chatbot_turns_a_sweep_makes(
+    tmp_path: Path, plugin: None
+) -> None:
+    from typer.testing import CliRunner
+
+    from tui.cli import app
+
+    judges = [{"spec": "scripted:na-judge", "rubrics": ["teen"]}]
+    m, path = manifest(tmp_path / "study.yaml", judges)
+    plan = plan_sweep(m, path, "sweep-study")
+    (est,) = estimate_judging(plan)
+    assert est.label == "scripted:na-judge / teen (after)"
+    assert est.calls["low"] <= est.calls["expected"] <= est.calls["high"]
+
+    out = CliRunner().invoke(app, ["sweep", str(path), "--yes"])
+    assert out.exit_code == 0, out.output
+    assert "judging included" in out.output and "judging scripted:na-judge / teen" in out.output
+    with sqlite3.connect(tmp_path / "results.db") as db:
+        (target_calls,) = db.execute(
+            "select count(*) from model_calls where purpose = 'target'"
+        ).fetchone()
+        (judge_calls,) = db.execute(
+            "select count(*) from model_calls where purpose = 'judge'"
+        ).fetchone()
+        (units,) = db.execute("select count(distinct turn_id) from judgments").fetchone()
+    # scripted:quiet never shows an event: the low schedule is what ran, call for call
+    assert judge_calls == target_calls == est.calls["low"]
+    assert units > judge_calls  # the turns arms share up to their fork were copied, not asked
+
+
+def test_conversation_rubrics_one_call_an_arm_and_the_price_counts(tmp_path: Path) -> None:
+    rubric = tmp_path / "whole.yaml"
+    teen = (REPO / "judges" / "rubrics" / "teen.yaml").read_text(encoding="utf-8")
+    rubric.write_text(teen.replace("scope: per_turn", "scope: conversation"), encoding="utf-8")
+    spec = "litellm:openai/not-a-real-judge-xyz"
+    judges = [
+        {
+            "spec": spec,
+            "rubrics": [str(rubric)],
+            "price": {"input_per_mtok": 1, "output_per_mtok": 2},
+        }
+    ]
+    m, path = manifest(tmp_path / "m.yaml", judges)
+    plan = plan_sweep(m, path, "s")
+    trees_high = plan.total("usd", "high")
+    (est,) = estimate_judging(plan)
+    assert est.calls == dict.fromkeys(("low", "expected", "high"), plan.cells)
+    tokens = est.tokens["expected"]
+    assert est.usd["expected"] == pytest.approx(tokens.input * 1e-6 + tokens.output * 2e-6)
+    assert tokens.input > plan.cells * 1000  # the rubric's prompt is read by every call
+
+    # attached, the judging is in the plan's totals and in the confirmation's bound
+    plan.judging = [est]
+    assert plan.total("usd", "high") == pytest.approx(trees_high + est.usd["high"])
+    check = cost_check(plan)
+    assert check.bound == pytest.approx(trees_high + est.usd["high"])
+    assert "judging included" in check.reason()
+
+
+def test_an_unpriced_judge_leaves_the_bound_open(tmp_path: Path) -> None:
+    judges = [{"spec": "litellm:openai/not-a-real-judge-xyz", "rubrics": ["teen"]}]
+    m, path = manifest(tmp_path / "m.yaml", judges)
+    plan = plan_sweep(m, path, "s")
+    plan.judging = estimate_judging(plan)
+    assert plan.judging[0].usd["expected"] is None
+    check = cost_check(plan)
+    assert check.bound is None and check.needed  # the plan cannot bound it: sweep asks
