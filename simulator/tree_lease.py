@@ -193,6 +193,16 @@ class TreeLeases:
             s.commit()
         return int(n)
 
+    def finished(self) -> set[str]:
+        """The trees done or failed for good."""
+        with self.store.engine.connect() as conn:
+            rows = conn.execute(
+                select(_LEASE.c.tree_id).where(
+                    _LEASE.c.run_id == self.run_id, _LEASE.c.status.in_(("done", "failed"))
+                )
+            ).all()
+        return {str(tree) for (tree,) in rows}
+
     def counts(self) -> dict[str, int]:
         """Status -> trees."""
         with self.store.engine.connect() as conn:

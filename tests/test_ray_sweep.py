@@ -386,6 +386,70 @@ def test_sweep_on_two_workers_survives_a_killed_worker_and_holds_the_rpm_limit(
         target.stop()
 
 
+def test_live_judging_starts_as_each_run_plans_trees_finish(
+    postgres_url: str, ray_cluster: None, tmp_path: Path
+) -> None:
+    """One worker growing one tree at a time: the conversations of the target whose trees are
+    done first go to the live judges while the other's are still being grown."""
+    from sqlalchemy import text
+
+    from core.store import open_store
+    from simulator.sweep.manifest import load_manifest
+    from simulator.sweep.plan import plan_sweep
+    from simulator.sweep.ray_exec import run_sweep_ray
+    from simulator.testing.openai_server import ServerThread
+
+    server = ServerThread(model="scripted:echo", delay_s=0.2)
+    url = server.start()
+    path = tmp_path / "live.yaml"
+    path.write_text(
+        f"""
+name: ray-live
+scenarios: {{paths: ["{SCENARIO}"]}}
+targets:  # params of their own: a run plan each
+  - spec: oai:bot-a
+    params: {{api_base: "{url}", max_tokens: 32}}
+  - spec: oai:bot-b
+    params: {{api_base: "{url}", max_tokens: 33}}
+simulators: [oai:persona-bot]
+simulator_params: {{api_base: "{url}"}}
+replicates: 2
+max_exchanges: 2
+fork: independent
+judges: [{{spec: heuristic, rubrics: [teen], when: live}}]
+execution: {{mode: ray, workers: 1, concurrency: 1, lease_s: 4, heartbeat_s: 0.5}}
+store: "{postgres_url}"
+""",
+        encoding="utf-8",
+    )
+    store = open_store(postgres_url)
+    live: list[tuple[float, set[str]]] = []
+
+    async def judge(ids: list[str]) -> None:
+        live.append((time.time(), set(ids)))
+
+    try:
+        plan = plan_sweep(load_manifest(path), path, "ray-live", store=store)
+        runs = [{a.conversation_id for t in p.trees for a in t.arms} for _, p in plan.runs]
+        assert len(runs) == 2
+        asyncio.run(run_sweep_ray(plan, store, on_target_done=judge))
+        with store.engine.connect() as conn:
+            ended = {
+                cid: ts.timestamp()
+                for cid, ts in conn.execute(
+                    text("select id, updated_at from conversations where run_id = 'ray-live'")
+                )
+            }
+    finally:
+        store.close()
+        server.stop()
+    assert sorted(map(sorted, (ids for _, ids in live))) == sorted(map(sorted, runs))  # once each
+    first_at, first = live[0]
+    (other,) = [r for r in runs if r != first]
+    assert all(ended[c] <= first_at for c in first)  # judged once all of its trees were done
+    assert first_at < max(ended[c] for c in other)  # ... while the other's were still growing
+
+
 def _tree(spec: Any) -> str:
     from simulator.tree_lease import tree_id
 

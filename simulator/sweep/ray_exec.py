@@ -18,6 +18,11 @@ Retry-After one worker gets cools them all down. API keys reach workers as envir
 workers' Ray runtime environment on a cluster elsewhere; never through the plan, the store or a
 task's arguments. A budget is one budget actor (``simulator.sweep.ray_budget``) that every
 worker's gateway reserves from and settles with.
+
+``when: live`` judges run in the driver, each run plan's as soon as the lease table says all of its
+trees are finished, while the workers grow the rest. With a budget they wait for every tree: the
+judges book through a budget rebuilt from the call rows, which cannot see what the trees will
+still spend.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import contextlib
 import dataclasses
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from core.errors import UserError
@@ -126,6 +131,13 @@ async def run_sweep_ray(
     check_ray(plan, store.url)
     # an unknown scripted model stops the sweep here, as a local one, not on every worker
     check_scripted_models([p for _, p in plan.runs])
+    judged: set[int] = set()
+
+    async def run_done(i: int) -> None:
+        judged.add(i)
+        if on_target_done is not None:
+            await on_target_done([a.conversation_id for t in plan.runs[i][1].trees for a in t.arms])
+
     ex = plan.manifest.execution
     result = SweepResult(plan.sweep_id)
     report = progress_feed(on_progress, monitor)
@@ -156,8 +168,24 @@ async def run_sweep_ray(
                 env = worker_env(plan)
                 local = started_ray and not ex.address
                 spend: dict[str, Any] = {}
+                trees_of_run: dict[int, set[str]] = {}
+                for i, tree in todo:
+                    trees_of_run.setdefault(i, set()).add(tree_id(tree))
                 calls = await _drive(
-                    plan, store, leases, workers, report, total, {} if local else env, spend
+                    plan,
+                    store,
+                    leases,
+                    workers,
+                    report,
+                    total,
+                    {} if local else env,
+                    spend,
+                    # with a budget, judging waits for the trees: the judges book through one
+                    # rebuilt from the call rows, which sees the trees' spend only once it is made
+                    on_run_done=run_done
+                    if on_target_done is not None and plan.manifest.budget is None
+                    else None,
+                    trees_of_run=trees_of_run,
                 )
                 result.calls.update(calls)
                 if spend:
@@ -178,10 +206,11 @@ async def run_sweep_ray(
             heartbeat.cancel()
             if watching is not None:
                 watching.cancel()
-        if on_target_done is not None:
-            # live judges get each set of targets once every tree is grown (workers do not judge)
-            for _, run_plan in plan.runs:
-                await on_target_done([a.conversation_id for t in run_plan.trees for a in t.arms])
+        # live judges got each run plan's conversations as its trees finished (in the driver:
+        # workers do not judge); those with no tree to grow get theirs now
+        for i in range(len(plan.runs)):
+            if i not in judged:
+                await run_done(i)
         _finish(store, plan, result)
         if monitor is not None:
             await asyncio.to_thread(monitor.refresh)
@@ -229,8 +258,13 @@ async def _drive(
     total: int,
     env: dict[str, str],
     budget_state: dict[str, Any],
+    *,
+    on_run_done: Callable[[int], Awaitable[None]] | None = None,
+    trees_of_run: dict[int, set[str]] | None = None,
 ) -> dict[str, int]:
-    """Start the workers, wait for them, hand back a dead one's trees; the calls they made."""
+    """Start the workers, wait for them, hand back a dead one's trees; the calls they made.
+    ``on_run_done(i)`` runs (here, while the workers go on) once every tree of run plan ``i``
+    in ``trees_of_run`` is finished."""
     import ray
 
     from simulator.lifecycle import stored_turns
@@ -249,6 +283,7 @@ async def _drive(
             budget.on_reached,
         )
     limits = {k: v.model_dump() for config, _ in plan.runs for k, v in config.limits.items()}
+    judging: list[asyncio.Future[None]] = []
     registry = registry_actor_class().remote()
     plans_ref = ray.put([shippable(p) for _, p in plan.runs])
     options = {
@@ -284,9 +319,16 @@ async def _drive(
         }
         calls: dict[str, int] = {}
         pending = set(runs)
+        waiting = dict(trees_of_run or {}) if on_run_done is not None else {}
         while pending:
             done, pending = await asyncio.wait(pending, timeout=1.0, return_when="FIRST_COMPLETED")
             report(await asyncio.to_thread(stored_turns, store, plan.sweep_id), total)
+            if waiting:
+                assert on_run_done is not None
+                finished = await asyncio.to_thread(leases.finished)
+                for i in [i for i, trees in waiting.items() if trees <= finished]:
+                    del waiting[i]
+                    judging.append(asyncio.ensure_future(on_run_done(i)))
             for fut in done:
                 owner = runs[fut]
                 try:
@@ -299,7 +341,10 @@ async def _drive(
         if budget_actor is not None:
             state = await budget_actor.state.remote()
             budget_state.update(state)
+        await asyncio.gather(*judging)
     finally:
+        for task in judging:
+            task.cancel()  # the sweep failed: no judging of it goes on
         # done with them: the names are free for the next sweep, the actors' memory too (a
         # limiter actor belongs to the registry and goes with it)
         for handle in [*workers, registry, *([budget_actor] if budget_actor else [])]:
