@@ -14,7 +14,13 @@ from sqlalchemy import inspect, text
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from core.records import JUDGMENT_FAILURE_INDEX, SCHEMA_VERSION, SchemaInfo
+from core.records import (
+    JUDGMENT_FAILING_COLUMNS,
+    JUDGMENT_FAILING_INDEX,
+    JUDGMENT_FAILURE_INDEX,
+    SCHEMA_VERSION,
+    SchemaInfo,
+)
 
 Migration = Callable[[Session], None]
 
@@ -33,17 +39,17 @@ MIGRATIONS: dict[int, Migration] = {
     3: lambda session: _add_failure_index(session),
     # model calls store their messages as references (ModelCall.prompt); older rows keep theirs
     4: lambda session: _add_columns(session, "model_calls", {"prompt": "JSON"}),
+    5: lambda session: _add_index(session, JUDGMENT_FAILING_INDEX, JUDGMENT_FAILING_COLUMNS),
 }
 
 
 def _add_failure_index(session: Session) -> None:
+    _add_index(session, JUDGMENT_FAILURE_INDEX, ("conversation_id", "verdict"))
+
+
+def _add_index(session: Session, name: str, columns: tuple[str, ...]) -> None:
     # IF NOT EXISTS: create_all has made it already when the table itself was new
-    session.execute(
-        text(
-            f"CREATE INDEX IF NOT EXISTS {JUDGMENT_FAILURE_INDEX} "
-            "ON judgments (conversation_id, verdict)"
-        )
-    )
+    session.execute(text(f"CREATE INDEX IF NOT EXISTS {name} ON judgments ({', '.join(columns)})"))
 
 
 def _add_columns(session: Session, table: str, columns: dict[str, str]) -> None:

