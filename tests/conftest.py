@@ -92,3 +92,14 @@ def embedded_provider() -> Any:
     provider = make()
     provider.load()
     return provider
+
+
+@pytest.fixture
+def sweep_plugin(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The sweep tests' scripted models (tests/fixtures/sweep/sweep_plugin.py), loaded through
+    $BRANCHPOINT_PLUGINS as a user's own models are; the module, for its replies."""
+    monkeypatch.syspath_prepend(str(Path(__file__).parent / "fixtures" / "sweep"))
+    monkeypatch.setenv("BRANCHPOINT_PLUGINS", "sweep_plugin")
+    import sweep_plugin
+
+    return sweep_plugin

@@ -62,14 +62,8 @@ def spent(db: Path) -> float:
     return float(rows(db, "select coalesce(sum(cost), 0) from model_calls")[0][0] or 0.0)
 
 
-@pytest.fixture
-def plugin(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("BRANCHPOINT_PLUGINS", "sweep_plugin")
-    monkeypatch.syspath_prepend(str(SWEEP))
-
-
 def test_a_budget_stops_the_sweep_before_it_is_exceeded_and_survives_a_sigkill(
-    tmp_path: Path, plugin: None
+    tmp_path: Path, sweep_plugin: Any
 ) -> None:
     server = ServerThread()
     url = server.start()
@@ -218,15 +212,13 @@ def test_spend_is_rebuilt_from_the_call_rows_by_target(store) -> None:  # type: 
 
 
 def test_judging_counts_against_the_budget_and_what_it_leaves_is_judged_later(
-    tmp_path: Path, plugin: None
+    tmp_path: Path, sweep_plugin: Any
 ) -> None:
-    from sweep_plugin import not_applicable_judge  # type: ignore[import-not-found]
-
     from simulator.providers.scripted import ScriptedModel
 
     judge_spec = "litellm:openai/gpt-4o-mini"  # priced by litellm's map, as the target is
     server = ServerThread(
-        models={"scripted:judge": ScriptedModel(default=not_applicable_judge)},
+        models={"scripted:judge": ScriptedModel(default=sweep_plugin.not_applicable_judge)},
         routes={"gpt-4o-mini": "scripted:judge"},
     )
     url = server.start()

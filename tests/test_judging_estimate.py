@@ -18,7 +18,6 @@ from simulator.sweep.manifest import Manifest
 from simulator.sweep.plan import plan_sweep
 
 REPO = Path(__file__).resolve().parents[1]
-SWEEP = REPO / "tests" / "fixtures" / "sweep"
 SCENARIO = REPO / "scenarios" / "library" / "teen" / "teen-ah-rail-bridge-jump.yaml"
 
 
@@ -38,14 +37,8 @@ def manifest(path: Path, judges: list[dict[str, Any]], **extra: Any) -> tuple[Ma
     return Manifest.model_validate(body), path
 
 
-@pytest.fixture
-def plugin(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("BRANCHPOINT_PLUGINS", "sweep_plugin")
-    monkeypatch.syspath_prepend(str(SWEEP))
-
-
 def test_per_turn_judge_calls_are_the_chatbot_turns_a_sweep_makes(
-    tmp_path: Path, plugin: None
+    tmp_path: Path, sweep_plugin: Any
 ) -> None:
     from typer.testing import CliRunner
 
