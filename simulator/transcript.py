@@ -17,7 +17,7 @@ from rich.text import Text
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
-    from core.records import Conversation, Turn
+    from core.records import Conversation, ConversationProvenance, Run, Turn
     from core.store import Store
 
 # CSI/OSC/other ESC sequences, then remaining C0/C1 controls except newline and tab.
@@ -111,3 +111,35 @@ def render_conversation(conv: Conversation, turns: list[Turn]) -> RenderableType
         parts.append(Text(safe_text(turn.content)))
         parts.append(Text(""))
     return Group(*parts)
+
+
+def render_provenance(prov: ConversationProvenance | None, run: Run | None) -> RenderableType:
+    """What produced the conversation besides its scenario and models: the run's config hash,
+    the texts it was made with (by hash: ``PromptText``), the event detector, and the code and
+    package versions a sweep recorded. Labels fit 12 columns, so that a full hash (64) stays on
+    its line at 80."""
+    rows: list[tuple[str, str]] = []
+    if prov is None:
+        rows.append(("", "none recorded (stored before provenance was kept)"))
+    else:
+        detector = prov.detector + (f" {prov.detector_params}" if prov.detector_params else "")
+        rows += [
+            ("config", prov.config_hash),
+            ("system", prov.system_prompt_hash or "none: the condition adds no system prompt"),
+            ("persona", prov.persona_template_hash),
+            ("event rules", prov.event_rules_hash),
+            ("detector", detector),
+        ]
+    config = (run.config or {}) if run is not None else {}
+    if run is not None:
+        rows.append(("run", f"{run.id} ({run.kind}, {run.status})"))
+    if config.get("git_revision"):
+        rows.append(("git", str(config["git_revision"])))
+    versions = config.get("versions") or {}
+    if versions:
+        rows.append(("versions", ", ".join(f"{k} {v}" for k, v in sorted(versions.items()))))
+    text = Text()
+    text.append("provenance (texts by hash: prompt_texts)", style="bold")
+    for name, value in rows:
+        text.append(f"\n{name:12}{safe_text(value)}")
+    return Panel(text, expand=False)

@@ -69,6 +69,17 @@ def test_run_prints_a_summary_and_show_marks_forks_events_and_stages(cli, tmp_pa
         < out.index("fork: own turns")
         < out.index("fired: help=decline")
     )
+    # then its provenance, the stored row's hashes in full
+    with sqlite3.connect(db) as con:
+        config, persona, rules = con.execute(
+            "select config_hash, persona_template_hash, event_rules_hash "
+            "from conversation_provenance where conversation_id = ?",
+            (forked,),
+        ).fetchone()
+    tail = out[out.index("provenance (texts by hash") :]
+    for line in (f"config      {config}", f"persona     {persona}", f"event rules {rules}"):
+        assert line in tail
+    assert "detector    rules" in tail and "run         cli-1 (run, completed)" in tail
 
 
 def test_show_prints_model_text_literally(cli, tmp_path) -> None:

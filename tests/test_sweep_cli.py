@@ -86,6 +86,10 @@ def test_sweep_runs_resumes_adds_only_new_cells_and_refuses_changes(tmp_path: Pa
     assert kind == "sweep"
     assert len(stored["manifest_hash"]) == 64 and stored["versions"]["python"]
     assert "git_revision" in stored and stored["manifest"]["max_exchanges"] == 3
+    shown = cli("show", convs[0][0], "--db", str(db))  # a transcript shows what made it
+    assert shown.returncode == 0, shown.stderr
+    assert "run         sweep-study (sweep, completed)" in shown.stdout
+    assert f"branchpoint {stored['versions']['branchpoint']}" in shown.stdout
 
     again = cli("sweep", str(manifest))
     assert again.returncode == 0, again.stderr

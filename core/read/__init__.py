@@ -33,6 +33,7 @@ _EXPORTS = {
     "conversation_rows": "core.read.conversations",
     "select_conversations": "core.read.conversations",
     "find_conversation": "core.read.conversations",
+    "conversation_provenance": "core.read.conversations",
     "conversation_tree": "core.read.conversations",
     "retried_conversations": "core.read.conversations",
     # turns

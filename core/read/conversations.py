@@ -10,7 +10,7 @@ from sqlalchemy import select
 from core.errors import UserError
 from core.read.schema import CONVERSATION_ATTEMPTS, CONVERSATIONS
 from core.read.source import StoreRef, read_frame
-from core.records import Conversation
+from core.records import Conversation, ConversationProvenance
 from core.store import Store
 
 if TYPE_CHECKING:
@@ -70,6 +70,13 @@ def find_conversation(store: Store, id_or_prefix: str) -> Conversation:
             f"conversation {id_or_prefix!r} is ambiguous: {', '.join(m.id for m in matches)} ..."
         )
     raise UserError(f"no conversation {id_or_prefix!r} in {store!r}")
+
+
+def conversation_provenance(store: Store, conversation_id: str) -> ConversationProvenance | None:
+    """What produced a conversation besides its scenario and models (texts by hash, the run's
+    config hash, the detector); None for a conversation stored before provenance was kept."""
+    with store.session() as s:
+        return s.get(ConversationProvenance, conversation_id)
 
 
 def conversation_tree(ref: StoreRef, runs: Sequence[str] | None = None) -> pd.DataFrame:

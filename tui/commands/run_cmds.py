@@ -439,16 +439,25 @@ def show_command(
         typer.Option("--db", metavar="PATH", help="Store: a SQLite path or database URL."),
     ] = None,
 ) -> None:
-    """Print a stored transcript with its stages, the branch points that fired, events and fork point."""
+    """Print a stored transcript with its stages, the branch points that fired, events and fork
+    point, then its provenance (config hash, the prompts' and rules' hashes, the detector, and the
+    code and package versions a sweep recorded)."""
     from rich.console import Console
 
+    from core.read import conversation_provenance, find_run
     from core.store import open_store
-    from simulator.transcript import load_conversation, render_conversation
+    from simulator.transcript import load_conversation, render_conversation, render_provenance
 
     store = open_store(db, create=False)
-    conv, turns = load_conversation(store, conversation)
-    Console().print(render_conversation(conv, turns))
-    store.close()
+    try:
+        conv, turns = load_conversation(store, conversation)
+        provenance = conversation_provenance(store, conv.id)
+        run = find_run(store, conv.run_id)
+    finally:
+        store.close()
+    console = Console()
+    console.print(render_conversation(conv, turns))
+    console.print(render_provenance(provenance, run))
 
 
 def register(app: typer.Typer) -> None:
