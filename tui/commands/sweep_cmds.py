@@ -8,7 +8,6 @@ Declining at the cost question ("Run it? [y/N]") is the user's choice: exit 0, n
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -212,7 +211,7 @@ def _check_runnable(plan: SweepPlan, store_url: str) -> None:
 
 def _run(
     plan: SweepPlan, store: Store, *, retry_failed: bool = False
-) -> tuple[SweepResult, Judging]:
+) -> tuple[SweepResult, JudgeSummary]:
     from rich.console import Console
 
     from simulator.sweep.monitor import SweepMonitor
@@ -236,7 +235,7 @@ def _run(
     )
     view = LiveView(monitor, console)
     target_of = {i: target for target, ids in planned.items() for i in ids}
-    judging = Judging()
+    summaries: list[JudgeSummary] = []  # every judge, rubric and pass
     local = plan.manifest.execution.mode != "ray"
     # A local sweep's judges share its budget object (live ones judge while trees still
     # reserve); on Ray the actors' is gone by then, and one rebuilt from the stored calls is exact.
@@ -273,7 +272,7 @@ def _run(
                         conversation_ids=ids,
                         gateway=gateway,
                     )
-                    judging.add(summary)
+                    summaries.append(summary)
                     monitor.judge_finished(label, rows=summary.rows, errors=summary.errors)
         finally:
             await gateway.aclose()
@@ -315,28 +314,15 @@ def _run(
     async def main() -> SweepResult:
         return await until_signalled(work, interrupted)
 
+    from judges.scenario_rubrics import merge_summaries
     from simulator import event_loop
 
     with view:
         result = event_loop.run(main())
-    return result, judging
+    return result, merge_summaries(summaries)
 
 
-@dataclass
-class Judging:
-    """What the sweep's judges did, over every judge, rubric and pass."""
-
-    errors: int = 0  # verdicts that are error
-    stopped_by_budget: int = 0  # units the budget left unjudged
-    budget_note: str | None = None
-
-    def add(self, summary: JudgeSummary) -> None:
-        self.errors += summary.errors
-        self.stopped_by_budget += summary.stopped_by_budget
-        self.budget_note = self.budget_note or next(iter(summary.budget_notes), None)
-
-
-def _summary(result: SweepResult, judging: Judging) -> int:
+def _summary(result: SweepResult, judging: JudgeSummary) -> int:
     """Print the outcome; the exit status it calls for (0 all done, 1 some failed)."""
     from rich.console import Console
     from rich.text import Text
@@ -373,7 +359,7 @@ def _summary(result: SweepResult, judging: Judging) -> int:
         say(f"{judging.errors} verdict(s) are error")
     if judging.stopped_by_budget:
         say(
-            f"judging stopped by budget: {judging.budget_note}; {judging.stopped_by_budget} "
+            f"judging stopped by budget: {judging.budget_notes[0]}; {judging.stopped_by_budget} "
             "judging unit(s) left unjudged: raise the budget and run the same manifest again "
             "to judge them"
         )
