@@ -47,17 +47,15 @@ def estimate_judging(plan: SweepPlan) -> list[JudgingEstimate]:
 def _estimate(
     plan: SweepPlan, entry: JudgeEntry, rubric: Rubric, name: str, price: Price | None
 ) -> JudgingEstimate:
-    from simulator.sweep.calls import schedules, tree_calls
     from simulator.sweep.costs import LEVELS, message_lengths
-    from simulator.sweep.plan import SCHEDULE_OF, JudgingEstimate
+    from simulator.sweep.plan import JudgingEstimate
 
     est = JudgingEstimate(label=f"{entry.spec} / {name} ({entry.when})")
     prompt = _prompt_tokens(rubric)
     n_criteria = len(rubric.criteria)
     max_tokens = entry.params.get("max_tokens")
     high_output = int(max_tokens) if max_tokens else min(4096, 256 + 160 * n_criteria)
-    for run_plan, tree in plan.pending:
-        events = schedules(tree)
+    for run_plan, tree, tallies in plan.pending:
         for i, level in enumerate(LEVELS):
             persona_len, reply_len = message_lengths(
                 level, run_plan.persona_params.max_tokens, tree.target_params.max_tokens
@@ -67,7 +65,7 @@ def _estimate(
                 calls = len(tree.arms)
                 read = calls * (prompt + tree.max_turns * exchange)
             else:
-                by_exchange = tree_calls(tree, events[SCHEDULE_OF[level]]).target
+                by_exchange = tallies[level].target
                 calls = sum(by_exchange.values())
                 read = sum(n * (prompt + k * exchange) for k, n in by_exchange.items())
             output = high_output if level == "high" else VERDICT_TOKENS[i] * n_criteria

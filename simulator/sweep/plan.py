@@ -74,7 +74,8 @@ class SweepPlan:
     wall: WallTime | None = None  # for the trees not yet finished
     kinds: list[str] = field(default_factory=list)  # provider kinds the wall time assumed
     contrasts: dict[ContrastKey, ContrastPairs] = field(default_factory=dict)  # every cell's
-    pending: list[tuple[RunPlan, TreeSpec]] = field(default_factory=list)  # trees not finished
+    # the trees not finished, each with its calls at each level (what judging is estimated from)
+    pending: list[tuple[RunPlan, TreeSpec, dict[str, CallTally]]] = field(default_factory=list)
     judging: list[JudgingEstimate] | None = None  # None: not estimated (``judges.estimate``)
 
     @property
@@ -261,7 +262,7 @@ def plan_sweep(
     limits = {k: v for config, _ in configs for k, v in config.limits.items()}
     work = Workload(limits, manifest.execution.concurrency)
     contrasts: dict[ContrastKey, ContrastPairs] = {}
-    pending: list[tuple[RunPlan, TreeSpec]] = []
+    pending: list[tuple[RunPlan, TreeSpec, dict[str, CallTally]]] = []
     for index, (config, _) in enumerate(configs):
         config.variants = variants
         plan = plan_run(config, scenarios=scenarios, run_id=sweep_id)
@@ -273,10 +274,10 @@ def plan_sweep(
             est.cells += len(tree.arms)
             est.done += finished
             if finished < len(tree.arms):
-                pending.append((plan, tree))
-                _estimate_tree(
+                tallies = _estimate_tree(
                     est, tree, plan, prices, detector=config.detector, work=work, config=index
                 )
+                pending.append((plan, tree, tallies))
     unpriced = sorted({spec for spec, p in prices.items() if p is None})
     sweep = SweepPlan(
         sweep_id, manifest, str(path), runs, [estimates[t.spec] for t in manifest.targets]
@@ -317,12 +318,13 @@ def _estimate_tree(
     detector: str | None,
     work: Workload | None = None,
     config: int = 0,
-) -> None:
+) -> dict[str, CallTally]:
     plans = schedules(tree)
     independent = tree_calls(tree, plans["never"], fork="independent")
     est.calls_independent += _count(independent, detector)
+    tallies: dict[str, CallTally] = {}
     for level in LEVELS:
-        tally = tree_calls(tree, plans[SCHEDULE_OF[level]])
+        tally = tallies[level] = tree_calls(tree, plans[SCHEDULE_OF[level]])
         est.calls[level] += _count(tally, detector)
         persona_len, reply_len = message_lengths(
             level, plan.persona_params.max_tokens, tree.target_params.max_tokens
@@ -345,6 +347,7 @@ def _estimate_tree(
             price = prices.get(spec)
             usd = None if usd is None or price is None else usd + tokens.usd(price)
         est.usd[level] = usd
+    return tallies
 
 
 def _time_level(
