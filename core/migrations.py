@@ -36,15 +36,11 @@ MIGRATIONS: dict[int, Migration] = {
         "human_labels",
         {"time_spent_s": "FLOAT", "blind": "BOOLEAN", "confidence": "VARCHAR"},
     ),
-    3: lambda session: _add_failure_index(session),
+    3: lambda session: _add_index(session, JUDGMENT_FAILURE_INDEX, ("conversation_id", "verdict")),
     # model calls store their messages as references (ModelCall.prompt); older rows keep theirs
     4: lambda session: _add_columns(session, "model_calls", {"prompt": "JSON"}),
     5: lambda session: _add_index(session, JUDGMENT_FAILING_INDEX, JUDGMENT_FAILING_COLUMNS),
 }
-
-
-def _add_failure_index(session: Session) -> None:
-    _add_index(session, JUDGMENT_FAILURE_INDEX, ("conversation_id", "verdict"))
 
 
 def _add_index(session: Session, name: str, columns: tuple[str, ...]) -> None:
