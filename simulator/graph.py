@@ -6,8 +6,10 @@ point fires on which the group's arms hold different options: then it ends with 
 the tree (``simulator.tree``) forks the group into subgroups, each continuing from a copy of the
 state, entering the graph again at ``persona``.
 
-Every turn is written to the store (committed) by the node that makes it, for every arm of the
-group at once, so a crash never loses a finished turn and never leaves half of one.
+Every turn is written to the store by the node that makes it, for every arm of the group at once
+(one transaction), and the group's next write waits for that commit
+(``simulator.turn_writer``): a crash never leaves half a turn, and never more than one turn per
+conversation uncommitted.
 """
 
 from __future__ import annotations

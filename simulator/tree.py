@@ -175,6 +175,7 @@ async def run_tree(spec: TreeSpec, env: TreeEnv) -> list[ArmResult]:
             await env.writer.set_status(arms, "running")
             try:
                 final = await run_group(state, ctx)
+                await env.writer.settled(arms)  # a turn that failed to commit fails the arms here
             except asyncio.CancelledError:
                 raise
             except BudgetReached as exc:

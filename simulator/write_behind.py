@@ -4,9 +4,11 @@ The engine's loop only queues writes (Core statements with their parameters); a 
 everything queued, runs it in one transaction (rows of one statement in one executemany) and
 commits. A write that the engine must know is durable before it goes on (a turn: the crash
 guarantee is that a stored turn is never made twice) is awaited: its future resolves after the
-commit that holds it. Other writes (a model call's row, also its cache entry) are not awaited: a crash
-loses at most those of the calls in flight, whose turns are not stored either, and ``drain``
-(which the end of a run awaits) makes sure none is left.
+commit that holds it, or handed back as a future (``committed``) for the engine to await later.
+Other writes (a model call's row, also its cache entry) are not awaited: a crash loses at most
+those of the calls in flight, whose turns are not stored either, and ``drain`` (which the end of
+a run awaits) makes sure none is left. Writes commit in the order they were queued: what a
+crash leaves is the queue up to some point, less any write that failed.
 
 Statements run in a fixed order inside a transaction (conversations before turns: the foreign
 key), and a group that fails is retried one write at a time, so one bad row fails only its own
@@ -104,6 +106,12 @@ class BatchWriter:
 
     async def write(self, ops: Sequence[tuple[int, Executable, list[dict[str, Any]]]]) -> None:
         """Queue ``ops`` and return once they are committed (raise what their commit raised)."""
+        await asyncio.shield(self.committed(ops))
+
+    def committed(
+        self, ops: Sequence[tuple[int, Executable, list[dict[str, Any]]]]
+    ) -> asyncio.Future[None]:
+        """Queue ``ops``; the future resolves once they are committed (or fails as they did)."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
 
@@ -111,7 +119,7 @@ class BatchWriter:
             loop.call_soon_threadsafe(_settle, future, exc)
 
         self.submit(Write(list(ops), done))
-        await asyncio.shield(future)
+        return future
 
     async def drain(self) -> None:
         """Wait until everything queued so far is committed; raise a failed unawaited write."""
