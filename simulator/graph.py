@@ -351,12 +351,16 @@ async def observe(state: ConvState, config: RunnableConfig) -> ConvState:
     return ConvState(history=history, reply=None)
 
 
-async def exchange(state: ConvState, config: RunnableConfig) -> ConvState:
-    """One whole exchange in one super-step: route, the persona's message, the chatbot's reply.
+async def exchanges(state: ConvState, config: RunnableConfig) -> ConvState:
+    """One super-step: the exchanges (route, the persona's message, the chatbot's reply) up to the
+    next decision, where a branch point fires, the conversation stops or the group must fork.
 
-    LangGraph's per-step bookkeeping (channel copies, a task per node) costs more than the
-    nodes' own work against a fast server, so an exchange is one node running the steps in order
-    (entered at ``persona`` after a fork: the fork has applied the options already)."""
+    LangGraph's per-step bookkeeping (channel copies, a task per node, callbacks) costs more than
+    the nodes' own work against a fast server, and an exchange at which no branch point fires
+    has nothing for the graph to decide: it runs in the step before. The step that follows
+    begins with the route of the exchange at which one fires (entered at ``persona`` after a
+    fork: the fork has applied the options already)."""
+    ctx = _ctx(config)
     merged: dict[str, Any] = dict(state)
 
     def apply(step: ConvState) -> bool:
@@ -366,9 +370,14 @@ async def exchange(state: ConvState, config: RunnableConfig) -> ConvState:
     if state.get("next") != "persona" and not apply(await route(merged, config)):  # type: ignore[arg-type]
         return merged  # type: ignore[return-value]
     merged["next"] = "route"
-    if apply(await persona(merged, config)) and apply(await reply(merged, config)):  # type: ignore[arg-type]
-        # the last exchange: stop in this step, not in one more that would only find the stop
-        apply(_stopped(_ctx(config), merged) or ConvState())  # type: ignore[arg-type]
+    while apply(await persona(merged, config)) and apply(await reply(merged, config)):  # type: ignore[arg-type]
+        stopped = _stopped(ctx, merged)  # type: ignore[arg-type]
+        if stopped is not None:  # stop in this step, not in one more that would only find it
+            apply(stopped)
+            break
+        if fired_next(ctx.scenario, merged)[0]:  # type: ignore[arg-type]
+            break  # a branch point fires for the next message: the next step decides it
+        apply(await route(merged, config))  # type: ignore[arg-type]
     return merged  # type: ignore[return-value]
 
 
@@ -410,18 +419,18 @@ class GraphState(TypedDict):
 
 async def _exchange_step(
     state: GraphState, config: RunnableConfig
-) -> Command[Literal["exchange", "__end__"]]:
-    conv = await exchange(state["conv"], config)
+) -> Command[Literal["exchanges", "__end__"]]:
+    conv = await exchanges(state["conv"], config)
     stop = conv.get("stop_reason") or conv.get("split")
-    return Command(update=GraphState(conv=conv), goto="__end__" if stop else "exchange")
+    return Command(update=GraphState(conv=conv), goto="__end__" if stop else "exchanges")
 
 
 async def _reply_step(
     state: GraphState, config: RunnableConfig
-) -> Command[Literal["exchange", "__end__"]]:
+) -> Command[Literal["exchanges", "__end__"]]:
     conv = ConvState(**{**state["conv"], **await reply(state["conv"], config)})
     return Command(
-        update=GraphState(conv=conv), goto="__end__" if conv.get("stop_reason") else "exchange"
+        update=GraphState(conv=conv), goto="__end__" if conv.get("stop_reason") else "exchanges"
     )
 
 
@@ -429,7 +438,7 @@ async def _reply_step(
 # is one more runnable per step, and a plain-function edge runs in a thread pool (a thread hop
 # and a fight for the GIL on every step) when the graph runs async.
 async def _enter(state: GraphState) -> str:
-    return "reply" if state["conv"].get("next") == "target" else "exchange"
+    return "reply" if state["conv"].get("next") == "target" else "exchanges"
 
 
 _GRAPH: Any = None
@@ -438,16 +447,17 @@ _GRAPH: Any = None
 def conversation_graph() -> Any:
     """The compiled graph (built once; the group's context travels in the run config).
 
-    One super-step per exchange (``exchange``: route -> persona -> target -> observe), and
+    One super-step per stretch of exchanges between decisions (``exchanges``: route -> persona
+    -> target -> observe, again until a branch point fires or the conversation stops), and
     ``reply`` (target -> observe) where a resumed conversation's last stored turn is the
     persona's. No checkpointer: the store is the checkpoint (``simulator.tree.restore_state``).
     Its state is one channel holding the ConvState (``GraphState``)."""
     global _GRAPH
     if _GRAPH is None:
         g = StateGraph(GraphState)
-        g.add_node("exchange", _exchange_step)
+        g.add_node("exchanges", _exchange_step)
         g.add_node("reply", _reply_step)
-        g.add_conditional_edges(START, _enter, ["exchange", "reply"])
+        g.add_conditional_edges(START, _enter, ["exchanges", "reply"])
         _GRAPH = g.compile()
     return _GRAPH
 
