@@ -51,6 +51,37 @@ def test_at_turn_option_fires_at_its_exchange_and_jumps_stage(store) -> None:
     assert "STAGE_MIDDLE" in g[4].content and "STAGE_LATE" in o[4].content
 
 
+@pytest.mark.parametrize(
+    "fork, steps",
+    [
+        # exchanges 1-2; the route at 3, which forks; each arm's 3-5 after the fork
+        ("shared", [(1, 2), (3, 2), (3, 5), (3, 5)]),
+        ("independent", [(1, 2), (1, 2), (3, 5), (3, 5)]),  # each arm: 1-2, then 3-5
+    ],
+)
+def test_a_super_step_runs_the_exchanges_up_to_the_next_branch_point(
+    store, monkeypatch, fork: str, steps: list[tuple[int, int]]
+) -> None:
+    """LangGraph steps only where something is decided: ``disclosure`` fires at exchange 3 of 5,
+    and the stage changes (after exchanges 2 and 4) are not decisions (one step an exchange
+    was 9 steps shared, 10 independent)."""
+    from simulator import graph
+
+    ran: list[tuple[int, int]] = []  # (first exchange, last exchange stored) of each step
+    inner = graph.exchanges
+
+    async def counted(state, config):  # type: ignore[no-untyped-def]
+        out = await inner(state, config)
+        ran.append((state.get("exchange", 0) + 1, out.get("exchange", 0)))
+        return out
+
+    monkeypatch.setattr(graph, "exchanges", counted)
+    result, _ = run_engine(store, FIX / "at_turn.yaml", fork=fork)
+    assert sorted(ran) == steps
+    convs = conversations(store, result.run_id)
+    assert [len(turns_of(store, c.id)) for c in convs] == [10, 10]
+
+
 def test_on_event_fires_for_the_message_after_the_event(store) -> None:
     result, _ = run_engine(store, FIX / "on_event.yaml")
     arms = by_choice(store, result.run_id, "help")
