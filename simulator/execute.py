@@ -14,8 +14,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from simulator.graph import CallCounter
-
 if TYPE_CHECKING:
     from core.store import Store
     from simulator.gateway import Gateway
@@ -65,6 +63,7 @@ async def execute(
     from scenarios import variants as variants_api
     from simulator.events import LLMDetector, RuleDetector
     from simulator.gateway import stored_params
+    from simulator.graph import CallCounter
     from simulator.persona import PersonaSimulator
     from simulator.tree import TreeEnv, run_tree
     from simulator.turn_writer import TurnWriter

@@ -15,6 +15,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -474,3 +475,18 @@ def test_bad_processes_values_get_one_line_errors(tmp_path: Path) -> None:
     assert done.stderr.strip().startswith("error: --processes 2: embedded is a local model")
     assert len(done.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "x.db").exists()  # refused before the store was touched
+
+
+def test_the_parent_of_the_workers_does_not_load_the_conversation_engine() -> None:
+    """The run's own process plans and watches; the workers run the graph. Importing LangGraph
+    (most of a second of CPU) is the workers' cost only, so the parent reaches the fork server
+    sooner, which meanwhile imports it once for all of them (``start_fork_server``)."""
+    code = (
+        "import sys, simulator.runner, simulator.processes, simulator.gateway, core.store, "
+        "tui.commands.run_cmds; print(sorted(m for m in sys.modules if m.startswith('langgraph')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
