@@ -207,6 +207,17 @@ def _context(config: RunConfig) -> ForkServerContext | SpawnContext:
     return context
 
 
+def start_fork_server(config: RunConfig) -> None:
+    """Start the fork server that ``config``'s workers will come from, now: its imports (a second
+    or more) then run on another core while this process loads and plans the run, instead of
+    after. Nothing happens where workers are spawned, or where the server already runs."""
+    context = _context(config)
+    if context.get_start_method() == "forkserver":
+        from multiprocessing import forkserver
+
+        forkserver.ensure_running()
+
+
 @dataclass
 class _Worker:
     job_index: int

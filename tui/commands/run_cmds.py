@@ -209,7 +209,7 @@ def run_command(
     """
     from simulator.events import load_patterns
     from simulator.limits import load_limits
-    from simulator.processes import resolve_processes
+    from simulator.processes import resolve_processes, start_fork_server
     from simulator.runner import RunConfig, check_specs, load, new_run_id
     from simulator.specs import pairs_to_dict
 
@@ -244,10 +244,11 @@ def run_command(
         event_patterns=load_patterns(str(event_rules)) if event_rules else None,
         limits=load_limits(limits_file, limit or []),
     )
+    if resolve_processes(config) > 1:  # (a local model with --processes > 1 fails here)
+        start_fork_server(config)  # its imports overlap the loading and planning below
     # Bad scenarios or specs fail here, as one line, before any progress bar is drawn.
     scenarios = load(config.scenarios)
     check_specs(config)
-    resolve_processes(config)  # a local model with --processes > 1
     _run_with_progress(config, scenarios, retry_failed=retry_failed)
 
 
