@@ -98,6 +98,7 @@ def begin_run(
             cfg.setdefault("resumes", []).append(
                 {"at": utcnow().isoformat(), "interrupted": len(stale)}
                 | ({"retried": result.retried} if retry_failed else {})
+                | _code_changes(cfg)
             )
             existing.config = cfg
             existing.status = "running"
@@ -236,14 +237,23 @@ def _interrupt(session: Any, conversations: Sequence[Conversation], reason: str)
 
 def _redacted_config(config: RunConfig) -> dict[str, Any]:
     from core.redaction import redact
-    from simulator.provenance import config_hash
+    from simulator.provenance import code_provenance, config_hash
 
     data = config.model_dump()
     data.pop("resume", None)
     # What decides the output (not the store, the run id or the concurrency), hashed: two runs
     # with one hash were asked for the same thing.
     data["config_hash"] = config_hash(config)
-    return redact(data)
+    return redact(data) | code_provenance()
+
+
+def _code_changes(stored: dict[str, Any]) -> dict[str, Any]:
+    """The code provenance of a resume where it differs from the run's start: the turns after it
+    were made by other code."""
+    from simulator.provenance import code_provenance
+
+    now = code_provenance()
+    return {k: v for k, v in now.items() if k in stored and stored[k] != v}
 
 
 def _version() -> str:

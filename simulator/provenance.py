@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import platform
+import subprocess
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import insert, select
@@ -21,6 +25,9 @@ if TYPE_CHECKING:
     from core.store import Store
     from simulator.plan import RunPlan
     from simulator.run_config import RunConfig
+
+# The packages whose versions a run records with its config (``code_provenance``).
+PACKAGES = ("branchpoint", "litellm", "pydantic", "langgraph", "transformers", "torch")
 
 # Config fields that change where or how fast a run goes, never what it produces.
 NOT_RESOLVED = ("resume", "db", "run_id", "concurrency", "processes")
@@ -109,3 +116,42 @@ def record_provenance(store: Store, plan: RunPlan, config: RunConfig) -> int:
         written = len(rows)
         s.commit()
     return written
+
+
+def package_versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for name in PACKAGES:
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            continue
+    return out
+
+
+def git_revision(where: Path) -> str | None:
+    """The checkout's commit (with ``-dirty`` for uncommitted changes), None outside git."""
+    try:
+        rev = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True, timeout=10
+        )
+        if rev.returncode != 0:
+            return None
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=where,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return rev.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
+def code_provenance() -> dict[str, Any]:
+    """What code made a run: package versions and this checkout's git revision (None outside
+    git), stored with the run's config and shown by ``branchpoint show``."""
+    return {
+        "versions": package_versions(),
+        "git_revision": git_revision(Path(__file__).resolve().parent),
+    }

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import platform
 import re
 import sqlite3
+import subprocess
+from importlib.metadata import version
 
 import pytest
 from fixtures.engine.helpers import HERE as FIX  # importing it puts the test plugin on sys.path
@@ -80,6 +84,45 @@ def test_run_prints_a_summary_and_show_marks_forks_events_and_stages(cli, tmp_pa
     for line in (f"config      {config}", f"persona     {persona}", f"event rules {rules}"):
         assert line in tail
     assert "detector    rules" in tail and "run         cli-1 (run, completed)" in tail
+    # and the code that made it, as a sweep records it: this checkout's revision, the versions
+    head = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=FIX, capture_output=True, text=True
+    ).stdout.strip()
+    with sqlite3.connect(db) as con:
+        (stored,) = con.execute("select config from runs where id = 'cli-1'").fetchone()
+    stored = json.loads(stored)
+    assert stored["versions"]["python"] == platform.python_version()
+    assert stored["versions"]["branchpoint"] == version("branchpoint")
+    if head:  # a checkout: the revision, -dirty where files differ from it
+        assert stored["git_revision"].removesuffix("-dirty") == head
+        assert f"git         {stored['git_revision']}" in tail
+    assert f"branchpoint {version('branchpoint')}" in tail
+
+    # a resume by other code says so in its entry; the run's start keeps its own
+    made_by = {**stored, "git_revision": "0" * 40}
+    with sqlite3.connect(db) as con:
+        con.execute("update runs set config = ? where id = 'cli-1'", (json.dumps(made_by),))
+    resumed = cli(
+        "run",
+        str(FIX / "on_event.yaml"),
+        "--target",
+        "scripted:slowbot",
+        "--simulator",
+        "scripted:persona",
+        "--db",
+        str(db),
+        "--resume",
+        "cli-1",
+        "--max-turns",
+        "5",
+    )
+    assert resumed.exit_code == 0, resumed.output
+    with sqlite3.connect(db) as con:
+        (after,) = con.execute("select config from runs where id = 'cli-1'").fetchone()
+    after = json.loads(after)
+    assert after["git_revision"] == "0" * 40
+    assert after["resumes"][-1].get("git_revision") == stored["git_revision"]
+    assert "versions" not in after["resumes"][-1]  # unchanged, so not repeated
 
 
 def test_show_prints_model_text_literally(cli, tmp_path) -> None:

@@ -11,16 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import platform
-import subprocess
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 from core.errors import UserError
+from simulator.provenance import code_provenance
 from simulator.sweep.manifest import Manifest
 
-PACKAGES = ("branchpoint", "litellm", "pydantic", "langgraph", "transformers", "torch")
 # Top-level fields whose change would alter the conversations of existing cells.
 CELL_FIELDS = (
     "scenarios",
@@ -47,36 +44,6 @@ def manifest_hash(manifest: Manifest) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def package_versions() -> dict[str, str]:
-    out = {"python": platform.python_version()}
-    for name in PACKAGES:
-        try:
-            out[name] = version(name)
-        except PackageNotFoundError:
-            continue
-    return out
-
-
-def git_revision(where: Path) -> str | None:
-    """The checkout's commit (with ``-dirty`` for uncommitted changes), None outside git."""
-    try:
-        rev = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True, timeout=10
-        )
-        if rev.returncode != 0:
-            return None
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=where,
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return rev.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
-
-
 def identity_record(
     manifest: Manifest, path: str | Path, scenario_hashes: dict[str, str]
 ) -> dict[str, Any]:
@@ -86,8 +53,7 @@ def identity_record(
         "scenario_hashes": scenario_hashes,
         "manifest_hash": manifest_hash(manifest),
         "manifest_path": str(path),
-        "versions": package_versions(),
-        "git_revision": git_revision(Path(__file__).resolve().parent),
+        **code_provenance(),
     }
 
 
