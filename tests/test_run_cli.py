@@ -34,20 +34,9 @@ def cli(monkeypatch):  # type: ignore[no-untyped-def]
 
 def test_run_prints_a_summary_and_show_marks_forks_events_and_stages(cli, tmp_path) -> None:
     db = tmp_path / "cli.db"
-    res = cli(
-        "run",
-        str(FIX / "on_event.yaml"),
-        "--target",
-        "scripted:slowbot",
-        "--simulator",
-        "scripted:persona",
-        "--db",
-        str(db),
-        "--run-id",
-        "cli-1",
-        "--max-turns",
-        "5",
-    )
+    run = ("run", str(FIX / "on_event.yaml"), "--target", "scripted:slowbot")
+    run += ("--simulator", "scripted:persona", "--db", str(db), "--max-turns", "5")
+    res = cli(*run, "--run-id", "cli-1")
     assert res.exit_code == 0, res.output
     with sqlite3.connect(db) as con:
         rows = con.execute("select id, fork_turn, n_turns from conversations").fetchall()
@@ -102,20 +91,7 @@ def test_run_prints_a_summary_and_show_marks_forks_events_and_stages(cli, tmp_pa
     made_by = {**stored, "git_revision": "0" * 40}
     with sqlite3.connect(db) as con:
         con.execute("update runs set config = ? where id = 'cli-1'", (json.dumps(made_by),))
-    resumed = cli(
-        "run",
-        str(FIX / "on_event.yaml"),
-        "--target",
-        "scripted:slowbot",
-        "--simulator",
-        "scripted:persona",
-        "--db",
-        str(db),
-        "--resume",
-        "cli-1",
-        "--max-turns",
-        "5",
-    )
+    resumed = cli(*run, "--resume", "cli-1")
     assert resumed.exit_code == 0, resumed.output
     with sqlite3.connect(db) as con:
         (after,) = con.execute("select config from runs where id = 'cli-1'").fetchone()
