@@ -3,7 +3,8 @@
 Before a run grows its trees, ``record_provenance`` writes one ``ConversationProvenance`` row per
 planned conversation (system prompt, persona template, event rules, detector, resolved config)
 and each text once into ``prompt_texts``. Two conversations whose numbers differ can then be told
-apart by what produced them, not only by their scenario and model specs.
+apart by what produced them, not only by their scenario and model specs. ``code_provenance`` is the
+code that produced them (package versions, git revision), which each run stores with its config.
 """
 
 from __future__ import annotations
