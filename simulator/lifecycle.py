@@ -105,13 +105,14 @@ def begin_run(
             existing.updated_at = utcnow()
             s.add(existing)
         else:
+            record = _redacted_config(config)
             s.add(
                 Run(
                     id=run_id,
                     kind="run",
                     status="running",
-                    config=_redacted_config(config),
-                    branchpoint_version=_version(),
+                    config=record,
+                    branchpoint_version=record["versions"].get("branchpoint", ""),
                     owner=owner,
                     heartbeat_at=utcnow(),
                 )
@@ -254,12 +255,3 @@ def _code_changes(stored: dict[str, Any]) -> dict[str, Any]:
 
     now = code_provenance()
     return {k: v for k, v in now.items() if k in stored and stored[k] != v}
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("branchpoint")
-    except PackageNotFoundError:
-        return ""
