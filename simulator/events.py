@@ -12,12 +12,13 @@ Events trigger ``on_event`` branch points. Two detectors:
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from core.domain import EVENTS
+from core.patterns import any_of
 from simulator.completion import GenParams, Message, ModelError
 from simulator.structured import extract_json, pinned_mode
 
@@ -116,25 +117,6 @@ class EventDetector(Protocol):
     async def detect(self, reply: str, context: Sequence[Message] = ()) -> Detection: ...
 
 
-_GROUP_REF = re.compile(r"\\[1-9]|\(\?P=|\(\?\(")  # \1, (?P=name), (?(1)yes|no)
-
-
-def _alternation(patterns: Sequence[re.Pattern[str]]) -> Callable[[str], bool]:
-    """Whether any of ``patterns`` is found in a text, with one search where they combine.
-
-    Patterns that refer to a group stay apart (a backreference's number would shift in a
-    combination), as do any the combination rejects (a global inline flag, a group name used
-    twice)."""
-    if patterns and not any(_GROUP_REF.search(p.pattern) for p in patterns):
-        try:
-            combined = re.compile("|".join(f"(?:{p.pattern})" for p in patterns), re.IGNORECASE)
-        except re.error:
-            pass
-        else:
-            return lambda text: combined.search(text) is not None
-    return lambda text: any(p.search(text) for p in patterns)
-
-
 class RuleDetector:
     """Keyword/regex rules per event; ``patterns`` replaces the defaults for the events it names."""
 
@@ -145,9 +127,8 @@ class RuleDetector:
         self.patterns = {
             event: [re.compile(p, re.IGNORECASE) for p in pats] for event, pats in merged.items()
         }
-        # One search per event instead of one per pattern: "any pattern matches" is "their
-        # alternation matches", and the regex engine scans the reply once.
-        self._any = {event: _alternation(pats) for event, pats in self.patterns.items()}
+        # One guarded scan per event instead of one search per pattern (core.patterns)
+        self._any = {event: any_of(pats, re.IGNORECASE) for event, pats in self.patterns.items()}
 
     def events_in(self, reply: str) -> list[str]:
         return [e for e, found in self._any.items() if found(reply)]

@@ -20,6 +20,7 @@ from jinja2 import StrictUndefined
 from jinja2.sandbox import SandboxedEnvironment
 from pydantic import BaseModel, ConfigDict
 
+from core.patterns import any_of
 from simulator.call_layout import CallLayout, TurnsRef
 from simulator.completion import Completion, GenParams, Message, ModelError
 
@@ -71,22 +72,6 @@ _PREFIX = r"^\s*[*_]*\s*(user|persona|me|teen|human|{name})\s*[*_]*\s*:\s*[*_]*\
 _OTHER_SPEAKER = re.compile(
     r"\n\s*[*_]*\s*(assistant|chatbot|ai|bot|system)\s*[*_]*\s*:", re.IGNORECASE
 )
-
-
-_GROUP_REF = re.compile(r"\\[1-9]|\(\?P=|\(\?\(")  # \1, (?P=name), (?(1)yes|no)
-
-
-def _combined(patterns: Sequence[re.Pattern[str]]) -> re.Pattern[str] | None:
-    """One pattern that matches where any of ``patterns`` does, or None where they do not
-    combine (a backreference would shift; a global inline flag or a repeated group name)."""
-    if not patterns or any(_GROUP_REF.search(p.pattern) for p in patterns):
-        return None
-    try:
-        return re.compile(
-            "|".join(f"(?:{p.pattern})" for p in patterns), re.IGNORECASE | re.MULTILINE
-        )
-    except re.error:
-        return None
 
 
 @lru_cache(maxsize=1)
@@ -142,7 +127,7 @@ class PersonaSimulator:
             (reason, re.compile(p, re.IGNORECASE | re.MULTILINE))
             for reason, p in (role_breaks if role_breaks is not None else DEFAULT_ROLE_BREAKS)
         ]
-        self._any_break = _combined([p for _, p in self.role_breaks])
+        self._any_break = any_of([p for _, p in self.role_breaks], re.IGNORECASE | re.MULTILINE)
         from scenarios.variants import render_persona
 
         p = render_persona(scenario)
@@ -254,7 +239,7 @@ class PersonaSimulator:
         """Why ``text`` is not a message this persona would write, or None."""
         if not text.strip():
             return "was empty"
-        if self._any_break is not None and self._any_break.search(text) is None:
+        if not self._any_break(text):
             return None  # nearly every message: one scan instead of one per pattern
         for reason, pattern in self.role_breaks:
             if pattern.search(text):

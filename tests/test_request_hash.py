@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 
 from simulator.cache import _PrefixHashes, key_params, request_hash
 from simulator.completion import GenParams, Message
-from simulator.events import RuleDetector, _alternation
 
 
 def _canonical(spec: str, messages: list[Message], params: GenParams) -> str:
@@ -48,15 +46,3 @@ def test_a_full_trie_starts_again_and_still_hashes_right() -> None:
     assert trie.nodes <= 7
     assert trie.state(msgs).hexdigest() == first  # after the reset
     assert trie.nodes <= 7
-
-
-def test_combined_event_patterns_find_what_the_patterns_do_one_by_one() -> None:
-    detector = RuleDetector({"limit": [r"\bcan(not|'t) help\b", r"(a)\1", r"(?i)x"]})
-    replies = ["I can't help with that", "aa", "nothing here", "Call 988 now", "X"]
-    for reply in replies:
-        one_by_one = [
-            e for e, pats in detector.patterns.items() if any(p.search(reply) for p in pats)
-        ]
-        assert detector.events_in(reply) == one_by_one
-    found = _alternation([re.compile(r"(a)\1", re.IGNORECASE)])  # kept apart: a backreference
-    assert found("xAAx") and not found("ab")
