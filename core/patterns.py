@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Sequence
+from functools import lru_cache
 from typing import Any
 
 try:  # CPython's own parser of regular expressions (3.11+); without it nothing is guarded
@@ -35,6 +36,11 @@ _FLAGS_SEEN = re.IGNORECASE | re.MULTILINE | re.DOTALL | re.VERBOSE
 def any_of(patterns: Sequence[re.Pattern[str]], flags: int) -> Callable[[str], bool]:
     """A function telling whether any of ``patterns`` is found in a text; they are combined
     under ``flags`` (the flags each was compiled with)."""
+    return _any_of(tuple(patterns), flags)
+
+
+@lru_cache(maxsize=256)  # a detector or persona is made per conversation group: parse once
+def _any_of(patterns: tuple[re.Pattern[str], ...], flags: int) -> Callable[[str], bool]:
     apart = [p for p in patterns if _GROUP_REF.search(p.pattern)]
     together = [p for p in patterns if not _GROUP_REF.search(p.pattern)]
     starts = {p.pattern: _first_class(p.pattern, flags) for p in together}

@@ -14,9 +14,9 @@ each call (cached, failed or not) with its secrets removed. It raises ModelError
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -179,7 +179,7 @@ class Gateway:
         params = params or GenParams()
         provider = self.provider_for(parsed)
         key = request_hash(parsed.raw, messages, params)
-        call_id = uuid.uuid4().hex
+        call_id = os.urandom(16).hex()  # as unique as a uuid4's hex, a seventh of its CPU
         self.stats["calls"] += 1
         use_cache = self.cache is not None and cacheable(params)
 
@@ -200,7 +200,7 @@ class Gateway:
             if hit is None and key in self._inflight:
                 # The same seeded request is already running: share its answer, do not pay twice.
                 try:
-                    hit = await asyncio.shield(self._inflight[key])
+                    hit = (await asyncio.shield(self._inflight[key])).model_copy()
                 except ModelError:
                     hit = None
             if hit is not None:
@@ -224,10 +224,14 @@ class Gateway:
                 future.exception()  # mark retrieved
                 self._inflight.pop(key, None)
             raise
+        if completion is not None:
+            completion.model = parsed.raw
+            completion.attempts = attempts
+            completion.cached = False
         if future is not None:
             self._inflight.pop(key, None)
             if completion is not None:
-                future.set_result(completion.model_copy())
+                future.set_result(completion)  # each waiter takes a copy of its own
             else:
                 future.set_exception(ModelError(error or "failed"))
                 future.exception()
@@ -238,9 +242,6 @@ class Gateway:
             record(failed, error)
             raise ModelError(error or "model call failed")
 
-        completion.model = parsed.raw
-        completion.attempts = attempts
-        completion.cached = False
         committed = None
         if use_cache and self.cache is not None:
             # with a store, this call's row is the cache entry (simulator.cache)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
@@ -279,9 +280,19 @@ def _run_with_progress(
         transient=False,
     )
     task = progress.add_task("turns", total=None)
+    shown = [0.0, 0, 0]  # when the bar was last updated; the latest done and total
+
+    def show() -> None:
+        progress.update(task, completed=shown[1], total=shown[2] or None)
 
     def on_progress(done: int, total: int) -> None:
-        progress.update(task, completed=done, total=total or None)
+        # called for every turn; the bar redraws ten times a second, so updating it more
+        # often only costs the event loop (thousands of turns a second in a big sweep)
+        now = time.monotonic()
+        shown[1:] = [done, total]
+        if now - shown[0] >= 0.05 or done >= total:
+            shown[0] = now
+            show()
 
     def interrupted(name: str) -> None:
         # The store is already marked (the runner did it on cancellation).
@@ -307,7 +318,10 @@ def _run_with_progress(
         from simulator import event_loop
 
         with progress:
-            result = event_loop.run(main())
+            try:
+                result = event_loop.run(main())
+            finally:
+                show()  # the last count, which the throttle may have held back
     except WorkerFailed as exc:  # the run is marked failed; its conversations can be resumed
         console.print(
             f"error: {exc}; resume with --resume {config.run_id}", markup=False, highlight=False
