@@ -11,7 +11,8 @@ prompt (rendered, its length measured) and the transcript up to the rated turn; 
 rubrics make one call per arm that reads all of it. Output tokens: a typical verdict per
 criterion (``VERDICT_TOKENS``, low and expected), all of ``max_tokens`` for high. The estimate
 is an upper bound on what the cache lets through: identical transcripts (replicates of a
-deterministic chatbot) are answered from it for nothing. Judging's wall time is not estimated.
+deterministic chatbot) are answered from it for nothing. ``SweepPlan.attach_judging`` adds
+the judges' wall time to the plan's (``simulator/sweep/timing.py``).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ VERDICT_TOKENS = (25, 60)
 
 def estimate_judging(plan: SweepPlan) -> list[JudgingEstimate]:
     """One estimate per model judge and rubric of ``plan``'s manifest (the heuristic judge calls
-    no model); attach the result as ``plan.judging``."""
+    no model), for ``plan.attach_judging``."""
     from judges.loading import load_rubric
     from simulator.sweep.plan import model_prices
 
@@ -47,10 +48,16 @@ def estimate_judging(plan: SweepPlan) -> list[JudgingEstimate]:
 def _estimate(
     plan: SweepPlan, entry: JudgeEntry, rubric: Rubric, name: str, price: Price | None
 ) -> JudgingEstimate:
+    from simulator.specs import params_from
     from simulator.sweep.costs import LEVELS, message_lengths
     from simulator.sweep.plan import JudgingEstimate
 
-    est = JudgingEstimate(label=f"{entry.spec} / {name} ({entry.when})")
+    est = JudgingEstimate(
+        label=f"{entry.spec} / {name} ({entry.when})",
+        spec=entry.spec,
+        params=params_from(entry.params, where="judges.params") if entry.params else None,
+        when=entry.when,
+    )
     prompt = _prompt_tokens(rubric)
     n_criteria = len(rubric.criteria)
     max_tokens = entry.params.get("max_tokens")

@@ -306,6 +306,22 @@ def local_limiter(key: str, limits: ProviderLimits) -> CallLimiter:
     return Limiter(limits, key)
 
 
+class SharedLimiters:
+    """A ``limiter_factory`` for several gateways of one process that must draw on the same
+    limits: one limiter per provider key, whichever gateway asks first (a sweep's
+    conversations and its judges calling one provider)."""
+
+    def __init__(self, factory: LimiterFactory = local_limiter) -> None:
+        self.factory = factory
+        self._made: dict[str, CallLimiter] = {}
+
+    def __call__(self, key: str, limits: ProviderLimits) -> CallLimiter:
+        limiter = self._made.get(key)
+        if limiter is None:
+            limiter = self._made[key] = self.factory(key, limits)
+        return limiter
+
+
 def load_limits(
     path: str | os.PathLike[str] | None, items: Sequence[str] = ()
 ) -> dict[str, ProviderLimits]:

@@ -13,7 +13,7 @@ from core.records import CacheEntry, ModelCall
 from simulator.cache import request_hash
 from simulator.completion import Completion, GenParams, Message, ModelError
 from simulator.gateway import Gateway, stored_params
-from simulator.limits import ProviderLimits
+from simulator.limits import ProviderLimits, SharedLimiters
 from simulator.providers.scripted import ScriptedModel
 
 MSGS = [Message(role="system", content="be kind"), Message(role="user", content="hello there")]
@@ -253,6 +253,37 @@ def test_concurrency_limit_and_rpm() -> None:
     elapsed = run(go())
     assert peak == 3
     assert elapsed >= 0.28  # 600/min = one every 100 ms after the first
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_gateways_with_shared_limiters_hold_one_limit_between_them(shared: bool) -> None:
+    in_flight = peak = 0
+
+    class Counting(ScriptedModel):
+        async def complete(self, model, messages, params):  # type: ignore[no-untyped-def]
+            nonlocal in_flight, peak
+            in_flight += 1
+            peak = max(peak, in_flight)
+            await asyncio.sleep(0.02)
+            in_flight -= 1
+            return await super().complete(model, messages, params)
+
+    async def go() -> None:
+        limiters = SharedLimiters() if shared else None
+        model = Counting()
+        # a sweep's conversations and its judges: two gateways calling one provider
+        gateways = [
+            Gateway(limits={"scripted:m": {"max_concurrency": 2}}, limiter_factory=limiters)
+            for _ in range(2)
+        ]
+        for gw in gateways:
+            gw.register("scripted:m", model)
+        await asyncio.gather(
+            *[gw.complete("scripted:m", MSGS) for gw in gateways for _ in range(6)]
+        )
+
+    run(go())
+    assert peak == (2 if shared else 4)
 
 
 def test_secrets_never_stored(store, monkeypatch) -> None:  # type: ignore[no-untyped-def]

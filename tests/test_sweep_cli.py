@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -192,6 +193,31 @@ def test_judges_run_live_and_after_and_error_verdicts_exit_1(tmp_path: Path) -> 
     assert errors > 0 and f"{errors} verdict(s) are error" in res.stdout
     by_judge = dict(rows(db, "select judge, count(*) from judgments group by judge"))
     assert set(by_judge) == {"heuristic", "scripted:echo"}
+
+
+def test_the_judging_pass_keeps_the_sweeps_concurrency_in_flight(tmp_path: Path) -> None:
+    from simulator.testing.openai_server import spawn
+
+    server, url = spawn(200.0)  # a judge answering in 200 ms, in a process of its own
+    try:
+        judges = [{"spec": "oai:judge", "rubrics": ["teen"], "params": {"api_base": url}}]
+        manifest = write(
+            tmp_path / "study.yaml",
+            ["scripted:quiet"],
+            scenario=REPO / "scenarios" / "library" / "teen",  # many different transcripts
+            judges=judges,
+            execution={"concurrency": 12},
+        )
+        res = cli("sweep", str(manifest), "--yes")  # oai:judge is unpriced: it would ask
+        with urllib.request.urlopen(f"{url}/_stats", timeout=30) as answer:
+            stats = json.loads(answer.read())
+    finally:
+        server.kill()
+        server.wait()
+    assert res.returncode == 1, res.stderr  # the echo server's answers are no verdicts: errors
+    assert stats["requests"] >= 36
+    # 12 units in flight, as the manifest says, not the judge command's default of 4
+    assert stats["peak_in_flight"] == 12
 
 
 def test_failed_conversations_exit_1_with_their_reason(tmp_path: Path) -> None:

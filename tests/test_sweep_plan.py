@@ -217,6 +217,51 @@ def test_wall_time_counts_a_conversations_calls_as_serial(tmp_path: Path) -> Non
     assert plan.wall.bound_by["expected"] == "1 conversation groups in flight"
 
 
+def test_wall_time_adds_the_judges_after_and_shares_limits_with_live_ones(
+    tmp_path: Path,
+) -> None:
+    from judges.estimate import estimate_judging
+    from simulator.sweep.timing import API_LATENCY_S
+
+    oai = {"api_base": "http://127.0.0.1:9/v1"}
+    manifest, path = _manifest(
+        tmp_path,
+        targets=[{"spec": "oai:m", "params": oai, "limits": {"in_flight": 2}}],
+        simulators=["scripted:p"],
+        replicates=4,
+    )
+    judge = {"spec": "litellm:openai/gpt-4o-mini", "rubrics": ["teen"]}
+    # after: the judging pass starts once every conversation is done, 16 calls in flight
+    plan = plan_sweep(
+        Manifest.model_validate({**manifest.model_dump(), "judges": [judge]}), path, "s"
+    )
+    assert plan.wall is not None
+    conversations = dict(plan.wall.seconds)
+    (est,) = estimate_judging(plan)
+    plan.attach_judging([est])
+    for i, level in enumerate(("low", "expected", "high")):
+        judging = est.calls[level] * API_LATENCY_S[i] / 16
+        assert plan.wall.seconds[level] == pytest.approx(conversations[level] + judging)
+        assert plan.wall.bound_by[level] == (
+            "oai:http://127.0.0.1:9/v1 in flight, then judging by litellm:openai in flight"
+        )
+    assert "litellm" in plan.kinds  # its latency is among those the plan says it assumed
+    # live, on the target's own server: its calls queue at the same 2 in flight
+    live = {**judge, "spec": "oai:judge", "params": oai, "when": "live"}
+    plan = plan_sweep(
+        Manifest.model_validate({**manifest.model_dump(), "judges": [live]}), path, "s"
+    )
+    (est,) = estimate_judging(plan)
+    plan.attach_judging([est])
+    assert plan.wall is not None
+    for i, level in enumerate(("low", "expected", "high")):
+        target, _ = _target_and_persona_calls(plan, level)
+        both = (target + est.calls[level]) * API_LATENCY_S[i] / 2
+        assert plan.wall.seconds[level] == pytest.approx(both)
+        assert plan.wall.bound_by[level] == "oai:http://127.0.0.1:9/v1 in flight"
+    assert est.calls["expected"] > 0
+
+
 def _factorial_scenario(tmp_path: Path) -> Path:
     source = (SWEEP.parents[1] / "fixtures" / "engine" / "on_event.yaml").read_text("utf-8")
     folder = tmp_path / "scenarios"
@@ -313,7 +358,7 @@ def test_readme_example_manifest_is_the_example_file_and_its_plan_is_as_printed(
     plan = plan_sweep(manifest, EXAMPLE, "teen-study")
     from judges.estimate import estimate_judging
 
-    plan.judging = estimate_judging(plan)  # as `sweep` attaches it
+    plan.attach_judging(estimate_judging(plan))  # as `sweep` attaches it
     printed = next(b for b in _readme_blocks("") if b.startswith("sweep teen-study:"))
     assert printed.splitlines() == plan.lines(), "paste the new --plan output into the README"
 

@@ -13,6 +13,7 @@ cells, the smallest difference in failure rate detectable at 80% power (``detect
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 from dataclasses import dataclass, field
@@ -20,6 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from core.errors import UserError
+from simulator.completion import GenParams
+from simulator.specs import parse_spec
 from simulator.sweep import detectable, timing
 from simulator.sweep.calls import CallTally, schedules, tree_calls
 from simulator.sweep.costs import LEVELS, Price, Tokens, message_lengths, price_of, tokens_of
@@ -61,6 +64,11 @@ class JudgingEstimate:
     calls: dict[str, int] = field(default_factory=lambda: dict.fromkeys(LEVELS, 0))
     tokens: dict[str, Tokens] = field(default_factory=lambda: {k: Tokens() for k in LEVELS})
     usd: dict[str, float | None] = field(default_factory=lambda: dict.fromkeys(LEVELS, 0.0))
+    # what its wall time is estimated from: the judge's spec and params (its provider's limits)
+    # and when it runs (live: while conversations still run; after: once they are all done)
+    spec: str = ""
+    params: GenParams | None = None
+    when: str = "after"
 
 
 @dataclass
@@ -77,6 +85,7 @@ class SweepPlan:
     # the trees not finished, each with its calls at each level (what judging is estimated from)
     pending: list[tuple[RunPlan, TreeSpec, dict[str, CallTally]]] = field(default_factory=list)
     judging: list[JudgingEstimate] | None = None  # None: not estimated (``judges.estimate``)
+    work: Workload | None = None  # the conversations' load, what ``wall`` was estimated from
 
     @property
     def scenario_hashes(self) -> dict[str, str]:
@@ -97,6 +106,28 @@ class SweepPlan:
         values = [t.usd[level] for t in self.targets]
         values += [j.usd[level] for j in self.judging or []]
         return None if any(v is None for v in values) else sum(v for v in values if v is not None)
+
+    def attach_judging(self, judging: list[JudgingEstimate]) -> None:
+        """Make ``judging`` (``judges.estimate``) part of the plan: its calls, costs and the
+        wall time. Live judges' calls go through the conversations' limiters while trees still
+        run; the judges after run once all are done, so their time adds to the conversations'."""
+        self.judging = judging
+        if self.work is None or not self.work.keys:
+            return
+        execution = self.manifest.execution
+        live = copy.deepcopy(self.work)
+        after = self.work.emptied() if any(e.when != "live" for e in judging) else None
+        for est in judging:
+            load = after if after is not None and est.when != "live" else live
+            params = est.params or GenParams()
+            latency = latency_of(parse_spec(est.spec).kind)
+            for i, level in enumerate(LEVELS):
+                load.add_calls(est.spec, params, level, est.calls[level], est.tokens[level].total)
+                # the judging runner keeps ``concurrency`` units in flight (sweep_cmds)
+                serial = est.calls[level] * latency[i]
+                load.add_serial(-1, execution.concurrency, level, serial)
+        self.wall = timing.estimate(live, after=after)
+        self.kinds = sorted({k.kind for w in (live, after) if w for k in w.keys.values()})
 
     @property
     def judging_note(self) -> str:
@@ -284,6 +315,7 @@ def plan_sweep(
     )
     sweep.unpriced = unpriced
     sweep.wall = timing.estimate(work) if work.keys else None  # None: nothing left to do
+    sweep.work = work
     sweep.kinds = sorted({load.kind for load in work.keys.values()})
     sweep.contrasts = contrasts
     sweep.pending = pending
@@ -360,8 +392,6 @@ def _time_level(
     tokens: tuple[Tokens, Tokens],
 ) -> None:
     """Add one level's calls, tokens and serial seconds of a tree to ``work`` (sweep/timing.py)."""
-    from simulator.specs import parse_spec
-
     i = LEVELS.index(level)
     simulator = tree.simulator or plan.simulator
     target_tok, persona_tok = tokens

@@ -31,12 +31,41 @@ if TYPE_CHECKING:
     from simulator.budget import Budget
     from simulator.gateway import Gateway
     from simulator.lease import RunLease
+    from simulator.limits import LimiterFactory, ProviderLimits
     from simulator.plan import RunPlan
     from simulator.sweep.costs import Price
     from simulator.sweep.monitor import SweepMonitor
     from simulator.sweep.plan import SweepPlan
 
 OnTargetDone = Callable[[list[str]], Awaitable[None]]
+
+
+def sweep_limits(plan: SweepPlan) -> dict[str, ProviderLimits]:
+    """The targets' limits of every run config, by spec: what the sweep's gateways hold."""
+    return {k: v for config, _ in plan.runs for k, v in config.limits.items()}
+
+
+def sweep_gateway(
+    plan: SweepPlan,
+    store: Store,
+    *,
+    write_behind: bool,
+    limiters: LimiterFactory | None = None,
+) -> Gateway:
+    """A gateway with the sweep's limits, retries and timeout: its conversations' (write-behind)
+    and its judges' (each row committed before the verdict that refers to it)."""
+    from simulator.gateway import Gateway
+
+    execution = plan.manifest.execution
+    return Gateway(
+        store=store,
+        limits=sweep_limits(plan),
+        default_concurrency=execution.concurrency,
+        max_attempts=execution.retries + 1,
+        timeout_s=execution.timeout_s,
+        write_behind=write_behind,
+        limiter_factory=limiters,
+    )
 
 
 @dataclass
@@ -68,26 +97,18 @@ async def run_sweep(
     retry_failed: bool = False,
     monitor: SweepMonitor | None = None,
     budget: Budget | None = None,
+    limiters: LimiterFactory | None = None,
 ) -> SweepResult:
     """Grow every tree of ``plan`` into ``store`` (see the module docstring). ``budget``: the
-    sweep's (``sweep_budget``), when judges must share it; else made here."""
+    sweep's (``sweep_budget``), when judges must share it; else made here. ``limiters``: the
+    provider limiters, when judges must share them too (``SharedLimiters``)."""
     from simulator.execute import Progress, execute
-    from simulator.gateway import Gateway
     from simulator.lease import RunLease
     from simulator.lifecycle import stored_turns
     from simulator.runner import check_scripted_models, load_plugins
 
-    m = plan.manifest
     own_gateway = gateway is None
-    limits = {k: v for config, _ in plan.runs for k, v in config.limits.items()}
-    gateway = gateway or Gateway(
-        store=store,
-        limits=limits,
-        default_concurrency=m.execution.concurrency,
-        max_attempts=m.execution.retries + 1,
-        timeout_s=m.execution.timeout_s,
-        write_behind=True,
-    )
+    gateway = gateway or sweep_gateway(plan, store, write_behind=True, limiters=limiters)
     if budget is None:
         budget = sweep_budget(plan, store)
     if budget is not None:

@@ -14,6 +14,10 @@ Three things bound how fast a sweep can go, and the estimate is the largest of t
 * and no sweep is shorter than its longest conversation: max_exchanges x the latency of one
   exchange.
 
+Judging (``SweepPlan.attach_judging``) counts the same way, its units in flight as the sweep's
+concurrency: a live judge's calls are added to the conversations' load, and the judges that run
+after them add their own wall time to it.
+
 Latencies are stated assumptions (``LATENCY_S``, seconds per call, low / expected / high), per
 provider kind; an API provider not listed gets ``API_LATENCY_S``. The low estimate takes the low
 call count and the low latency, the high one the high of both. Retries, 429 cool-downs and
@@ -81,7 +85,7 @@ class Workload:
     # (spec, api_base) -> limit key: the built-in kinds key on nothing else, and resolving
     # once a spec keeps planning 30,000 trees cheap
     _resolved: dict[tuple[str, str | None], str] = field(default_factory=dict)
-    # run config index -> (groups in flight, serial seconds of its groups at each level)
+    # run config index (-1: judging) -> (groups in flight, serial seconds at each level)
     serial: dict[int, tuple[int, dict[str, float]]] = field(default_factory=dict)
     longest: dict[str, float] = field(default_factory=lambda: dict.fromkeys(LEVELS, 0.0))
 
@@ -95,6 +99,14 @@ class Workload:
         load = self.keys[key]
         load.calls[level] += calls
         load.tokens[level] += tokens
+
+    def emptied(self) -> Workload:
+        """No calls, the same limiters: a later pass (judging after the conversations) whose
+        calls to a provider key the conversations used meet that key's limits."""
+        out = Workload(self.limits, self.default_concurrency)
+        out._resolved = dict(self._resolved)
+        out.keys = {k: KeyLoad(k, load.kind, load.limits) for k, load in self.keys.items()}
+        return out
 
     def add_serial(self, config: int, groups: int, level: str, seconds: float) -> None:
         entry = self.serial.setdefault(config, (groups, dict.fromkeys(LEVELS, 0.0)))
@@ -132,15 +144,32 @@ def resolve_limits(
     return key, parsed.kind, found
 
 
-def estimate(work: Workload) -> WallTime:
+def estimate(work: Workload, after: Workload | None = None) -> WallTime:
+    """The wall time of ``work``, and of ``after`` (judging once the conversations are done)
+    after it."""
+    first = _estimate(work)
+    if after is None or not after.keys:
+        return first
+    then = _estimate(after)
+    return WallTime(
+        {level: first.seconds[level] + then.seconds[level] for level in LEVELS},
+        {
+            level: f"{first.bound_by[level]}, then judging by {then.bound_by[level]}"
+            for level in LEVELS
+        },
+    )
+
+
+def _estimate(work: Workload) -> WallTime:
     seconds: dict[str, float] = {}
     bound_by: dict[str, str] = {}
     for level in LEVELS:
         bounds: list[tuple[float, str]] = [(work.longest[level], "the longest conversation")]
         for load in work.keys.values():
             bounds += load.bounds(level)
-        for groups, serial in work.serial.values():
-            bounds.append((serial[level] / groups, f"{groups} conversation groups in flight"))
+        for config, (groups, serial) in work.serial.items():
+            what = "judging units" if config < 0 else "conversation groups"
+            bounds.append((serial[level] / groups, f"{groups} {what} in flight"))
         best = max(bounds, key=lambda b: b[0])
         seconds[level], bound_by[level] = best
     return WallTime(seconds, bound_by)

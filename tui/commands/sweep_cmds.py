@@ -167,7 +167,7 @@ def _plan(
     plan = plan_sweep(
         manifest, path, sweep_id, store=store, with_keys=with_keys, retry_failed=retry_failed
     )
-    plan.judging = estimate_judging(plan)  # in the printed plan, its totals and the question
+    plan.attach_judging(estimate_judging(plan))  # its calls, costs and wall time in the plan
     return plan
 
 
@@ -214,8 +214,9 @@ def _run(
 ) -> tuple[SweepResult, JudgeSummary]:
     from rich.console import Console
 
+    from simulator.limits import SharedLimiters
     from simulator.sweep.monitor import SweepMonitor
-    from simulator.sweep.run import run_sweep, sweep_budget, sweep_prices
+    from simulator.sweep.run import run_sweep, sweep_budget, sweep_gateway, sweep_prices
     from tui.commands.interrupts import until_signalled
     from tui.commands.live_view import LiveView
 
@@ -240,17 +241,18 @@ def _run(
     # A local sweep's judges share its budget object (live ones judge while trees still
     # reserve); on Ray the actors' is gone by then, and one rebuilt from the stored calls is exact.
     budget = sweep_budget(plan, store) if local else None
+    # and its provider limiters: a judge calling a target's provider draws on the same limits
+    limiters = SharedLimiters() if local else None
 
     async def judge(ids: list[str] | None, when: str) -> None:
         from judges.runner import ajudge_run
-        from simulator.gateway import Gateway
         from simulator.runner import load_plugins
         from simulator.specs import params_from
 
         entries = [e for e in plan.manifest.judges if e.when == when]
         if not entries:
             return
-        gateway = Gateway(store=store)
+        gateway = sweep_gateway(plan, store, write_behind=False, limiters=limiters)
         load_plugins(gateway)  # a judge may be a plugin's model, as a target may
         gateway.budget = budget if local else sweep_budget(plan, store)
         if gateway.budget is not None:
@@ -271,6 +273,8 @@ def _run(
                         else None,
                         conversation_ids=ids,
                         gateway=gateway,
+                        # as many in flight as the sweep's conversations (the limits still hold)
+                        concurrency=plan.manifest.execution.concurrency,
                     )
                     summaries.append(summary)
                     monitor.judge_finished(label, rows=summary.rows, errors=summary.errors)
@@ -303,6 +307,7 @@ def _run(
                 retry_failed=retry_failed,
                 monitor=monitor,
                 budget=budget,
+                limiters=limiters,
             )
         await judge(None, "after")
         if result.spent_usd is not None:  # the judges' spend too, from the call rows
