@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from core.store import Store
     from judges.rubric import Rubric
     from simulator.sweep.costs import Price
     from simulator.sweep.manifest import JudgeEntry
@@ -29,24 +30,69 @@ if TYPE_CHECKING:
 VERDICT_TOKENS = (25, 60)
 
 
-def estimate_judging(plan: SweepPlan) -> list[JudgingEstimate]:
+def estimate_judging(plan: SweepPlan, store: Store | None = None) -> list[JudgingEstimate]:
     """One estimate per model judge and rubric of ``plan``'s manifest (the heuristic judge calls
-    no model), for ``plan.attach_judging``."""
+    no model), for ``plan.attach_judging``. With the sweep's ``store``, the conversations already
+    finished count too, for what they still lack of each judge's verdicts (a judge added to a
+    manifest after its conversations were run, a judging pass that was interrupted)."""
     from judges.loading import load_rubric
     from simulator.sweep.plan import model_prices
 
     prices = model_prices(plan.manifest)
+    finished = _finished(plan) if store is not None else []
     out = []
     for entry in plan.manifest.judges:
         if entry.spec == "heuristic":
             continue
         for name in entry.rubrics:
-            out.append(_estimate(plan, entry, load_rubric(name), name, prices.get(entry.spec)))
+            rubric = load_rubric(name)
+            left = _not_judged(store, finished, entry, rubric) if store is not None else []
+            out.append(_estimate(plan, entry, rubric, name, prices.get(entry.spec), left))
     return out
 
 
+def _finished(plan: SweepPlan) -> list[str]:
+    """The conversations of the trees the plan no longer counts (every arm done)."""
+    pending = {id(tree) for _, tree, _ in plan.pending}
+    return [
+        arm.conversation_id
+        for _, run_plan in plan.runs
+        for tree in run_plan.trees
+        if id(tree) not in pending
+        for arm in tree.arms
+    ]
+
+
+def _not_judged(
+    store: Store, conversations: list[str], entry: JudgeEntry, rubric: Rubric
+) -> list[int]:
+    """One item per judge call the finished ``conversations`` still need: the exchange it
+    rates (a per-turn rubric), or 0 for a whole conversation (a conversation rubric)."""
+    from core.read import judged_units, original_replies
+    from judges.llm_judge import PROMPT_VERSION, judge_version
+    from simulator.specs import params_from
+
+    if not conversations:
+        return []
+    params = params_from(entry.params, where="judges.params") if entry.params else None
+    version = judge_version(PROMPT_VERSION, params)
+    done = {
+        (unit.conversation_id, unit.turn_id)
+        for unit in judged_units(store, conversations, rubric.rubric_hash(), [entry.spec])
+        if unit.judge == entry.spec and unit.prompt_version == version
+    }
+    if rubric.scope == "conversation":
+        return [0 for c in conversations if (c, None) not in done]
+    return [k for c, turn, k in original_replies(store, conversations) if (c, turn) not in done]
+
+
 def _estimate(
-    plan: SweepPlan, entry: JudgeEntry, rubric: Rubric, name: str, price: Price | None
+    plan: SweepPlan,
+    entry: JudgeEntry,
+    rubric: Rubric,
+    name: str,
+    price: Price | None,
+    left: list[int],
 ) -> JudgingEstimate:
     from simulator.specs import params_from
     from simulator.sweep.costs import LEVELS, message_lengths
@@ -79,6 +125,14 @@ def _estimate(
             est.calls[level] += calls
             est.tokens[level].input += read
             est.tokens[level].output += calls * output
+    for i, level in enumerate(LEVELS):  # the finished conversations' calls, the same way
+        persona_len, reply_len = message_lengths(level, None, None)
+        exchange = persona_len + reply_len
+        read = sum(prompt + (k or plan.manifest.max_exchanges) * exchange for k in left)
+        output = high_output if level == "high" else VERDICT_TOKENS[i] * n_criteria
+        est.calls[level] += len(left)
+        est.tokens[level].input += read
+        est.tokens[level].output += len(left) * output
     for level in LEVELS:
         est.usd[level] = est.tokens[level].usd(price) if price is not None else None
     return est

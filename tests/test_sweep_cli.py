@@ -195,6 +195,30 @@ def test_judges_run_live_and_after_and_error_verdicts_exit_1(tmp_path: Path) -> 
     assert set(by_judge) == {"heuristic", "scripted:echo"}
 
 
+def test_a_judge_added_after_the_conversations_is_in_the_plan_for_what_it_has_left(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "results.db"
+    manifest = write(tmp_path / "study.yaml", ["scripted:quiet"])
+    assert cli("sweep", str(manifest)).returncode == 0
+    judges = [{"spec": "scripted:echo", "rubrics": ["teen"], "when": "after"}]
+    write(manifest, ["scripted:quiet"], judges=judges)
+
+    def judging_calls() -> str:
+        res = cli("sweep", str(manifest), "--plan")
+        assert res.returncode == 0, res.stderr
+        line = next(x for x in res.stdout.splitlines() if x.startswith("judging scripted:echo"))
+        return line.split(": ", 1)[1].split(" calls")[0]
+
+    # every conversation is done, but none is judged: one call per original chatbot turn
+    replies = rows(
+        db, "select count(*) from turns where role = 'assistant' and origin_turn_id is null"
+    )[0][0]
+    assert replies > 0 and judging_calls() == f"{replies} / {replies} / {replies}"
+    assert cli("sweep", str(manifest)).returncode == 1  # the echo's verdicts are errors
+    assert judging_calls() == "0 / 0 / 0"
+
+
 def test_the_judging_pass_keeps_the_sweeps_concurrency_in_flight(tmp_path: Path) -> None:
     from simulator.testing.openai_server import spawn
 

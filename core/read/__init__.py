@@ -41,6 +41,7 @@ _EXPORTS = {
     "conversation_turns": "core.read.turns",
     "turns_by_conversation": "core.read.turns",
     "stored_turn_count": "core.read.turns",
+    "original_replies": "core.read.turns",
     # realisation: which branch options happened, derived from the persona turns
     "realisation_rows": "core.read.realisation",
     "realised_branches": "core.read.realisation",
@@ -113,6 +114,7 @@ if TYPE_CHECKING:  # for type checkers and editors
     from core.read.source import StoreRef, read_frame, sqlite_path
     from core.read.turns import (
         conversation_turns,
+        original_replies,
         stored_turn_count,
         turn_rows,
         turns_by_conversation,

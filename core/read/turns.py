@@ -77,6 +77,24 @@ def turns_by_conversation(store: Store, conversation_ids: Sequence[str]) -> dict
     return out
 
 
+def original_replies(store: Store, conversation_ids: Sequence[str]) -> list[tuple[str, str, int]]:
+    """(conversation, turn, exchange) of every chatbot turn of these conversations that is not
+    a copy of a sibling arm's (what a judge is asked about; a copy gets the original's
+    verdicts): keys only, one query per 500 conversations."""
+    t = TURNS.c
+    out: list[tuple[str, str, int]] = []
+    ids = list(conversation_ids)
+    with store.engine.connect() as conn:
+        for i in range(0, len(ids), ID_CHUNK):
+            q = select(t.conversation_id, t.id, t.exchange).where(
+                t.conversation_id.in_(ids[i : i + ID_CHUNK]),
+                t.role == "assistant",
+                t.origin_turn_id.is_(None),
+            )
+            out += [(c, turn, int(exchange or 0)) for c, turn, exchange in conn.execute(q)]
+    return out
+
+
 def stored_turn_count(store: Store, run_id: str) -> int:
     """How many turns the conversations of a run have stored (what a resume need not redo)."""
     t, c = TURNS.c, CONVERSATIONS.c

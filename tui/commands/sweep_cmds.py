@@ -167,7 +167,7 @@ def _plan(
     plan = plan_sweep(
         manifest, path, sweep_id, store=store, with_keys=with_keys, retry_failed=retry_failed
     )
-    plan.attach_judging(estimate_judging(plan))  # its calls, costs and wall time in the plan
+    plan.attach_judging(estimate_judging(plan, store))  # its calls, costs and wall time
     return plan
 
 
