@@ -227,23 +227,29 @@ def test_concurrent_identical_seeded_calls_run_once() -> None:
     assert len({cid for _, cid in results}) == 5
 
 
-def test_concurrency_limit_and_rpm() -> None:
-    in_flight = peak = 0
+class Counting(ScriptedModel):
+    """A scripted model that counts the calls it has in flight at once (``peak``)."""
 
-    class Counting(ScriptedModel):
-        async def complete(self, model, messages, params):  # type: ignore[no-untyped-def]
-            nonlocal in_flight, peak
-            in_flight += 1
-            peak = max(peak, in_flight)
-            await asyncio.sleep(0.02)
-            in_flight -= 1
-            return await super().complete(model, messages, params)
+    def __init__(self) -> None:
+        super().__init__()
+        self.in_flight = self.peak = 0
+
+    async def complete(self, model, messages, params):  # type: ignore[no-untyped-def]
+        self.in_flight += 1
+        self.peak = max(self.peak, self.in_flight)
+        await asyncio.sleep(0.02)
+        self.in_flight -= 1
+        return await super().complete(model, messages, params)
+
+
+def test_concurrency_limit_and_rpm() -> None:
+    counting = Counting()
 
     async def go() -> float:
         gw = Gateway(
             limits={"scripted:lim": ProviderLimits(max_concurrency=3), "scripted:rpm": {"rpm": 600}}
         )
-        gw.register("scripted:lim", Counting())
+        gw.register("scripted:lim", counting)
         gw.register("scripted:rpm", ScriptedModel())
         await asyncio.gather(*[gw.complete("scripted:lim", MSGS) for _ in range(12)])
         t0 = time.perf_counter()
@@ -251,26 +257,16 @@ def test_concurrency_limit_and_rpm() -> None:
         return time.perf_counter() - t0
 
     elapsed = run(go())
-    assert peak == 3
+    assert counting.peak == 3
     assert elapsed >= 0.28  # 600/min = one every 100 ms after the first
 
 
 @pytest.mark.parametrize("shared", [True, False])
 def test_gateways_with_shared_limiters_hold_one_limit_between_them(shared: bool) -> None:
-    in_flight = peak = 0
-
-    class Counting(ScriptedModel):
-        async def complete(self, model, messages, params):  # type: ignore[no-untyped-def]
-            nonlocal in_flight, peak
-            in_flight += 1
-            peak = max(peak, in_flight)
-            await asyncio.sleep(0.02)
-            in_flight -= 1
-            return await super().complete(model, messages, params)
+    model = Counting()
 
     async def go() -> None:
         limiters = SharedLimiters() if shared else None
-        model = Counting()
         # a sweep's conversations and its judges: two gateways calling one provider
         gateways = [
             Gateway(limits={"scripted:m": {"max_concurrency": 2}}, limiter_factory=limiters)
@@ -283,7 +279,7 @@ def test_gateways_with_shared_limiters_hold_one_limit_between_them(shared: bool)
         )
 
     run(go())
-    assert peak == (2 if shared else 4)
+    assert model.peak == (2 if shared else 4)
 
 
 def test_secrets_never_stored(store, monkeypatch) -> None:  # type: ignore[no-untyped-def]
