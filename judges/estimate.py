@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from core.store import Store
     from judges.rubric import Rubric
+    from simulator.completion import GenParams
     from simulator.sweep.costs import Price
     from simulator.sweep.manifest import JudgeEntry
     from simulator.sweep.plan import JudgingEstimate, SweepPlan
@@ -36,6 +37,7 @@ def estimate_judging(plan: SweepPlan, store: Store | None = None) -> list[Judgin
     finished count too, for what they still lack of each judge's verdicts (a judge added to a
     manifest after its conversations were run, a judging pass that was interrupted)."""
     from judges.loading import load_rubric
+    from simulator.specs import params_from
     from simulator.sweep.plan import model_prices
 
     prices = model_prices(plan.manifest)
@@ -44,10 +46,13 @@ def estimate_judging(plan: SweepPlan, store: Store | None = None) -> list[Judgin
     for entry in plan.manifest.judges:
         if entry.spec == "heuristic":
             continue
+        params = params_from(entry.params, where="judges.params") if entry.params else None
         for name in entry.rubrics:
             rubric = load_rubric(name)
-            left = _not_judged(store, finished, entry, rubric) if store is not None else []
-            out.append(_estimate(plan, entry, rubric, name, prices.get(entry.spec), left))
+            left = _not_judged(store, finished, entry, params, rubric) if store else []
+            est = _estimate(plan, entry, rubric, name, prices.get(entry.spec), left)
+            est.params = params
+            out.append(est)
     return out
 
 
@@ -64,17 +69,19 @@ def _finished(plan: SweepPlan) -> list[str]:
 
 
 def _not_judged(
-    store: Store, conversations: list[str], entry: JudgeEntry, rubric: Rubric
+    store: Store,
+    conversations: list[str],
+    entry: JudgeEntry,
+    params: GenParams | None,
+    rubric: Rubric,
 ) -> list[int]:
     """One item per judge call the finished ``conversations`` still need: the exchange it
     rates (a per-turn rubric), or 0 for a whole conversation (a conversation rubric)."""
     from core.read import judged_units, original_replies
     from judges.llm_judge import PROMPT_VERSION, judge_version
-    from simulator.specs import params_from
 
     if not conversations:
         return []
-    params = params_from(entry.params, where="judges.params") if entry.params else None
     version = judge_version(PROMPT_VERSION, params)
     done = {
         (unit.conversation_id, unit.turn_id)
@@ -94,15 +101,11 @@ def _estimate(
     price: Price | None,
     left: list[int],
 ) -> JudgingEstimate:
-    from simulator.specs import params_from
     from simulator.sweep.costs import LEVELS, message_lengths
     from simulator.sweep.plan import JudgingEstimate
 
     est = JudgingEstimate(
-        label=f"{entry.spec} / {name} ({entry.when})",
-        spec=entry.spec,
-        params=params_from(entry.params, where="judges.params") if entry.params else None,
-        when=entry.when,
+        label=f"{entry.spec} / {name} ({entry.when})", spec=entry.spec, when=entry.when
     )
     prompt = _prompt_tokens(rubric)
     n_criteria = len(rubric.criteria)
