@@ -41,21 +41,27 @@ def any_of(patterns: Sequence[re.Pattern[str]], flags: int) -> Callable[[str], b
 
 @lru_cache(maxsize=256)  # a detector or persona is made per conversation group: parse once
 def _any_of(patterns: tuple[re.Pattern[str], ...], flags: int) -> Callable[[str], bool]:
-    apart = [p for p in patterns if _GROUP_REF.search(p.pattern)]
-    together = [p for p in patterns if not _GROUP_REF.search(p.pattern)]
-    starts = {p.pattern: _first_class(p.pattern, flags) for p in together}
+    apart: list[re.Pattern[str]] = []  # searched alone
+    rest: list[re.Pattern[str]] = []  # in an unguarded alternation
     # A pattern that can start with a space or any letter (\s, \w) would open the guard at
-    # nearly every position: such patterns get a guarded alternation of their own.
-    narrow = [p for p in together if _narrow(starts[p.pattern])]
-    broad = [p for p in together if starts[p.pattern] is not None and p not in narrow]
+    # nearly every position: such patterns get a guarded alternation of their own (broad).
+    narrow: dict[re.Pattern[str], list[str]] = {}
+    broad: dict[re.Pattern[str], list[str]] = {}
+    for p in patterns:
+        if _GROUP_REF.search(p.pattern):
+            apart.append(p)
+        elif (items := _first_class(p.pattern, flags)) is None:
+            rest.append(p)
+        else:
+            (broad if any(i in _CATEGORIES.values() for i in items) else narrow)[p] = items
+    together = [*narrow, *broad, *rest]
     searches: list[Callable[[str], Any]] = []
     try:
         for group in (narrow, broad):
             if group:
-                cls = "".join(dict.fromkeys(i for p in group for i in starts[p.pattern] or ()))
+                cls = "".join(dict.fromkeys(i for items in group.values() for i in items))
                 guarded = f"(?=[{cls}])(?:{_alternation(group)})"
                 searches.append(re.compile(guarded, flags).search)
-        rest = [p for p in together if starts[p.pattern] is None]
         if rest:
             searches.append(re.compile(_alternation(rest), flags).search)
     except re.error:  # a global inline flag, a group name used twice: each on its own
@@ -65,10 +71,6 @@ def _any_of(patterns: tuple[re.Pattern[str], ...], flags: int) -> Callable[[str]
         search = searches[0]
         return lambda text: search(text) is not None
     return lambda text: any(search(text) is not None for search in searches)
-
-
-def _narrow(items: list[str] | None) -> bool:
-    return items is not None and not any(i in _CATEGORIES.values() for i in items)
 
 
 def _alternation(patterns: Iterable[re.Pattern[str]]) -> str:

@@ -50,9 +50,7 @@ def estimate_judging(plan: SweepPlan, store: Store | None = None) -> list[Judgin
         for name in entry.rubrics:
             rubric = load_rubric(name)
             left = _not_judged(store, finished, entry, params, rubric) if store else []
-            est = _estimate(plan, entry, rubric, name, prices.get(entry.spec), left)
-            est.params = params
-            out.append(est)
+            out.append(_estimate(plan, entry, params, rubric, name, prices.get(entry.spec), left))
     return out
 
 
@@ -96,6 +94,7 @@ def _not_judged(
 def _estimate(
     plan: SweepPlan,
     entry: JudgeEntry,
+    params: GenParams | None,
     rubric: Rubric,
     name: str,
     price: Price | None,
@@ -105,12 +104,23 @@ def _estimate(
     from simulator.sweep.plan import JudgingEstimate
 
     est = JudgingEstimate(
-        label=f"{entry.spec} / {name} ({entry.when})", spec=entry.spec, when=entry.when
+        label=f"{entry.spec} / {name} ({entry.when})",
+        spec=entry.spec,
+        params=params,
+        when=entry.when,
     )
     prompt = _prompt_tokens(rubric)
     n_criteria = len(rubric.criteria)
     max_tokens = entry.params.get("max_tokens")
     high_output = int(max_tokens) if max_tokens else min(4096, 256 + 160 * n_criteria)
+
+    def add(i: int, calls: int, read: int) -> None:
+        level = LEVELS[i]
+        output = high_output if level == "high" else VERDICT_TOKENS[i] * n_criteria
+        est.calls[level] += calls
+        est.tokens[level].input += read
+        est.tokens[level].output += calls * output
+
     for run_plan, tree, tallies in plan.pending:
         for i, level in enumerate(LEVELS):
             persona_len, reply_len = message_lengths(
@@ -124,18 +134,11 @@ def _estimate(
                 by_exchange = tallies[level].target
                 calls = sum(by_exchange.values())
                 read = sum(n * (prompt + k * exchange) for k, n in by_exchange.items())
-            output = high_output if level == "high" else VERDICT_TOKENS[i] * n_criteria
-            est.calls[level] += calls
-            est.tokens[level].input += read
-            est.tokens[level].output += calls * output
+            add(i, calls, read)
     for i, level in enumerate(LEVELS):  # the finished conversations' calls, the same way
         persona_len, reply_len = message_lengths(level, None, None)
         exchange = persona_len + reply_len
-        read = sum(prompt + (k or plan.manifest.max_exchanges) * exchange for k in left)
-        output = high_output if level == "high" else VERDICT_TOKENS[i] * n_criteria
-        est.calls[level] += len(left)
-        est.tokens[level].input += read
-        est.tokens[level].output += len(left) * output
+        add(i, len(left), sum(prompt + (k or plan.manifest.max_exchanges) * exchange for k in left))
     for level in LEVELS:
         est.usd[level] = est.tokens[level].usd(price) if price is not None else None
     return est

@@ -32,8 +32,11 @@ from simulator.sweep.manifest import Price as ManifestPrice
 from simulator.sweep.timing import WallTime, Workload, latency_of
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from core.store import Store
     from scenarios.models import Scenario
+    from simulator.limits import ProviderLimits
     from simulator.plan import RunPlan, TreeSpec
     from simulator.run_config import RunConfig
 
@@ -289,8 +292,7 @@ def plan_sweep(
     runs: list[tuple[RunConfig, RunPlan]] = []
     estimates: dict[str, TargetEstimate] = {}
     prices = model_prices(manifest)
-    # the limits as run_sweep hands them to its one gateway
-    limits = {k: v for config, _ in configs for k, v in config.limits.items()}
+    limits = sweep_limits(configs)  # as the sweep's gateways will hold them
     work = Workload(limits, manifest.execution.concurrency)
     contrasts: dict[ContrastKey, ContrastPairs] = {}
     pending: list[tuple[RunPlan, TreeSpec, dict[str, CallTally]]] = []
@@ -321,6 +323,11 @@ def plan_sweep(
     sweep.pending = pending
     _check_budget(sweep)
     return sweep
+
+
+def sweep_limits(runs: Iterable[tuple[RunConfig, object]]) -> dict[str, ProviderLimits]:
+    """The targets' limits of every run config, by spec: what the sweep's gateways hold."""
+    return {k: v for config, _ in runs for k, v in config.limits.items()}
 
 
 def model_prices(manifest: Manifest) -> dict[str, Price | None]:

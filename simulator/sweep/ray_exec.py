@@ -268,9 +268,10 @@ async def _drive(
     import ray
 
     from simulator.lifecycle import stored_turns
+    from simulator.sweep.plan import sweep_limits
     from simulator.sweep.ray_budget import budget_actor_class
     from simulator.sweep.ray_limits import registry_actor_class
-    from simulator.sweep.run import sweep_budget, sweep_limits, sweep_prices
+    from simulator.sweep.run import sweep_budget, sweep_prices
 
     ex = plan.manifest.execution
     budget = sweep_budget(plan, store)  # its spend so far rebuilt from the sweep's call rows
@@ -282,7 +283,7 @@ async def _drive(
             budget.snapshot().spent_by_target,
             budget.on_reached,
         )
-    limits = {k: v.model_dump() for k, v in sweep_limits(plan).items()}
+    limits = {k: v.model_dump() for k, v in sweep_limits(plan.runs).items()}
     judging: list[asyncio.Future[None]] = []
     registry = registry_actor_class().remote()
     plans_ref = ray.put([shippable(p) for _, p in plan.runs])

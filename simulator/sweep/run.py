@@ -31,18 +31,13 @@ if TYPE_CHECKING:
     from simulator.budget import Budget
     from simulator.gateway import Gateway
     from simulator.lease import RunLease
-    from simulator.limits import LimiterFactory, ProviderLimits
+    from simulator.limits import LimiterFactory
     from simulator.plan import RunPlan
     from simulator.sweep.costs import Price
     from simulator.sweep.monitor import SweepMonitor
     from simulator.sweep.plan import SweepPlan
 
 OnTargetDone = Callable[[list[str]], Awaitable[None]]
-
-
-def sweep_limits(plan: SweepPlan) -> dict[str, ProviderLimits]:
-    """The targets' limits of every run config, by spec: what the sweep's gateways hold."""
-    return {k: v for config, _ in plan.runs for k, v in config.limits.items()}
 
 
 def sweep_gateway(
@@ -55,11 +50,12 @@ def sweep_gateway(
     """A gateway with the sweep's limits, retries and timeout: its conversations' (write-behind)
     and its judges' (each row committed before the verdict that refers to it)."""
     from simulator.gateway import Gateway
+    from simulator.sweep.plan import sweep_limits
 
     execution = plan.manifest.execution
     return Gateway(
         store=store,
-        limits=sweep_limits(plan),
+        limits=sweep_limits(plan.runs),
         default_concurrency=execution.concurrency,
         max_attempts=execution.retries + 1,
         timeout_s=execution.timeout_s,

@@ -12,6 +12,8 @@ from core.domain import EVENTS
 from core.errors import UserError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from scenarios.models import Scenario
     from simulator.runner import RunConfig, RunResult
 
@@ -280,19 +282,9 @@ def _run_with_progress(
         transient=False,
     )
     task = progress.add_task("turns", total=None)
-    shown = [0.0, 0, 0]  # when the bar was last updated; the latest done and total
-
-    def show() -> None:
-        progress.update(task, completed=shown[1], total=shown[2] or None)
-
-    def on_progress(done: int, total: int) -> None:
-        # called for every turn; the bar redraws ten times a second, so updating it more
-        # often only costs the event loop (thousands of turns a second in a big sweep)
-        now = time.monotonic()
-        shown[1:] = [done, total]
-        if now - shown[0] >= 0.05 or done >= total:
-            shown[0] = now
-            show()
+    on_progress = _Throttled(
+        lambda done, total: progress.update(task, completed=done, total=total or None)
+    )
 
     def interrupted(name: str) -> None:
         # The store is already marked (the runner did it on cancellation).
@@ -321,7 +313,7 @@ def _run_with_progress(
             try:
                 result = event_loop.run(main())
             finally:
-                show()  # the last count, which the throttle may have held back
+                on_progress.flush()  # the last count, which the throttle may have held back
     except WorkerFailed as exc:  # the run is marked failed; its conversations can be resumed
         console.print(
             f"error: {exc}; resume with --resume {config.run_id}", markup=False, highlight=False
@@ -330,6 +322,28 @@ def _run_with_progress(
     _print_summary(result)
     if _print_failures(result):
         raise typer.Exit(1)  # some conversations failed: a script must not take it for success
+
+
+class _Throttled:
+    """A progress callback passed on at most every ``interval_s`` (and when done reaches total):
+    the engine reports every turn, thousands a second in a big run, and the bar redraws only
+    ten times a second, so each update in between would only cost the event loop."""
+
+    def __init__(self, show: Callable[[int, int], object], interval_s: float = 0.05) -> None:
+        self.show = show
+        self.interval_s = interval_s
+        self.shown_at = 0.0
+        self.latest = (0, 0)
+
+    def __call__(self, done: int, total: int) -> None:
+        self.latest = (done, total)
+        now = time.monotonic()
+        if now - self.shown_at >= self.interval_s or done >= total:
+            self.shown_at = now
+            self.show(done, total)
+
+    def flush(self) -> None:
+        self.show(*self.latest)
 
 
 def _print_failures(result: RunResult) -> int:
