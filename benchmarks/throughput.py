@@ -5,8 +5,9 @@
 
 Starts the loopback OpenAI-compatible server (``simulator.testing.openai_server``) in its own
 process with a fixed delay (100 ms), then runs ``branchpoint run`` as a subprocess on the teen
-library, ``--fork independent``, with persona and chatbot both served by that server, enough
-replicates (``-n``) for about ``--conversations`` conversations. For each run it prints:
+library, ``--fork independent``, with persona and chatbot both served by that server: replicates
+(``-n``) of as many of its files as make exactly ``--conversations`` conversations (1,000: 8
+replicates of 19 files; ``workload``). For each run it prints:
 
 - wall time of the process, and from the server's first request to the process's exit;
 - the latency-bound ideal: calls per conversation x latency x ceil(conversations / in flight),
@@ -43,14 +44,41 @@ from simulator.testing.openai_server import spawn as start_server  # noqa: E402
 LIBRARY = ROOT / "scenarios" / "library" / "teen"
 
 
-def arms_per_replicate() -> int:
-    """Conversations one replicate of the teen library makes with ``--fork independent``."""
-    sys.path.insert(0, str(ROOT))
+def arms_by_file() -> dict[str, int]:
+    """Conversations one replicate of each teen library file makes with ``--fork independent``."""
     from simulator.plan import plan_run
     from simulator.run_config import RunConfig
 
     plan = plan_run(RunConfig(scenarios=[str(LIBRARY)], fork="independent", targets=["oai:x"]))
-    return sum(len(t.arms) for t in plan.trees)
+    arms: dict[str, int] = {}
+    for tree in plan.trees:
+        assert tree.scenario_path is not None
+        arms[tree.scenario_path] = arms.get(tree.scenario_path, 0) + len(tree.arms)
+    return dict(sorted(arms.items()))
+
+
+def workload(conversations: int, arms: dict[str, int]) -> tuple[list[str], int]:
+    """Scenario files and replicates that make exactly ``conversations`` conversations: the whole
+    library where its arms divide the number, else the fewest replicates of the largest subset of
+    files whose arms do (the library makes 198 a replicate: 1,000 is 8 x 125 arms of 18 files).
+    Where no subset does, the whole library at the nearest number of replicates."""
+    files = list(arms)
+    for replicates in range(1, conversations + 1):
+        if conversations % replicates:
+            continue
+        target = conversations // replicates
+        if target > sum(arms.values()):
+            continue
+        # subset sum, keeping for each reachable sum the subset with the most files
+        best: dict[int, list[str]] = {0: []}
+        for f in files:
+            for total, subset in list(best.items()):
+                grown = total + arms[f]
+                if grown <= target and (grown not in best or len(best[grown]) <= len(subset)):
+                    best[grown] = [*subset, f]
+        if target in best:
+            return best[target], replicates
+    return files, max(1, round(conversations / sum(arms.values())))
 
 
 def reference_ms() -> float:
@@ -131,6 +159,7 @@ def run_once(
     spec: str,
     url: str,
     *,
+    scenarios: list[str],
     replicates: int,
     max_turns: int,
     concurrency: int,
@@ -146,7 +175,7 @@ def run_once(
         "-m",
         "tui.cli",
         "run",
-        str(LIBRARY),
+        *scenarios,
         "-n",
         str(replicates),
         "--max-turns",
@@ -231,19 +260,15 @@ def main() -> None:
     args = parser.parse_args()
     args.extra = [*args.extra, "--processes", args.processes]
 
-    arms = arms_per_replicate()
-
-    def replicates_for(conversations: int) -> int:
-        return max(1, round(conversations / arms))
-
+    arms = arms_by_file()
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"reference work before: {reference_ms():.0f} ms of CPU")
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
-        jobs: list[tuple[str, str, int, int]] = []
+        jobs: list[tuple[str, str, int, tuple[list[str], int]]] = []
         n, n_litellm = (
-            replicates_for(args.conversations),
-            replicates_for(args.litellm_conversations),
+            workload(args.conversations, arms),
+            workload(args.litellm_conversations, arms),
         )
         if not args.only_litellm:
             jobs.append((f"oai @{args.concurrency}", "oai:bench", args.concurrency, n))
@@ -252,13 +277,15 @@ def main() -> None:
         if not args.skip_litellm:
             spec = "litellm:openai/bench"
             jobs.append((f"litellm @{args.concurrency}", spec, args.concurrency, n_litellm))
-        for label, spec, concurrency, replicates in jobs:
+        for label, spec, concurrency, (scenarios, replicates) in jobs:
+            print(f"{label}: {len(scenarios)} of {len(arms)} files x {replicates} replicates")
             server, url = start_server(args.delay_ms)  # a fresh server: its first call is ours
             try:
                 figures = run_once(
                     label,
                     spec,
                     url,
+                    scenarios=scenarios,
                     replicates=replicates,
                     max_turns=10,
                     concurrency=concurrency,
@@ -272,7 +299,7 @@ def main() -> None:
                 server.wait()
             print(figures.show(), flush=True)
         if not args.skip_growth:
-            small = replicates_for(args.growth_conversations)
+            scenarios, replicates = workload(args.growth_conversations, arms)
             sizes: dict[int, float] = {}
             for turns in (10, 20):
                 server, url = start_server(0)
@@ -281,7 +308,8 @@ def main() -> None:
                         f"growth {turns}",
                         "oai:bench",
                         url,
-                        replicates=small,
+                        scenarios=scenarios,
+                        replicates=replicates,
                         max_turns=turns,
                         concurrency=args.concurrency,
                         delay_ms=1,
