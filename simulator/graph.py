@@ -352,15 +352,14 @@ async def observe(state: ConvState, config: RunnableConfig) -> ConvState:
 
 
 async def exchanges(state: ConvState, config: RunnableConfig) -> ConvState:
-    """One super-step: the exchanges (route, the persona's message, the chatbot's reply) up to the
-    next decision, where a branch point fires, the conversation stops or the group must fork.
+    """One super-step: the exchanges (route, the persona's message, the chatbot's reply) until
+    the conversation stops or the group must fork (a branch point fires on which its arms
+    disagree); the tree then forks it and runs each part from the persona's message.
 
-    LangGraph's per-step bookkeeping (channel copies, a task per node, callbacks) costs more than
-    the nodes' own work against a fast server, and an exchange at which no branch point fires
-    has nothing for the graph to decide: it runs in the step before. The step that follows
-    begins with the route of the exchange at which one fires (entered at ``persona`` after a
-    fork: the fork has applied the options already)."""
-    ctx = _ctx(config)
+    LangGraph's per-step bookkeeping (channel copies, a task per node, callbacks) costs more
+    than the nodes' own work against a fast server, and an exchange that neither stops nor
+    forks the group has nothing for the graph to decide: the route of one at which a branch
+    point fires applies the option all the group's arms take, in this step like any other."""
     merged: dict[str, Any] = dict(state)
 
     def apply(step: ConvState) -> bool:
@@ -370,14 +369,12 @@ async def exchanges(state: ConvState, config: RunnableConfig) -> ConvState:
     if state.get("next") != "persona" and not apply(await route(merged, config)):  # type: ignore[arg-type]
         return merged  # type: ignore[return-value]
     merged["next"] = "route"
-    while apply(await persona(merged, config)) and apply(await reply(merged, config)):  # type: ignore[arg-type]
-        stopped = _stopped(ctx, merged)  # type: ignore[arg-type]
-        if stopped is not None:  # stop in this step, not in one more that would only find it
-            apply(stopped)
-            break
-        if fired_next(ctx.scenario, merged)[0]:  # type: ignore[arg-type]
-            break  # a branch point fires for the next message: the next step decides it
-        apply(await route(merged, config))  # type: ignore[arg-type]
+    while (
+        apply(await persona(merged, config))  # type: ignore[arg-type]
+        and apply(await reply(merged, config))  # type: ignore[arg-type]
+        and apply(await route(merged, config))  # type: ignore[arg-type]
+    ):
+        pass
     return merged  # type: ignore[return-value]
 
 
@@ -447,8 +444,8 @@ _GRAPH: Any = None
 def conversation_graph() -> Any:
     """The compiled graph (built once; the group's context travels in the run config).
 
-    One super-step per stretch of exchanges between decisions (``exchanges``: route -> persona
-    -> target -> observe, again until a branch point fires or the conversation stops), and
+    One super-step per stretch of exchanges between forks (``exchanges``: route -> persona ->
+    target -> observe, again until the group must fork or the conversation stops), and
     ``reply`` (target -> observe) where a resumed conversation's last stored turn is the
     persona's. No checkpointer: the store is the checkpoint (``simulator.tree.restore_state``).
     Its state is one channel holding the ConvState (``GraphState``)."""

@@ -54,17 +54,18 @@ def test_at_turn_option_fires_at_its_exchange_and_jumps_stage(store) -> None:
 @pytest.mark.parametrize(
     "fork, steps",
     [
-        # exchanges 1-2; the route at 3, which forks; each arm's 3-5 after the fork
-        ("shared", [(1, 2), (3, 2), (3, 5), (3, 5)]),
-        ("independent", [(1, 2), (1, 2), (3, 5), (3, 5)]),  # each arm: 1-2, then 3-5
+        # exchanges 1-2 and the route at 3, which forks; each arm's 3-5 after the fork
+        ("shared", [(1, 2), (3, 5), (3, 5)]),
+        ("independent", [(1, 5), (1, 5)]),  # an arm alone: the branch point forks nothing
     ],
 )
-def test_a_super_step_runs_the_exchanges_up_to_the_next_branch_point(
+def test_a_super_step_runs_the_exchanges_up_to_the_next_fork(
     store, monkeypatch, fork: str, steps: list[tuple[int, int]]
 ) -> None:
-    """LangGraph steps only where something is decided: ``disclosure`` fires at exchange 3 of 5,
-    and the stage changes (after exchanges 2 and 4) are not decisions (one step an exchange
-    was 9 steps shared, 10 independent)."""
+    """LangGraph steps only where the group forks: ``disclosure`` fires at exchange 3 of 5, and
+    neither the stage changes (after exchanges 2 and 4) nor a branch point an arm takes alone
+    end a step (one step an exchange was 9 steps shared, 10 independent; one a decision, 4
+    and 4)."""
     from simulator import graph
 
     ran: list[tuple[int, int]] = []  # (first exchange, last exchange stored) of each step
