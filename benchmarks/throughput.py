@@ -60,7 +60,7 @@ def arms_by_file() -> dict[str, int]:
 def workload(conversations: int, arms: dict[str, int]) -> tuple[list[str], int]:
     """Scenario files and replicates that make exactly ``conversations`` conversations: the whole
     library where its arms divide the number, else the fewest replicates of the largest subset of
-    files whose arms do (the library makes 198 a replicate: 1,000 is 8 x 125 arms of 18 files).
+    files whose arms do (the library makes 198 a replicate: 1,000 is 8 x 125 arms of 19 files).
     Where no subset does, the whole library at the nearest number of replicates."""
     files = list(arms)
     for replicates in range(1, conversations + 1):
