@@ -192,22 +192,14 @@ def _ctx(config: RunnableConfig) -> GroupContext:
     return config["configurable"]["ctx"]
 
 
-def _stopped(ctx: GroupContext, state: ConvState) -> ConvState | None:
-    """The stop that the next exchange's route would find before anything else, if any."""
+async def route(state: ConvState, config: RunnableConfig) -> ConvState:
+    ctx = _ctx(config)
     exchange = state.get("exchange", 0)
     if exchange > 0:
         if state.get("persona_ended"):
             return ConvState(stop_reason="persona_ended")
         if exchange >= ctx.max_turns:
             return ConvState(stop_reason="max_turns")
-    return None
-
-
-async def route(state: ConvState, config: RunnableConfig) -> ConvState:
-    ctx = _ctx(config)
-    stopped = _stopped(ctx, state)
-    if stopped is not None:
-        return stopped
     fired, stage = fired_next(ctx.scenario, state)
     disagree = [b for b in fired if len({ctx.option_of(a, b) for a in ctx.arms}) > 1]
     if disagree:
