@@ -272,8 +272,8 @@ def test_sweep_on_two_workers_survives_a_killed_worker_and_holds_the_rpm_limit(
 
     server_rpm, window_s = 300.0, 10.0
     persona = ServerThread(model="scripted:echo", delay_s=0.01)
-    # The key is set after the cluster started: only the workers' runtime environment can bring
-    # it to them, and the server answers 401 without it.
+    # The key is set after the cluster started: only the workers' run call can bring it to
+    # them, and the server answers 401 without it.
     key = "sk-ray-test-0123456789"
     monkeypatch.setenv("BOT_KEY", key)
     target = ServerThread(
@@ -348,6 +348,10 @@ def test_sweep_on_two_workers_survives_a_killed_worker_and_holds_the_rpm_limit(
             for table in ("runs", "conversations", "turns", "model_calls", "tree_leases"):
                 dump = str(conn.execute(text(f"select * from {table}")).all())
                 assert key not in dump, table
+        # nor Ray's logs and state files on the node (its runtime-env agent logs what it sets)
+        session = Path(ray._private.worker._global_node.get_session_dir_path())
+        logged = [f for f in session.rglob("*") if f.is_file() and key.encode() in f.read_bytes()]
+        assert logged == []
         # every planned cell once, completed; each transcript's turns once, in order
         assert sorted(c.id for c in convs) == sorted(planned)
         assert {c.status for c in convs} == {"completed"}, convs

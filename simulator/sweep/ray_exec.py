@@ -13,10 +13,10 @@ for half that time stops growing its tree itself, so that two workers never grow
 
 Every provider key has one limiter actor (``simulator.sweep.ray_limits``) that every worker's
 gateway asks for its calls: the limits in the manifest hold for the whole cluster, and a
-Retry-After one worker gets cools them all down. API keys reach workers as environment variables
-(named by each target's ``key_env``): inherited from this process on a local cluster, through the
-workers' Ray runtime environment on a cluster elsewhere; never through the plan, the store or a
-task's arguments. A budget is one budget actor (``simulator.sweep.ray_budget``) that every
+Retry-After one worker gets cools them all down. API keys (each target's ``key_env``) reach a
+worker as an argument of its ``run`` call, which puts them in its environment, where providers
+read them; never through the plan, the store or the Ray runtime environment (Ray's runtime-env
+agent writes that into its log on every node). A budget is one budget actor (``simulator.sweep.ray_budget``) that every
 worker's gateway reserves from and settles with.
 
 ``when: live`` judges run in the driver, each run plan's as soon as the lease table says all of its
@@ -45,7 +45,8 @@ if TYPE_CHECKING:
     from simulator.sweep.plan import SweepPlan
 
 NAMESPACE = "branchpoint"
-# variables every worker needs besides the keys (none of them secret)
+# variables every worker needs before it imports anything (none of them secret: they travel in
+# the workers' Ray runtime environment, which Ray logs)
 PASSED_ENV = (
     "BRANCHPOINT_PLUGINS",
     "PYTHONPATH",
@@ -89,10 +90,14 @@ def shippable(run_plan: RunPlan) -> RunPlan:
     return dataclasses.replace(run_plan, trees=[strip(t) for t in run_plan.trees])
 
 
-def worker_env(plan: SweepPlan) -> dict[str, str]:
-    """The runtime environment's variables: each target's key (by its ``key_env``) and what
-    the providers and plugins read."""
-    env = {name: os.environ[name] for name in PASSED_ENV if os.environ.get(name)}
+def worker_env() -> dict[str, str]:
+    """The workers' runtime environment: what the providers and plugins read at import."""
+    return {name: os.environ[name] for name in PASSED_ENV if os.environ.get(name)}
+
+
+def worker_keys(plan: SweepPlan) -> dict[str, str]:
+    """Each target's API key, by the name of its ``key_env``."""
+    keys: dict[str, str] = {}
     for i, target in enumerate(plan.manifest.targets):
         if target.key_env:
             value = os.environ.get(target.key_env)
@@ -101,8 +106,8 @@ def worker_env(plan: SweepPlan) -> dict[str, str]:
                     f"targets[{i}].key_env: ${target.key_env} is not set (expected the target's "
                     "API key)"
                 )
-            env[target.key_env] = value
-    return env
+            keys[target.key_env] = value
+    return keys
 
 
 async def run_sweep_ray(
@@ -162,10 +167,10 @@ async def run_sweep_ray(
                 if not ray.is_initialized():
                     await asyncio.to_thread(_init_ray, ex.address, num_cpus or ex.workers)
                     started_ray = True
-                # a local cluster's workers inherit this process's environment, keys included;
-                # only a cluster elsewhere is sent them (Ray's runtime-env agent logs what it
-                # is sent, on the cluster's nodes)
-                env = worker_env(plan)
+                # a local cluster's workers inherit this process's environment; the keys go to
+                # every worker, as their run call's argument (one set after the cluster started
+                # would not reach a worker otherwise)
+                keys = worker_keys(plan)
                 local = started_ray and not ex.address
                 spend: dict[str, Any] = {}
                 trees_of_run: dict[int, set[str]] = {}
@@ -178,7 +183,8 @@ async def run_sweep_ray(
                     workers,
                     report,
                     total,
-                    {} if local else env,
+                    {} if local else worker_env(),
+                    keys,
                     spend,
                     # with a budget, judging waits for the trees: the judges book through one
                     # rebuilt from the call rows, which sees the trees' spend only once it is made
@@ -257,6 +263,7 @@ async def _drive(
     report: Callable[[int, int], None],
     total: int,
     env: dict[str, str],
+    keys: dict[str, str],
     budget_state: dict[str, Any],
     *,
     on_run_done: Callable[[int], Awaitable[None]] | None = None,
@@ -315,7 +322,7 @@ async def _drive(
             )
         owners = await asyncio.gather(*(w.owner.remote() for w in workers))
         runs = {
-            asyncio.ensure_future(_await(w.run.remote(plans_ref, registry, options))): owner
+            asyncio.ensure_future(_await(w.run.remote(plans_ref, registry, options, keys))): owner
             for w, owner in zip(workers, owners, strict=True)
         }
         calls: dict[str, int] = {}
@@ -373,8 +380,9 @@ class TreeWorker:
         return os.getpid()
 
     async def run(
-        self, plans: list[RunPlan], registry: Any, options: dict[str, Any]
+        self, plans: list[RunPlan], registry: Any, options: dict[str, Any], keys: dict[str, str]
     ) -> dict[str, int]:
+        os.environ.update(keys)  # where the providers read a target's key_env
         from core.store import open_store
         from simulator.gateway import Gateway
         from simulator.limits import ProviderLimits
