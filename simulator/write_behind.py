@@ -273,7 +273,8 @@ def _driver_plan(stmt: Executable, dialect: Any, keys: tuple[str, ...]) -> _Driv
 def _is_json(impl: Any) -> bool:
     from sqlalchemy.types import JSON
 
-    return isinstance(getattr(impl, "impl", impl), JSON) or isinstance(impl, JSON)
+    # a TypeDecorator over JSON is JSON too
+    return isinstance(impl, JSON) or isinstance(getattr(impl, "impl", None), JSON)
 
 
 def _json_fast(process: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -282,9 +283,9 @@ def _json_fast(process: Callable[[Any], Any]) -> Callable[[Any], Any]:
     empty_list, empty_dict = process([]), process({})
 
     def fast(value: Any) -> Any:
-        if value == [] and type(value) is list:
+        if type(value) is list and not value:
             return empty_list
-        if value == {} and type(value) is dict:
+        if type(value) is dict and not value:
             return empty_dict
         return process(value)
 
