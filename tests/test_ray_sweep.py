@@ -261,12 +261,13 @@ def test_budget_actor_is_shared_by_workers_waits_for_settles_and_refuses_past_th
     assert ray.get(actor.state.remote())["stopped"]
 
 
-def test_sweep_on_two_workers_survives_a_killed_worker_and_holds_the_rpm_limit(
+def test_sweep_on_two_workers_replaces_a_killed_worker_and_holds_the_rpm_limit(
     postgres_url: str, ray_cluster: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from sqlalchemy import text
 
     from core.store import open_store
+    from simulator.sweep.monitor import SweepMonitor
     from simulator.sweep.ray_exec import run_sweep_ray
     from simulator.testing.openai_server import ServerThread
 
@@ -317,12 +318,33 @@ def test_sweep_on_two_workers_survives_a_killed_worker_and_holds_the_rpm_limit(
             finally:
                 watcher.close()
 
+        # the live view shows the cluster's limiters (their actors' state, every worker's calls)
+        monitor = SweepMonitor(store, plan.sweep_id, {"oai:target-bot": planned}, interval_s=0.2)
+        seen: dict[str, tuple[int, int]] = {}  # key -> (most in flight, configured)
+        sweeping = threading.Event()
+
+        def sampler() -> None:
+            while not sweeping.is_set():
+                for p in monitor.snapshot().providers:
+                    most = max(seen.get(p.key, (0, 0))[0], p.in_flight)
+                    seen[p.key] = (most, p.configured)
+                time.sleep(0.05)
+
         thread = threading.Thread(target=killer, daemon=True)
         thread.start()
+        sampling = threading.Thread(target=sampler, daemon=True)
+        sampling.start()
         started = time.monotonic()
-        result = asyncio.run(run_sweep_ray(plan, store))
+        try:
+            result = asyncio.run(run_sweep_ray(plan, store, monitor=monitor))
+        finally:
+            sweeping.set()
         elapsed = time.monotonic() - started
         thread.join(5)
+        sampling.join(5)
+        target_key = next((k for k in seen if target_url in k), None)
+        assert target_key is not None, seen
+        assert 1 <= seen[target_key][0] <= 8 and seen[target_key][1] == 8, seen
         assert "owner" in killed, "no worker was killed: the sweep ended before any tree ran"
 
         with store.engine.connect() as conn:
@@ -366,6 +388,10 @@ def test_sweep_on_two_workers_survives_a_killed_worker_and_holds_the_rpm_limit(
         assert all(leases[t][0] == "done" for t in leases)
         for tree in killed["trees"]:
             assert leases[tree][1] >= 2 and leases[tree][2] != killed["owner"]
+        # a new worker took the dead one's place: trees were finished by two owners, neither
+        # of them the dead one
+        finishers = {owner for _, _, owner in leases.values()}
+        assert len(finishers) == 2 and killed["owner"] not in finishers, finishers
         tree_convs = {
             a.conversation_id
             for _, p in plan.runs

@@ -8,16 +8,18 @@ its own and keeps ``execution.concurrency`` trees going: claim one (``FOR UPDATE
 heartbeat it while ``simulator.execute.execute(..., trees=[spec])`` grows it, mark it done.
 Turns are committed as they are made, as in one process; a tree whose worker dies is claimable
 once its heartbeat is ``execution.lease_s`` old (at once when the driver sees the worker die),
-and whoever takes it resumes it from its last stored turn. A worker that cannot refresh a lease
-for half that time stops growing its tree itself, so that two workers never grow one tree.
+and whoever takes it resumes it from its last stored turn; a new worker takes the dead one's
+place while trees are left (at most ``execution.workers`` of them in a sweep). A worker that
+cannot refresh a lease for half that time stops growing its tree itself, so that two workers
+never grow one tree.
 
 Every provider key has one limiter actor (``simulator.sweep.ray_limits``) that every worker's
 gateway asks for its calls: the limits in the manifest hold for the whole cluster, and a
 Retry-After one worker gets cools them all down. API keys (each target's ``key_env``) reach a
 worker as an argument of its ``run`` call, which puts them in its environment, where providers
 read them; never through the plan, the store or the Ray runtime environment (Ray's runtime-env
-agent writes that into its log on every node). A budget is one budget actor (``simulator.sweep.ray_budget``) that every
-worker's gateway reserves from and settles with.
+agent writes that into its log on every node). A budget is one budget actor
+(``simulator.sweep.ray_budget``) that every worker's gateway reserves from and settles with.
 
 ``when: live`` judges run in the driver, each run plan's as soon as the lease table says all of its
 trees are finished, while the workers grow the rest. With a budget they wait for every tree: the
@@ -40,6 +42,7 @@ from simulator.sweep.run import OnTargetDone, SweepResult
 
 if TYPE_CHECKING:
     from core.store import Store
+    from simulator.limits import LimiterState
     from simulator.plan import RunPlan, TreeSpec
     from simulator.sweep.monitor import SweepMonitor
     from simulator.sweep.plan import SweepPlan
@@ -153,8 +156,14 @@ async def run_sweep_ray(
     try:
         result.retried = _start(store, plan, lease, claimed, retry_failed=retry_failed)
         heartbeat = asyncio.create_task(lease.keep_alive())
-        # the live view reads the store (workers' gateways are elsewhere: no limiter rows)
-        watching = asyncio.create_task(monitor.watch()) if monitor is not None else None
+        # the live view reads the store, and the cluster's limiters from their actors (the
+        # workers' gateways are elsewhere)
+        limiters = None
+        watching = None
+        if monitor is not None:
+            limiters = ClusterLimiters(monitor.interval_s)
+            monitor.attach(limiters)
+            watching = asyncio.create_task(monitor.watch())
         todo = _trees_to_do(store, plan)
         leases = TreeLeases(store, plan.sweep_id)
         leases.enqueue(tree_id(t) for _, t in todo)
@@ -186,6 +195,7 @@ async def run_sweep_ray(
                     {} if local else worker_env(),
                     keys,
                     spend,
+                    limiters,
                     # with a budget, judging waits for the trees: the judges book through one
                     # rebuilt from the call rows, which sees the trees' spend only once it is made
                     on_run_done=run_done
@@ -265,6 +275,7 @@ async def _drive(
     env: dict[str, str],
     keys: dict[str, str],
     budget_state: dict[str, Any],
+    limiters: ClusterLimiters | None,
     *,
     on_run_done: Callable[[int], Awaitable[None]] | None = None,
     trees_of_run: dict[int, set[str]] | None = None,
@@ -293,6 +304,7 @@ async def _drive(
     limits = {k: v.model_dump() for k, v in sweep_limits(plan.runs).items()}
     judging: list[asyncio.Future[None]] = []
     registry = registry_actor_class().remote()
+    polling = asyncio.ensure_future(limiters.poll(registry)) if limiters is not None else None
     plans_ref = ray.put([shippable(p) for _, p in plan.runs])
     options = {
         "sweep_id": plan.sweep_id,
@@ -309,24 +321,34 @@ async def _drive(
         "budget": budget_actor,
         "prices": sweep_prices(plan) if budget is not None else {},
     }
+    actor = ray.remote(TreeWorker)
+    # the owner tag of each run call's worker, once it has started
+    owners: dict[asyncio.Future[dict[str, int]], str | None] = {}
+
+    def start_worker() -> asyncio.Future[dict[str, int]]:
+        handle: Any = actor.options(
+            name=f"{plan.sweep_id}-worker-{len(workers)}",
+            num_cpus=1,
+            max_restarts=0,
+            runtime_env={"env_vars": env} if env else None,
+        ).remote()
+        workers.append(handle)
+
+        async def work() -> dict[str, int]:
+            owners[fut] = await handle.owner.remote()
+            made: dict[str, int] = await handle.run.remote(plans_ref, registry, options, keys)
+            return made
+
+        fut = asyncio.ensure_future(work())
+        owners[fut] = None
+        return fut
+
     try:
-        actor = ray.remote(TreeWorker)
-        for i in range(ex.workers):
-            workers.append(
-                actor.options(
-                    name=f"{plan.sweep_id}-worker-{i}",
-                    num_cpus=1,
-                    max_restarts=0,
-                    runtime_env={"env_vars": env} if env else None,
-                ).remote()
-            )
-        owners = await asyncio.gather(*(w.owner.remote() for w in workers))
-        runs = {
-            asyncio.ensure_future(_await(w.run.remote(plans_ref, registry, options, keys))): owner
-            for w, owner in zip(workers, owners, strict=True)
-        }
+        pending = {start_worker() for _ in range(ex.workers)}
+        # a dead worker's place is taken by a new one, up to as many as were started: a worker
+        # that dies of what it runs does not die for ever
+        replacements = ex.workers
         calls: dict[str, int] = {}
-        pending = set(runs)
         waiting = dict(trees_of_run or {}) if on_run_done is not None else {}
         while pending:
             done, pending = await asyncio.wait(pending, timeout=1.0, return_when="FIRST_COMPLETED")
@@ -338,19 +360,35 @@ async def _drive(
                     del waiting[i]
                     judging.append(asyncio.ensure_future(on_run_done(i)))
             for fut in done:
-                owner = runs[fut]
+                owner = owners[fut]
                 try:
                     for purpose, n in fut.result().items():
                         calls[purpose] = calls.get(purpose, 0) + n
                 except ray.exceptions.RayActorError:
                     # the worker died: its trees are claimable now, its limiter slots are free
-                    await asyncio.to_thread(leases.release_owner, owner)
-                    await registry.forget.remote(owner)
+                    if owner is not None:
+                        await asyncio.to_thread(leases.release_owner, owner)
+                        await registry.forget.remote(owner)
+                    if replacements and _trees_left(await asyncio.to_thread(leases.counts)):
+                        replacements -= 1
+                        pending.add(start_worker())
+            # only workers the cluster has not started yet (no CPU free where one died, say):
+            # with no tree left for them, the sweep is done without them
+            if (
+                pending
+                and all(owners[f] is None for f in pending)
+                and not _trees_left(await asyncio.to_thread(leases.counts))
+            ):
+                for fut in pending:
+                    fut.cancel()
+                pending = set()
         if budget_actor is not None:
             state = await budget_actor.state.remote()
             budget_state.update(state)
         await asyncio.gather(*judging)
     finally:
+        if polling is not None:
+            polling.cancel()
         for task in judging:
             task.cancel()  # the sweep failed: no judging of it goes on
         # done with them: the names are free for the next sweep, the actors' memory too (a
@@ -361,8 +399,29 @@ async def _drive(
     return calls
 
 
-async def _await(ref: Any) -> Any:
-    return await ref
+class ClusterLimiters:
+    """What the live view reads of a gateway, on Ray: the limiter actors' states, shared by
+    every worker, as last polled."""
+
+    def __init__(self, interval_s: float) -> None:
+        self.interval_s = interval_s
+        self.states: list[LimiterState] = []
+
+    def limiter_states(self) -> list[LimiterState]:
+        return list(self.states)
+
+    async def poll(self, registry: Any) -> None:
+        from simulator.limits import LimiterState
+
+        while True:
+            with contextlib.suppress(Exception):  # a missed poll: the view shows the last one
+                snapshots = await registry.snapshots.remote()
+                self.states = [LimiterState.model_validate(d) for d in snapshots]
+            await asyncio.sleep(self.interval_s)
+
+
+def _trees_left(counts: dict[str, int]) -> bool:
+    return bool(counts.get("pending") or counts.get("running"))
 
 
 class TreeWorker:
@@ -440,7 +499,7 @@ class TreeWorker:
             claim = await asyncio.to_thread(leases.claim, self.tag, lease_s)
             if claim is None:
                 counts = await asyncio.to_thread(leases.counts)
-                if not counts.get("pending") and not counts.get("running"):
+                if not _trees_left(counts):
                     return
                 # trees held by others: one may go stale and be ours to take over
                 await asyncio.sleep(min(beat_s, lease_s / 4))
