@@ -480,6 +480,111 @@ store: "{postgres_url}"
     assert first_at < max(ended[c] for c in other)  # ... while the other's were still growing
 
 
+def test_a_budget_on_ray_stops_every_worker_within_it_and_a_bigger_one_completes_the_rest(
+    postgres_url: str, ray_cluster: None, tmp_path: Path
+) -> None:
+    """Both workers reserve from one budget actor: the sweep stops within the budget, what it
+    did not do is left interrupted, and a re-run with a bigger budget grows the rest, each turn
+    once, its spend rebuilt from the call rows."""
+    from sqlalchemy import text
+
+    from core.store import open_store
+    from simulator.sweep.manifest import load_manifest
+    from simulator.sweep.plan import plan_sweep
+    from simulator.sweep.ray_exec import run_sweep_ray
+    from simulator.testing.openai_server import ServerThread
+
+    server = ServerThread(model="scripted:echo", delay_s=0.02)
+    url = server.start()
+    store = open_store(postgres_url)
+
+    def sweep(name: str, usd_total: float, seed: int) -> Any:
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(
+            f"""
+name: {name}
+scenarios: {{paths: ["{SCENARIO}"]}}
+targets:
+  - spec: oai:priced-bot
+    params: {{api_base: "{url}", max_tokens: 64}}
+    price: {{input_per_mtok: 2000, output_per_mtok: 8000}}
+simulators: [oai:priced-bot]  # the persona too: the target's price prices it
+simulator_params: {{api_base: "{url}"}}
+replicates: 3
+max_exchanges: 3
+fork: independent
+seed: {seed}
+budget: {{usd_total: {usd_total}}}
+execution: {{mode: ray, workers: 2, concurrency: 2, lease_s: 4, heartbeat_s: 0.5}}
+store: "{postgres_url}"
+""",
+            encoding="utf-8",
+        )
+        plan = plan_sweep(load_manifest(path), path, name, store=store)
+        return asyncio.run(run_sweep_ray(plan, store))
+
+    def spent(name: str) -> float:
+        with store.engine.connect() as conn:
+            return float(
+                conn.execute(
+                    text("select coalesce(sum(cost), 0) from model_calls where run_id = :r"),
+                    {"r": name},
+                ).scalar_one()
+            )
+
+    def cells(name: str) -> list[tuple[str, str, str | None]]:
+        with store.engine.connect() as conn:
+            return [
+                (r[0], r[1], r[2])
+                for r in conn.execute(
+                    text("select id, status, stop_reason from conversations where run_id = :r"),
+                    {"r": name},
+                )
+            ]
+
+    try:
+        # what the whole sweep costs, under a budget that does not bind
+        whole = sweep("ray-whole", 1000.0, seed=5)
+        full = spent("ray-whole")
+        assert not whole.stopped_by_budget and full > 0
+        n_cells = len(cells("ray-whole"))
+        assert {c[1] for c in cells("ray-whole")} == {"completed"}
+
+        # a seed far from it: the same replicate seeds would be answered from the first sweep's
+        # calls, free
+        small = full / 3
+        stopped = sweep("ray-budget", small, seed=1000)
+        assert stopped.stopped_by_budget and "usd_total" in stopped.budget_note
+        assert 0 < spent("ray-budget") <= small
+        left = cells("ray-budget")
+        interrupted = [c for c in left if c[1] == "interrupted"]
+        assert interrupted and all(c[2] == "stopped_by_budget" for c in interrupted)
+        assert not [c for c in left if c[1] in ("failed", "running")]
+
+        # the same budget again: its spend is rebuilt from the call rows, so it stays within it
+        # (a budget that started from 0 would spend it once more)
+        again = sweep("ray-budget", small, seed=1000)
+        assert again.stopped_by_budget and 0 < spent("ray-budget") <= small
+
+        # a bigger budget grows the rest: within it, each turn once
+        done = sweep("ray-budget", full * 1.5, seed=1000)
+        assert not done.stopped_by_budget
+        assert 0 < spent("ray-budget") <= full * 1.5
+        final = cells("ray-budget")
+        assert len(final) == n_cells and {c[1] for c in final} == {"completed"}
+        with store.engine.connect() as conn:
+            gaps = conn.execute(
+                text(
+                    "select c.id from conversations c where c.run_id = 'ray-budget' and "
+                    "c.n_turns != (select count(*) from turns t where t.conversation_id = c.id)"
+                )
+            ).all()
+        assert gaps == []
+    finally:
+        store.close()
+        server.stop()
+
+
 def _tree(spec: Any) -> str:
     from simulator.tree_lease import tree_id
 
