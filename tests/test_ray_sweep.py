@@ -319,13 +319,17 @@ def test_sweep_on_two_workers_replaces_a_killed_worker_and_holds_the_rpm_limit(
                 watcher.close()
 
         # the live view shows the cluster's limiters (their actors' state, every worker's calls)
+        # and calls/s (from the call rows)
         monitor = SweepMonitor(store, plan.sweep_id, {"oai:target-bot": planned}, interval_s=0.2)
         seen: dict[str, tuple[int, int]] = {}  # key -> (most in flight, configured)
+        rates: list[float] = []
         sweeping = threading.Event()
 
         def sampler() -> None:
             while not sweeping.is_set():
-                for p in monitor.snapshot().providers:
+                snapshot = monitor.snapshot()
+                rates.append(snapshot.calls_per_s)
+                for p in snapshot.providers:
                     most = max(seen.get(p.key, (0, 0))[0], p.in_flight)
                     seen[p.key] = (most, p.configured)
                 time.sleep(0.05)
@@ -345,6 +349,7 @@ def test_sweep_on_two_workers_replaces_a_killed_worker_and_holds_the_rpm_limit(
         target_key = next((k for k in seen if target_url in k), None)
         assert target_key is not None, seen
         assert 1 <= seen[target_key][0] <= 8 and seen[target_key][1] == 8, seen
+        assert max(rates) > 0  # calls/s, from the store's call rows: the workers make the calls
         assert "owner" in killed, "no worker was killed: the sweep ended before any tree ran"
 
         with store.engine.connect() as conn:

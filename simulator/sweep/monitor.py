@@ -8,8 +8,10 @@
   tokens and dollars of its model calls), so that what it shows is what the store holds; while
   ``run_sweep`` runs it is called from a worker thread every ``interval_s`` (longer on a store so
   large that one read takes a while), never on the event loop;
-- the gateway: calls made (``Gateway.stats``) and, per provider, calls in flight against the
-  current limit and the 429s so far (``Gateway.limiter_states()``).
+- the gateway: calls made (``Gateway.stats``; a gateway without stats, the stand-in of a sweep on
+  Ray whose calls are made in the workers, counts the sweep's call rows in the store instead)
+  and, per provider, calls in flight against the current limit and the 429s so far
+  (``Gateway.limiter_states()``).
 
 Judging is a higher layer's; it reports its passes with ``judge_started`` / ``judge_finished``.
 ``snapshot()`` returns a ``MonitorSnapshot``: plain data, safe to read from any thread.
@@ -131,6 +133,7 @@ class SweepMonitor:
         self._judging: list[JudgingFigures] = []
         self._refreshed = False
         self._last_read_s = 0.0
+        self._stored_calls = 0  # the sweep's call rows at the last refresh
         self.read_error: str | None = None  # the last failed read of the store, if the last failed
 
     # -- feeds ---------------------------------------------------------------------------------
@@ -195,6 +198,7 @@ class SweepMonitor:
             counts.setdefault(str(target), {})[str(status)] = int(n)
         costs = {str(t): (int(n), int(tok), float(usd)) for t, n, tok, usd in spent}
         ids = {str(r[0]) for r in running}
+        self._stored_calls = sum(n for n, _, _ in costs.values())
         calls_now = self._gateway_calls()
         with self._lock:
             _mark(self._call_marks, now, calls_now)
@@ -253,8 +257,10 @@ class SweepMonitor:
     # -- reading -------------------------------------------------------------------------------
 
     def _gateway_calls(self) -> int:
+        if self.gateway is None:
+            return 0
         stats = getattr(self.gateway, "stats", None)
-        return int(stats.get("calls", 0)) if isinstance(stats, dict) else 0
+        return int(stats.get("calls", 0)) if isinstance(stats, dict) else self._stored_calls
 
     def snapshot(self) -> MonitorSnapshot:
         now = self.clock()
