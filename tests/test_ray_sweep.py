@@ -26,6 +26,7 @@ from sqlmodel import select
 from core.errors import UserError
 from simulator.limits import ProviderLimits
 from simulator.sweep.ray_limits import FULL_WAIT_S, SharedLimit
+from simulator.testing.openai_server import ServerThread
 
 ray = pytest.importorskip("ray")
 
@@ -483,6 +484,69 @@ store: "{postgres_url}"
     (other,) = [r for r in runs if r != first]
     assert all(ended[c] <= first_at for c in first)  # judged once all of its trees were done
     assert first_at < max(ended[c] for c in other)  # ... while the other's were still growing
+
+
+def test_live_judges_on_ray_draw_on_the_workers_limits(
+    postgres_url: str, ray_cluster: None, tmp_path: Path
+) -> None:
+    """A live judge calling a target's server takes its slots from the limiter actor the
+    workers share: the server never has more calls in flight than the limit, judging included,
+    though judges ran while trees were still being grown."""
+    from sqlalchemy import text
+    from typer.testing import CliRunner
+
+    from core.store import open_store
+    from tui.cli import app
+
+    persona = ServerThread(model="scripted:echo", delay_s=0.01)
+    target = ServerThread(model="scripted:echo", delay_s=0.15)
+    persona_url, target_url = persona.start(), target.start()
+    path = tmp_path / "judged.yaml"
+    path.write_text(
+        f"""
+name: ray-judged
+scenarios: {{paths: ["{SCENARIO}"]}}
+targets:  # params of their own: a run plan each, the first's trees done while the other grows
+  - spec: oai:bot-a
+    params: {{api_base: "{target_url}", max_tokens: 32}}
+    limits: {{in_flight: 2}}
+  - spec: oai:bot-b
+    params: {{api_base: "{target_url}", max_tokens: 33}}
+    limits: {{in_flight: 2}}
+simulators: [oai:persona-bot]
+simulator_params: {{api_base: "{persona_url}"}}
+replicates: 4
+max_exchanges: 2
+fork: independent
+judges:
+  - {{spec: oai:bot-a, params: {{api_base: "{target_url}", max_tokens: 16}}, rubrics: [teen], when: live}}
+execution: {{mode: ray, workers: 2, concurrency: 1, retries: 0, lease_s: 4, heartbeat_s: 0.5}}
+store: "{postgres_url}"
+""",
+        encoding="utf-8",
+    )
+    try:
+        res = CliRunner().invoke(app, ["sweep", str(path), "--yes"])
+        assert res.exit_code in (0, 1), res.output  # 1: judge verdicts of echoed text fail
+        with urllib.request.urlopen(f"{target_url}/_stats", timeout=10) as response:
+            stats = json.loads(response.read())
+        store = open_store(postgres_url)
+        try:
+            with store.engine.connect() as conn:
+                first_judge, last_target = conn.execute(
+                    text(
+                        "select (select min(created_at) from model_calls where purpose = 'judge'"
+                        " and run_id = 'ray-judged'), (select max(created_at) from model_calls "
+                        "where purpose = 'target' and run_id = 'ray-judged')"
+                    )
+                ).one()
+        finally:
+            store.close()
+    finally:
+        persona.stop()
+        target.stop()
+    assert first_judge is not None and first_judge < last_target  # judged while trees grew
+    assert 1 <= stats["peak_in_flight"] <= 2, stats
 
 
 def test_a_budget_on_ray_stops_every_worker_within_it_and_a_bigger_one_completes_the_rest(

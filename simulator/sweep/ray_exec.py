@@ -42,7 +42,7 @@ from simulator.sweep.run import OnTargetDone, SweepResult
 
 if TYPE_CHECKING:
     from core.store import Store
-    from simulator.limits import LimiterState
+    from simulator.limits import CallLimiter, LimiterState, ProviderLimits
     from simulator.plan import RunPlan, TreeSpec
     from simulator.sweep.monitor import SweepMonitor
     from simulator.sweep.plan import SweepPlan
@@ -122,11 +122,14 @@ async def run_sweep_ray(
     retry_failed: bool = False,
     monitor: SweepMonitor | None = None,
     num_cpus: int | None = None,
+    limiters: ClusterLimiters | None = None,
 ) -> SweepResult:
     """Grow every tree of ``plan`` on Ray workers (see the module docstring).
 
     Connects to ``execution.address`` when set, uses the cluster this process already joined,
-    or starts a local one (``num_cpus``: its size; default one a worker).
+    or starts a local one (``num_cpus``: its size; default one a worker). ``limiters``: the
+    driver's gateways (live judges) that are to draw on the workers' limits use it as their
+    ``limiter_factory``.
     """
     import ray
 
@@ -158,10 +161,10 @@ async def run_sweep_ray(
         heartbeat = asyncio.create_task(lease.keep_alive())
         # the live view reads the store, and the cluster's limiters from their actors (the
         # workers' gateways are elsewhere)
-        limiters = None
         watching = None
         if monitor is not None:
-            limiters = ClusterLimiters(monitor.interval_s)
+            limiters = limiters or ClusterLimiters()
+            limiters.interval_s = monitor.interval_s
             monitor.attach(limiters)
             watching = asyncio.create_task(monitor.watch())
         todo = _trees_to_do(store, plan)
@@ -304,7 +307,10 @@ async def _drive(
     limits = {k: v.model_dump() for k, v in sweep_limits(plan.runs).items()}
     judging: list[asyncio.Future[None]] = []
     registry = registry_actor_class().remote()
-    polling = asyncio.ensure_future(limiters.poll(registry)) if limiters is not None else None
+    polling = None
+    if limiters is not None:
+        limiters.registry = registry
+        polling = asyncio.ensure_future(limiters.poll())
     plans_ref = ray.put([shippable(p) for _, p in plan.runs])
     options = {
         "sweep_id": plan.sweep_id,
@@ -387,6 +393,8 @@ async def _drive(
             budget_state.update(state)
         await asyncio.gather(*judging)
     finally:
+        if limiters is not None:
+            limiters.registry = None  # a gateway made from now on limits its own calls
         if polling is not None:
             polling.cancel()
         for task in judging:
@@ -400,22 +408,40 @@ async def _drive(
 
 
 class ClusterLimiters:
-    """What the live view reads of a gateway, on Ray: the limiter actors' states, shared by
-    every worker, as last polled."""
+    """The driver's side of the cluster's limiter actors while the workers run.
 
-    def __init__(self, interval_s: float) -> None:
+    As a ``limiter_factory`` it gives a gateway of the driver (a live judge's) limiters that
+    draw on the actors, so a judge calling a target's provider shares the workers' limits;
+    before the workers start and after they are done it gives local ones. As the live view's
+    gateway it reports the actors' states, as last polled."""
+
+    def __init__(self, interval_s: float = 1.0) -> None:
         self.interval_s = interval_s
+        self.registry: Any = None  # set while the workers run
         self.states: list[LimiterState] = []
+        self._owner: str | None = None
+
+    def __call__(self, key: str, limits: ProviderLimits) -> CallLimiter:
+        from simulator.limits import local_limiter
+        from simulator.sweep.ray_limits import RayLimiter
+
+        if self.registry is None:
+            return local_limiter(key, limits)
+        if self._owner is None:
+            from simulator.lease import owner_tag
+
+            self._owner = owner_tag()
+        return RayLimiter(key, limits, self.registry, self._owner)
 
     def limiter_states(self) -> list[LimiterState]:
         return list(self.states)
 
-    async def poll(self, registry: Any) -> None:
+    async def poll(self) -> None:
         from simulator.limits import LimiterState
 
-        while True:
+        while self.registry is not None:
             with contextlib.suppress(Exception):  # a missed poll: the view shows the last one
-                snapshots = await registry.snapshots.remote()
+                snapshots = await self.registry.snapshots.remote()
                 self.states = [LimiterState.model_validate(d) for d in snapshots]
             await asyncio.sleep(self.interval_s)
 

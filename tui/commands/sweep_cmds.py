@@ -214,8 +214,9 @@ def _run(
 ) -> tuple[SweepResult, JudgeSummary]:
     from rich.console import Console
 
-    from simulator.limits import SharedLimiters
+    from simulator.limits import LimiterFactory, SharedLimiters
     from simulator.sweep.monitor import SweepMonitor
+    from simulator.sweep.ray_exec import ClusterLimiters, run_sweep_ray
     from simulator.sweep.run import run_sweep, sweep_budget, sweep_gateway, sweep_prices
     from tui.commands.interrupts import until_signalled
     from tui.commands.live_view import LiveView
@@ -242,7 +243,9 @@ def _run(
     # reserve); on Ray the actors' is gone by then, and one rebuilt from the stored calls is exact.
     budget = sweep_budget(plan, store) if local else None
     # and its provider limiters: a judge calling a target's provider draws on the same limits
-    limiters = SharedLimiters() if local else None
+    # (on Ray, while the workers run, the limiter actors they share)
+    cluster = None if local else ClusterLimiters()
+    limiters: LimiterFactory = SharedLimiters() if cluster is None else cluster
 
     async def judge(ids: list[str] | None, when: str) -> None:
         from judges.runner import ajudge_run
@@ -294,10 +297,13 @@ def _run(
 
     async def work() -> SweepResult:
         if not local:
-            from simulator.sweep.ray_exec import run_sweep_ray
-
             result = await run_sweep_ray(
-                plan, store, on_target_done=live, retry_failed=retry_failed, monitor=monitor
+                plan,
+                store,
+                on_target_done=live,
+                retry_failed=retry_failed,
+                monitor=monitor,
+                limiters=cluster,
             )
         else:
             result = await run_sweep(
