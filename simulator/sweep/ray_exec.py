@@ -22,9 +22,9 @@ agent writes that into its log on every node). A budget is one budget actor
 (``simulator.sweep.ray_budget``) that every worker's gateway reserves from and settles with.
 
 ``when: live`` judges run in the driver, each run plan's as soon as the lease table says all of its
-trees are finished, while the workers grow the rest. With a budget they wait for every tree: the
-judges book through a budget rebuilt from the call rows, which cannot see what the trees will
-still spend.
+trees are finished, while the workers grow the rest, their calls limited by the same limiter
+actors (``ClusterLimiters``). With a budget they wait for every tree: the judges book through a
+budget rebuilt from the call rows, which cannot see what the trees will still spend.
 """
 
 from __future__ import annotations
