@@ -223,7 +223,6 @@ class _DriverPlan:
     writer thread spent as much CPU in SQLAlchemy's per-row parameter handling as in SQLite's
     inserts."""
 
-    stmt: Executable  # held: the plan is looked up by id(stmt)
     sql: str
     get: Callable[[dict[str, Any]], tuple[Any, ...]]
     fixed: dict[str, Any]
@@ -236,16 +235,16 @@ class _DriverPlan:
         return tuple(out)
 
 
-_PLANS: dict[tuple[int, str, tuple[str, ...]], _DriverPlan | None] = {}
+# by statement (a statement object hashes and compares by identity), dialect and row keys
+_PLANS: dict[tuple[Executable, str, tuple[str, ...]], _DriverPlan | None] = {}
 
 
 def _driver_plan(stmt: Executable, dialect: Any, keys: tuple[str, ...]) -> _DriverPlan | None:
     """The plan of ``stmt`` for rows of ``keys``; None where SQLAlchemy must run it (a named
     parameter style, or column defaults it would compute per row)."""
-    slot = (id(stmt), dialect.name, keys)
-    plan = _PLANS.get(slot, False)
-    if plan is not False and (plan is None or plan.stmt is stmt):
-        return plan
+    slot = (stmt, dialect.name, keys)
+    if slot in _PLANS:
+        return _PLANS[slot]
     plan = None
     if dialect.positional:
         compiled = stmt.compile(dialect=dialect, column_keys=list(keys))  # type: ignore[attr-defined]
@@ -263,7 +262,7 @@ def _driver_plan(stmt: Executable, dialect: Any, keys: tuple[str, ...]) -> _Driv
                 if process is not None:
                     processors.append((i, _json_fast(process) if _is_json(impl) else process))
             get = itemgetter(*names) if len(names) > 1 else lambda row: (row[names[0]],)
-            plan = _DriverPlan(stmt, compiled.string, get, fixed, tuple(processors))
+            plan = _DriverPlan(compiled.string, get, fixed, tuple(processors))
     if len(_PLANS) > 256:  # statements made per call would otherwise pile up
         _PLANS.clear()
     _PLANS[slot] = plan
