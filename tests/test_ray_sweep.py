@@ -270,7 +270,6 @@ def test_sweep_on_two_workers_replaces_a_killed_worker_and_holds_the_rpm_limit(
     from core.store import open_store
     from simulator.sweep.monitor import SweepMonitor
     from simulator.sweep.ray_exec import run_sweep_ray
-    from simulator.testing.openai_server import ServerThread
 
     server_rpm, window_s = 300.0, 10.0
     persona = ServerThread(model="scripted:echo", delay_s=0.01)
@@ -433,7 +432,6 @@ def test_live_judging_starts_as_each_run_plans_trees_finish(
     from simulator.sweep.manifest import load_manifest
     from simulator.sweep.plan import plan_sweep
     from simulator.sweep.ray_exec import run_sweep_ray
-    from simulator.testing.openai_server import ServerThread
 
     server = ServerThread(model="scripted:echo", delay_s=0.2)
     url = server.start()
@@ -561,7 +559,6 @@ def test_a_budget_on_ray_stops_every_worker_within_it_and_a_bigger_one_completes
     from simulator.sweep.manifest import load_manifest
     from simulator.sweep.plan import plan_sweep
     from simulator.sweep.ray_exec import run_sweep_ray
-    from simulator.testing.openai_server import ServerThread
 
     server = ServerThread(model="scripted:echo", delay_s=0.02)
     url = server.start()
