@@ -12,18 +12,12 @@ from typing import Annotated, Any
 import typer
 
 from core.errors import UserError
+from tui.commands.options import DbOption
 
 RunArg = Annotated[
     str | None, typer.Argument(help="Run id to analyse (see `branchpoint show`); or give --all.")
 ]
 AllOpt = Annotated[bool, typer.Option("--all", help="Analyse every run in the store together.")]
-DbOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--db",
-        help="Store: a SQLite file or a database URL (default $BRANCHPOINT_DB or ./branchpoint.db).",
-    ),
-]
 BootOpt = Annotated[
     int,
     typer.Option(
@@ -95,7 +89,7 @@ def register(app: typer.Typer) -> None:
         ] = "judgment",
         rubric: Annotated[str | None, typer.Option("--rubric", help="Only this rubric id.")] = None,
         judge: Annotated[str | None, typer.Option("--judge", help="Only this judge spec.")] = None,
-        db: DbOpt = None,
+        db: DbOption = None,
     ) -> None:
         """Write the tidy judgment table (one row per judgment, joined with conversation, turn and
         one column per variant choice) as CSV or Parquet. No API keys are in these tables."""
@@ -132,7 +126,7 @@ def register(app: typer.Typer) -> None:
         n_boot: BootOpt = 2000,
         seed: SeedOpt = 0,
         baseline: BaselineOpt = None,
-        db: DbOpt = None,
+        db: DbOption = None,
         exclude_retried: ExcludeRetriedOpt = False,
     ) -> None:
         """Print the headline findings: failure rates with intervals, the largest matched contrasts
@@ -180,7 +174,7 @@ def register(app: typer.Typer) -> None:
         n_boot: BootOpt = 2000,
         seed: SeedOpt = 0,
         baseline: BaselineOpt = None,
-        db: DbOpt = None,
+        db: DbOption = None,
         exclude_retried: ExcludeRetriedOpt = False,
     ) -> None:
         """Write report.md and a self-contained report.html (plots embedded, all text escaped):

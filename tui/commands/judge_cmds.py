@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from core.errors import UserError
+from tui.commands.options import DbOption
 
 
 def judge_command(
@@ -48,13 +49,7 @@ def judge_command(
             help="per_turn (each chatbot turn) or conversation (the whole conversation). Default: the rubric's scope.",
         ),
     ] = None,
-    db: Annotated[
-        str | None,
-        typer.Option(
-            "--db",
-            help="Store: a SQLite path or database URL (default $BRANCHPOINT_DB or ./branchpoint.db).",
-        ),
-    ] = None,
+    db: DbOption = None,
     concurrency: Annotated[
         int, typer.Option("--concurrency", min=1, help="Judging units in flight at once.")
     ] = 4,

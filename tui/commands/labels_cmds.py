@@ -27,15 +27,8 @@ from typing import Annotated, Any
 import typer
 
 from core.errors import UserError
+from tui.commands.options import DbOption
 
-DbOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--db",
-        metavar="URL",
-        help="Store: a SQLite file or a database URL (default $BRANCHPOINT_DB or ./branchpoint.db).",
-    ),
-]
 REQUIRED = ("conversation_id", "rubric_id", "criterion_id", "annotator", "verdict")
 TRUE = {"true", "yes", "1"}
 FALSE = {"false", "no", "0"}
@@ -238,7 +231,7 @@ def export_command(
     run: Annotated[
         str | None, typer.Option("--run", metavar="RUN", help="Only this run's conversations.")
     ] = None,
-    db: DbOpt = None,
+    db: DbOption = None,
 ) -> None:
     """Write every human label (and realism rating) as CSV, in the columns `labels import` reads."""
     from core.human_labels import iter_labels
@@ -262,7 +255,7 @@ def import_command(
             metavar="FILE.csv", help="Labels CSV (columns: see `branchpoint labels --help`)."
         ),
     ],
-    db: DbOpt = None,
+    db: DbOption = None,
 ) -> None:
     """Check a labels CSV whole and store its labels; on any problem, list them all and store none.
 

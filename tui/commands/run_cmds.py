@@ -10,6 +10,7 @@ import typer
 
 from core.domain import EVENTS
 from core.errors import UserError
+from tui.commands.options import DbOption
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -92,14 +93,7 @@ def run_command(
             help="shared: arms share their common prefix (default, or the scenario's setting); independent: every arm from scratch.",
         ),
     ] = None,
-    db: Annotated[
-        str | None,
-        typer.Option(
-            "--db",
-            metavar="PATH",
-            help="Store: a SQLite path or database URL (default $BRANCHPOINT_DB or ./branchpoint.db).",
-        ),
-    ] = None,
+    db: DbOption = None,
     run_id: Annotated[
         str | None,
         typer.Option(
@@ -463,10 +457,7 @@ def show_command(
             metavar="CONV_ID",
         ),
     ],
-    db: Annotated[
-        str | None,
-        typer.Option("--db", metavar="PATH", help="Store: a SQLite path or database URL."),
-    ] = None,
+    db: DbOption = None,
 ) -> None:
     """Print a stored transcript with its stages, the branch points that fired, events and fork
     point, then its provenance (config hash, the prompts' and rules' hashes, the detector, and the

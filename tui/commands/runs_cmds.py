@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from core.errors import UserError
+from tui.commands.options import DbOption
 
 app = typer.Typer(
     help="List the runs and sweeps in a store, or delete one.",
@@ -14,15 +15,6 @@ app = typer.Typer(
     no_args_is_help=False,
     rich_markup_mode=None,
 )
-
-DbOption = Annotated[
-    str | None,
-    typer.Option(
-        "--db",
-        metavar="PATH",
-        help="Store: a SQLite path or database URL (default $BRANCHPOINT_DB or ./branchpoint.db).",
-    ),
-]
 
 
 @app.callback()

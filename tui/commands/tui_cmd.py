@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from tui.commands.options import DbOption
+
 
 def _default_annotator() -> str:
     try:
@@ -16,14 +18,7 @@ def _default_annotator() -> str:
 
 
 def tui_command(
-    db: Annotated[
-        str | None,
-        typer.Option(
-            "--db",
-            metavar="URL",
-            help="Store: a SQLite file or a database URL (default $BRANCHPOINT_DB or ./branchpoint.db).",
-        ),
-    ] = None,
+    db: DbOption = None,
     annotator: Annotated[
         str | None,
         typer.Option("--annotator", metavar="NAME", help="Who labels (default: the login name)."),
