@@ -3,9 +3,11 @@
 A random primary key puts each insert at a random place of the table's key index, and a sweep
 inserts a call row for every model call; ids that grow with time append at the index's right
 edge. ``benchmarks/call_row_inserts.py`` (the writer thread, SQLite, rows 400,000 to 600,000):
-131 us of CPU and 219 us of wall a row with random ids, 100 and 146 with these. The random bits come from a generator seeded by the OS once per process (drawn
-again in a forked child, which would otherwise repeat its parent's ids), not from ``os.urandom``
-per call: that is a system call that lets go of the GIL, on the event loop.
+131 us of CPU and 219 us of wall a row with random ids, 100 and 146 with these.
+
+The random bits come from a generator seeded by the OS once per process (and again in a forked
+child, which would otherwise repeat its parent's ids), not from ``os.urandom`` per call: that is
+a system call that lets go of the GIL, on the event loop.
 """
 
 from __future__ import annotations
