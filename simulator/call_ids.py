@@ -16,15 +16,8 @@ import os
 import random
 import time
 
-_RANDOM = random.Random()
-
-
-def _reseed() -> None:
-    _RANDOM.seed(os.urandom(32))
-
-
-_reseed()
-os.register_at_fork(after_in_child=_reseed)
+_RANDOM = random.Random()  # seeded from os.urandom, as seed() with no argument is
+os.register_at_fork(after_in_child=_RANDOM.seed)
 
 
 def new_call_id() -> str:
