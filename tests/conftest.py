@@ -66,6 +66,16 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     s.close()
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def cli_db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """What a command line's ``--db`` gets: a SQLite file's path, and again a PostgreSQL URL."""
+    return (
+        request.getfixturevalue("postgres_url")
+        if request.param == "postgres"
+        else str(tmp_path / "cli.db")
+    )
+
+
 @pytest.fixture(scope="session")
 def loopback_server() -> Iterator[str]:
     """Base URL (``http://127.0.0.1:PORT/v1``) of an OpenAI-compatible server backed by ``scripted:echo``.

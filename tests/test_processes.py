@@ -22,8 +22,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fixtures.engine.crash_checks import (
+    assert_prefixes,
+    assert_resume_makes_exactly_the_missing_calls,
+    count,
+    rows,
+)
 from fixtures.engine.helpers import cli_command, plugin_env, run_cli
-from test_kill_under_load import _count, _rows
 
 from simulator.limits import ProviderLimits
 from simulator.plan import plan_run
@@ -35,15 +40,6 @@ from simulator.testing.openai_server import ServerThread
 REPO = Path(__file__).resolve().parents[1]
 FIX = REPO / "tests" / "fixtures" / "engine"
 SCENARIOS = [str(FIX / "at_turn.yaml"), str(FIX / "on_event.yaml")]
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    return (
-        request.getfixturevalue("postgres_url")
-        if request.param == "postgres"
-        else str(tmp_path / "procs.db")
-    )
 
 
 @pytest.fixture
@@ -63,14 +59,14 @@ def _transcripts(db: str) -> dict[str, Any]:
     """Every conversation and its turns, as the store holds them, minus times and call ids."""
     convs = {
         r[0]: r[1:]
-        for r in _rows(
+        for r in rows(
             db,
             "select id, variant_id, condition, replicate, status, stop_reason, n_turns, "
             "parent_id, fork_turn from conversations",
         )
     }
     turns: dict[str, list[tuple[Any, ...]]] = {c: [] for c in convs}
-    for r in _rows(
+    for r in rows(
         db,
         'select conversation_id, "index", exchange, role, content, reasoning, stage, '
         "branch_state, fired, events, model, tokens_in, tokens_out, finish_reason, retries, "
@@ -85,17 +81,6 @@ def _transcripts(db: str) -> dict[str, Any]:
             )
         )
     return {c: (convs[c], turns[c]) for c in convs}
-
-
-def _assert_prefixes(db: str) -> None:
-    """Each conversation's turns are 0..n-1 with n its progress counter: no turn twice, none half."""
-    per_conv: dict[str, list[int]] = {}
-    for conv, index in _rows(db, 'select conversation_id, "index" from turns'):
-        per_conv.setdefault(conv, []).append(index)
-    counters = dict(_rows(db, "select id, n_turns from conversations"))
-    for conv, indexes in per_conv.items():
-        assert sorted(indexes) == list(range(len(indexes))), conv
-        assert counters[conv] == len(indexes), conv
 
 
 def _stat(pid: int) -> list[str] | None:
@@ -176,7 +161,7 @@ def _calls_line(stdout: str) -> tuple[int, int]:
 
 
 def test_two_processes_write_exactly_what_one_writes(
-    loopback_server: str, db: str, tmp_path: Path
+    loopback_server: str, cli_db: str, tmp_path: Path
 ) -> None:
     def served() -> int:
         import urllib.request
@@ -208,14 +193,14 @@ def test_two_processes_write_exactly_what_one_writes(
         "--run-id",
         "same",
         "--db",
-        db,
+        cli_db,
         "--processes",
         "2",
     )
     assert cli.returncode == 0, cli.stdout + cli.stderr
     two_served = served() - before
 
-    expected, got = _transcripts(reference), _transcripts(db)
+    expected, got = _transcripts(reference), _transcripts(cli_db)
     plan = plan_run(_echo_config(loopback_server, reference))
     assert len(expected) == sum(len(t.arms) for t in plan.trees) == 15
     assert all(v[0][3] == "completed" for v in got.values())
@@ -224,13 +209,13 @@ def test_two_processes_write_exactly_what_one_writes(
     assert _calls_line(cli.stdout) == (one.calls["persona"], one.calls["target"])
     # (the server answers fewer than the engine counts: arms that agree share cached answers)
     assert two_served == one_served
-    assert _count(db, "select count(*) from model_calls") == _count(
+    assert count(cli_db, "select count(*) from model_calls") == count(
         reference, "select count(*) from model_calls"
     )
     # each turn once
-    assert _count(db, "select count(*) from turns") == sum(len(v[1]) for v in expected.values())
-    _assert_prefixes(db)
-    status = _rows(db, "select status, owner from runs where id = 'same'")
+    assert count(cli_db, "select count(*) from turns") == sum(len(v[1]) for v in expected.values())
+    assert_prefixes(cli_db)
+    status = rows(cli_db, "select status, owner from runs where id = 'same'")
     assert status == [("completed", None)]  # finalised once, the lease let go
 
 
@@ -319,39 +304,18 @@ def _start(db: str, run_id: str, **popen: Any) -> subprocess.Popen[bytes]:
 
 
 def _resume_exactly(db: str, run_id: str) -> None:
-    """Resume ``run_id``: finished turns kept, every conversation completed, and the model
-    calls made exactly those of the turns that were missing."""
-    stored = {i: (t, c) for i, t, c in _rows(db, "select id, created_at, content from turns")}
-    assert 0 < len(stored) < TOTAL, len(stored)
-    _assert_prefixes(db)
-    stored_calls = _count(db, "select count(*) from turns where call_id is not null")
-    calls_before = _count(db, "select count(*) from model_calls")
-    done = subprocess.run(
-        _kill_cli(db, "--resume", run_id),
-        env=plugin_env(0.0),
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    after = {i: (t, c) for i, t, c in _rows(db, "select id, created_at, content from turns")}
-    assert len(after) == TOTAL
-    assert all(after[k] == v for k, v in stored.items())  # finished turns kept, not redone
-    _assert_prefixes(db)
-    assert {s for (s,) in _rows(db, "select status from conversations")} == {"completed"}
-    all_calls = _count(db, "select count(*) from turns where call_id is not null")
-    # one call per turn that has one (the scripted persona never breaks role)
-    assert _count(db, "select count(*) from model_calls") - calls_before == all_calls - stored_calls
+    assert_resume_makes_exactly_the_missing_calls(db, _kill_cli(db, "--resume", run_id), TOTAL)
 
 
 def test_sigkill_of_the_parent_stops_the_workers_and_a_rerun_makes_the_missing_calls(
-    db: str,
+    cli_db: str,
 ) -> None:
-    proc = _start(db, "pk")
+    proc = _start(cli_db, "pk")
     workers: list[int] = []
     try:
-        _wait_for("100 turns", lambda: _count(db, "select count(*) from turns") >= 100, 240, proc)
+        _wait_for(
+            "100 turns", lambda: count(cli_db, "select count(*) from turns") >= 100, 240, proc
+        )
         _wait_for("two workers", lambda: len(_workers(proc.pid)) == 2, 30, proc)
         workers = _descendants(proc.pid)  # the workers, the fork server, the resource tracker
     finally:
@@ -359,13 +323,15 @@ def test_sigkill_of_the_parent_stops_the_workers_and_a_rerun_makes_the_missing_c
         proc.wait(30)
     # no parent: its workers see their control pipe close, commit what they queued and exit
     assert _gone(workers, 30) == []
-    _resume_exactly(db, "pk")
+    _resume_exactly(cli_db, "pk")
 
 
-def test_a_worker_killed_midway_fails_the_run_naming_it_and_a_rerun_completes(db: str) -> None:
-    proc = _start(db, "wk")
+def test_a_worker_killed_midway_fails_the_run_naming_it_and_a_rerun_completes(cli_db: str) -> None:
+    proc = _start(cli_db, "wk")
     try:
-        _wait_for("100 turns", lambda: _count(db, "select count(*) from turns") >= 100, 240, proc)
+        _wait_for(
+            "100 turns", lambda: count(cli_db, "select count(*) from turns") >= 100, 240, proc
+        )
         _wait_for("two workers", lambda: len(_workers(proc.pid)) == 2, 30, proc)
         victim = _workers(proc.pid)[0]
         others = [p for p in _descendants(proc.pid) if p != victim]
@@ -380,16 +346,18 @@ def test_a_worker_killed_midway_fails_the_run_naming_it_and_a_rerun_completes(db
     assert re.search(rf"error: worker [12] of 2 \(pid {victim}\) died: killed by SIGKILL", text)
     assert "Traceback" not in text
     assert _gone(others, 30) == []  # the other worker was stopped, not left running
-    assert _rows(db, "select status, owner from runs where id = 'wk'") == [("failed", None)]
-    statuses = {s for (s,) in _rows(db, "select status from conversations")}
+    assert rows(cli_db, "select status, owner from runs where id = 'wk'") == [("failed", None)]
+    statuses = {s for (s,) in rows(cli_db, "select status from conversations")}
     assert "running" not in statuses and "interrupted" in statuses  # left resumable
-    _resume_exactly(db, "wk")
+    _resume_exactly(cli_db, "wk")
 
 
-def test_ctrl_c_stops_every_process_exits_130_and_a_rerun_completes(db: str) -> None:
-    proc = _start(db, "cc", start_new_session=True)  # its own process group, like a terminal's
+def test_ctrl_c_stops_every_process_exits_130_and_a_rerun_completes(cli_db: str) -> None:
+    proc = _start(cli_db, "cc", start_new_session=True)  # its own process group, like a terminal's
     try:
-        _wait_for("100 turns", lambda: _count(db, "select count(*) from turns") >= 100, 240, proc)
+        _wait_for(
+            "100 turns", lambda: count(cli_db, "select count(*) from turns") >= 100, 240, proc
+        )
         _wait_for("two workers", lambda: len(_workers(proc.pid)) == 2, 30, proc)
         everyone = _descendants(proc.pid)
         os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C sends: the whole foreground group
@@ -401,8 +369,8 @@ def test_ctrl_c_stops_every_process_exits_130_and_a_rerun_completes(db: str) -> 
     assert proc.returncode == 130, err.decode()
     assert "resume with --resume cc" in " ".join(err.decode().split())
     assert _gone(everyone, 30) == []
-    assert _rows(db, "select status from runs where id = 'cc'") == [("interrupted",)]
-    _resume_exactly(db, "cc")
+    assert rows(cli_db, "select status from runs where id = 'cc'") == [("interrupted",)]
+    _resume_exactly(cli_db, "cc")
 
 
 # -- sharing out the work and the limits -------------------------------------------------------

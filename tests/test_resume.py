@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from fixtures.engine.crash_checks import count, rows
 from fixtures.engine.helpers import cli_command, conversations, plugin_env, run_engine, turns_of
 from sqlmodel import select
 
@@ -95,16 +96,6 @@ def test_finished_conversations_are_not_rerun(store) -> None:
     assert all(c.n_turns == 10 for c in conversations(store, "r3"))
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """Where the killed process stores its run: a SQLite file, and again a PostgreSQL database."""
-    return (
-        request.getfixturevalue("postgres_url")
-        if request.param == "postgres"
-        else str(tmp_path / "kill.db")
-    )
-
-
 def _cli(db: str, *extra: str) -> list[str]:
     return cli_command(
         "run",
@@ -122,27 +113,10 @@ def _cli(db: str, *extra: str) -> list[str]:
     )
 
 
-def _rows(db: str, sql: str) -> list[tuple] | None:  # type: ignore[type-arg]
-    """The rows of ``sql`` in the store, read by a connection of our own; None before the tables exist."""
-    from sqlalchemy import create_engine, text
-    from sqlalchemy.exc import DBAPIError
-
-    if "://" not in db and not Path(db).exists():
-        return None
-    engine = create_engine(db if "://" in db else f"sqlite:///{db}")
-    try:
-        with engine.connect() as con:
-            return [tuple(r) for r in con.execute(text(sql)).fetchall()]
-    except DBAPIError:  # tables not created yet
-        return None
-    finally:
-        engine.dispose()
-
-
 def _wait_for_turns(db: str, n: int, proc: subprocess.Popen, limit_s: float = 180) -> int:
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
-        got = (_rows(db, "select count(*) from turns") or [(0,)])[0][0]
+        got = count(db, "select count(*) from turns")
         if got >= n:
             return got
         assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
@@ -150,9 +124,9 @@ def _wait_for_turns(db: str, n: int, proc: subprocess.Popen, limit_s: float = 18
     raise AssertionError(f"no {n} turns within {limit_s}s")
 
 
-def test_sigkill_midway_then_resume_completes_without_redoing_turns(db: str) -> None:
+def test_sigkill_midway_then_resume_completes_without_redoing_turns(cli_db: str) -> None:
     proc = subprocess.Popen(
-        _cli(db, "--run-id", "rk"),
+        _cli(cli_db, "--run-id", "rk"),
         env=plugin_env(0.25),
         cwd=REPO,
         stdout=subprocess.PIPE,
@@ -160,23 +134,22 @@ def test_sigkill_midway_then_resume_completes_without_redoing_turns(db: str) -> 
         text=True,
     )
     try:
-        _wait_for_turns(db, 30, proc)
+        _wait_for_turns(cli_db, 30, proc)
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
     turns_sql = "select id, created_at, content from turns"
-    before = {i: (t, c) for i, t, c in _rows(db, turns_sql) or []}
-    statuses = {s for (s,) in _rows(db, "select status from conversations") or []}
+    before = {i: (t, c) for i, t, c in rows(cli_db, turns_sql)}
+    statuses = {s for (s,) in rows(cli_db, "select status from conversations")}
     stored_calls = {
-        c
-        for (c,) in _rows(db, "select distinct call_id from turns where call_id is not null") or []
+        c for (c,) in rows(cli_db, "select distinct call_id from turns where call_id is not null")
     }
-    calls_before = _rows(db, "select count(*) from model_calls")[0][0]  # type: ignore[index]
+    calls_before = count(cli_db, "select count(*) from model_calls")
     assert 30 <= len(before) < 112  # 112 turns when the run completes
     assert "running" in statuses  # a killed process cannot say more; the next start marks them
 
     done = subprocess.run(
-        _cli(db, "--resume", "rk"),
+        _cli(cli_db, "--resume", "rk"),
         env=plugin_env(0.0),
         cwd=REPO,
         capture_output=True,
@@ -185,13 +158,13 @@ def test_sigkill_midway_then_resume_completes_without_redoing_turns(db: str) -> 
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "resumed" in done.stdout
-    after = {i: (t, c) for i, t, c in _rows(db, turns_sql) or []}
-    statuses = {s for (s,) in _rows(db, "select status from conversations") or []}
-    run_status = _rows(db, "select status, config from runs where id='rk'")[0]  # type: ignore[index]
-    calls_after = _rows(db, "select count(*) from model_calls")[0][0]  # type: ignore[index]
-    distinct = _rows(
-        db, 'select count(*) from (select distinct conversation_id, "index" from turns) d'
-    )[0][0]  # type: ignore[index]
+    after = {i: (t, c) for i, t, c in rows(cli_db, turns_sql)}
+    statuses = {s for (s,) in rows(cli_db, "select status from conversations")}
+    run_status = rows(cli_db, "select status, config from runs where id='rk'")[0]
+    calls_after = count(cli_db, "select count(*) from model_calls")
+    distinct = count(
+        cli_db, 'select count(*) from (select distinct conversation_id, "index" from turns) d'
+    )
     config = run_status[1] if isinstance(run_status[1], dict) else json.loads(run_status[1])
     assert statuses == {"completed"} and run_status[0] == "completed" and "resumes" in config
     assert len(after) == 112 and distinct == 112  # complete, no index written twice
@@ -203,9 +176,9 @@ def test_sigkill_midway_then_resume_completes_without_redoing_turns(db: str) -> 
     assert calls_after - calls_before == 64 - len(stored_calls)
 
 
-def test_sigterm_marks_conversations_interrupted(db: str) -> None:
+def test_sigterm_marks_conversations_interrupted(cli_db: str) -> None:
     proc = subprocess.Popen(
-        _cli(db, "--run-id", "rt"),
+        _cli(cli_db, "--run-id", "rt"),
         env=plugin_env(0.3),
         cwd=REPO,
         stdout=subprocess.PIPE,
@@ -213,7 +186,7 @@ def test_sigterm_marks_conversations_interrupted(db: str) -> None:
         text=True,
     )
     try:
-        _wait_for_turns(db, 10, proc)
+        _wait_for_turns(cli_db, 10, proc)
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=60)
     finally:
@@ -221,20 +194,20 @@ def test_sigterm_marks_conversations_interrupted(db: str) -> None:
             proc.kill()
     assert proc.returncode == 130, out
     assert "--resume rt" in out
-    statuses = [s for (s,) in _rows(db, "select status from conversations") or []]
+    statuses = [s for (s,) in rows(cli_db, "select status from conversations")]
     errors = [
-        e for (e,) in _rows(db, "select error from conversations where status='interrupted'") or []
+        e for (e,) in rows(cli_db, "select error from conversations where status='interrupted'")
     ]
-    run_status = _rows(db, "select status from runs where id='rt'")[0][0]  # type: ignore[index]
+    run_status = rows(cli_db, "select status from runs where id='rt'")[0][0]
     assert "running" not in statuses and "interrupted" in statuses
     assert all(e and "interrupted" in e for e in errors)
     assert run_status == "interrupted"
 
 
-def test_a_run_in_progress_cannot_be_resumed_by_a_second_process(db: str) -> None:
+def test_a_run_in_progress_cannot_be_resumed_by_a_second_process(cli_db: str) -> None:
     # Slow replies (1 s each) keep the first process busy while the second one starts and is refused.
     proc = subprocess.Popen(
-        _cli(db, "--run-id", "rl"),
+        _cli(cli_db, "--run-id", "rl"),
         env=plugin_env(1.0),
         cwd=REPO,
         stdout=subprocess.PIPE,
@@ -242,9 +215,9 @@ def test_a_run_in_progress_cannot_be_resumed_by_a_second_process(db: str) -> Non
         text=True,
     )
     try:
-        _wait_for_turns(db, 4, proc)
+        _wait_for_turns(cli_db, 4, proc)
         second = subprocess.run(
-            _cli(db, "--resume", "rl"),
+            _cli(cli_db, "--resume", "rl"),
             env=plugin_env(0.0),
             cwd=REPO,
             capture_output=True,
@@ -260,7 +233,7 @@ def test_a_run_in_progress_cannot_be_resumed_by_a_second_process(db: str) -> Non
     assert f"is being run by process {proc.pid}" in errors[0]
     # The killed owner ran on this host and is gone: its run can be resumed at once, and completes.
     done = subprocess.run(
-        _cli(db, "--resume", "rl"),
+        _cli(cli_db, "--resume", "rl"),
         env=plugin_env(0.0),
         cwd=REPO,
         capture_output=True,
@@ -268,4 +241,4 @@ def test_a_run_in_progress_cannot_be_resumed_by_a_second_process(db: str) -> Non
         timeout=300,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert _rows(db, "select status, owner from runs where id='rl'") == [("completed", None)]
+    assert rows(cli_db, "select status, owner from runs where id='rl'") == [("completed", None)]

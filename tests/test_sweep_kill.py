@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from test_kill_under_load import _assert_prefixes
+from fixtures.engine.crash_checks import assert_prefixes
 from test_sweep_cli import REPO, SWEEP, _turns, cli, rows, write
 
 KILLS = 3
@@ -104,14 +104,14 @@ def test_sigkill_at_three_random_moments_then_the_sweep_equals_an_uninterrupted_
     stored = [_kill_midway(manifest, db, rng) for _ in range(KILLS)]
     total = len(planned) * 6  # every arm runs 3 exchanges of two turns (scripted:slow is quiet)
     assert 0 < stored[0] < stored[1] < stored[2] < total, stored  # each kill landed midway
-    _assert_prefixes(str(db))  # what a kill leaves: whole turns, each conversation a prefix
+    assert_prefixes(str(db))  # what a kill leaves: whole turns, each conversation a prefix
 
     done = cli("sweep", str(manifest))
     assert done.returncode == 0, done.stdout + done.stderr
     convs = rows(db, "select id, status, n_turns from conversations")
     assert {c[0] for c in convs} == planned and len(convs) == len(planned)  # each cell once
     assert {(s, n) for _, s, n in convs} == {("completed", 6)}
-    _assert_prefixes(str(db))  # turn indexes contiguous: no turn written twice
+    assert_prefixes(str(db))  # turn indexes contiguous: no turn written twice
 
     reference = _manifest(tmp_path / "reference")
     clean = cli("sweep", str(reference))
