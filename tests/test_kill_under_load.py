@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from fixtures.engine.crash_checks import assert_resume_makes_exactly_the_missing_calls, count
-from fixtures.engine.helpers import cli_command, plugin_env
+from fixtures.engine.helpers import cli_command, plugin_env, scripted_run
 
 REPO = Path(__file__).resolve().parents[1]
 FIX = REPO / "tests" / "fixtures" / "engine"
@@ -22,15 +22,7 @@ REPLICATES = 30  # x 4 arms, independent: 120 conversations, 1,680 turns
 
 def _cli(db: str, *extra: str) -> list[str]:
     return cli_command(
-        "run",
-        str(FIX / "on_event.yaml"),
-        str(FIX / "at_turn.yaml"),
-        "--target",
-        "scripted:slowbot",
-        "--simulator",
-        "scripted:persona",
-        "--db",
-        db,
+        *scripted_run(db, str(FIX / "on_event.yaml"), str(FIX / "at_turn.yaml")),
         "--replicates",
         str(REPLICATES),
         "--fork",

@@ -18,6 +18,7 @@ from fixtures.engine.helpers import (
     plugin_env,
     run_cli,
     run_engine,
+    scripted_run,
     turns_of,
     write_scenario,
 )
@@ -176,9 +177,8 @@ def test_judge_command_without_rubric_uses_each_scenarios_rubric(
     for path in (out, teen):
         ran = runner.invoke(
             app,
-            ["run", str(path), "--target", "scripted:slowbot", "--simulator", "scripted:persona",
-             "--max-turns", "1", "--db", db],
-        )  # fmt: skip
+            [*scripted_run(db, str(path)), "--max-turns", "1"],
+        )
         assert ran.exit_code == 0, ran.output
     judged = runner.invoke(app, ["judge", "--all", "--judge", "heuristic", "--db", db])
     assert judged.exit_code == 0, judged.output
@@ -194,10 +194,7 @@ def test_judge_command_stops_when_a_scenario_names_no_rubric(tmp_path: Path) -> 
     path = write_scenario(tmp_path)  # an inline fixture with no `rubric:` field
     db = str(tmp_path / "none.db")
     env = plugin_env()
-    ran = run_cli(
-        "run", str(path), "--target", "scripted:slowbot", "--simulator", "scripted:persona",
-        "--max-turns", "1", "--db", db, env=env,
-    )  # fmt: skip
+    ran = run_cli(*scripted_run(db, str(path)), "--max-turns", "1", env=env)
     assert ran.returncode == 0, ran.stderr
     judged = run_cli("judge", "--all", "--judge", "heuristic", "--db", db, env=env)
     assert judged.returncode == 2

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 from fixtures.engine.helpers import HERE as FIX
-from fixtures.engine.helpers import plugin_env, run_cli
+from fixtures.engine.helpers import plugin_env, run_cli, scripted_run
 
 
 def _branchpoint(*args: str) -> str:
@@ -21,19 +21,11 @@ def _branchpoint(*args: str) -> str:
 
 def _pipeline(db: str, out: Path) -> pd.DataFrame:
     _branchpoint(
-        "run",
-        str(FIX / "on_event.yaml"),
-        str(FIX / "at_turn.yaml"),
-        "--target",
-        "scripted:slowbot",
-        "--simulator",
-        "scripted:persona",
+        *scripted_run(db, str(FIX / "on_event.yaml"), str(FIX / "at_turn.yaml")),
         "--replicates",
         "2",
         "--run-id",
         "pg1",
-        "--db",
-        db,
     )
     judged = _branchpoint("judge", "pg1", "--rubric", "teen", "--judge", "heuristic", "--db", db)
     assert "0 error(s)" in judged

@@ -28,7 +28,7 @@ from fixtures.engine.crash_checks import (
     count,
     rows,
 )
-from fixtures.engine.helpers import cli_command, plugin_env, run_cli
+from fixtures.engine.helpers import cli_command, plugin_env, run_cli, scripted_run
 
 from simulator.limits import ProviderLimits
 from simulator.plan import plan_run
@@ -272,14 +272,7 @@ TOTAL = REPLICATES * 56
 
 def _kill_cli(db: str, *extra: str) -> list[str]:
     return cli_command(
-        "run",
-        *SCENARIOS,
-        "--target",
-        "scripted:slowbot",
-        "--simulator",
-        "scripted:persona",
-        "--db",
-        db,
+        *scripted_run(db, *SCENARIOS),
         "--replicates",
         str(REPLICATES),
         "--fork",

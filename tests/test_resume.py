@@ -10,7 +10,14 @@ from pathlib import Path
 
 import pytest
 from fixtures.engine.crash_checks import count, rows
-from fixtures.engine.helpers import cli_command, conversations, plugin_env, run_engine, turns_of
+from fixtures.engine.helpers import (
+    cli_command,
+    conversations,
+    plugin_env,
+    run_engine,
+    scripted_run,
+    turns_of,
+)
 from sqlmodel import select
 
 from core.records import Conversation, Run, Turn
@@ -98,18 +105,22 @@ def test_finished_conversations_are_not_rerun(store) -> None:
 
 def _cli(db: str, *extra: str) -> list[str]:
     return cli_command(
-        "run",
-        str(FIX / "on_event.yaml"),
-        str(FIX / "at_turn.yaml"),
-        "--target",
-        "scripted:slowbot",
-        "--simulator",
-        "scripted:persona",
-        "--db",
-        db,
+        *scripted_run(db, str(FIX / "on_event.yaml"), str(FIX / "at_turn.yaml")),
         "--replicates",
         "2",
         *extra,
+    )
+
+
+def _start(db: str, run_id: str, delay_s: float) -> subprocess.Popen[str]:
+    """``run_id`` started in a process of its own, each bot reply taking ``delay_s``."""
+    return subprocess.Popen(
+        _cli(db, "--run-id", run_id),
+        env=plugin_env(delay_s),
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
 
 
@@ -125,14 +136,7 @@ def _wait_for_turns(db: str, n: int, proc: subprocess.Popen, limit_s: float = 18
 
 
 def test_sigkill_midway_then_resume_completes_without_redoing_turns(cli_db: str) -> None:
-    proc = subprocess.Popen(
-        _cli(cli_db, "--run-id", "rk"),
-        env=plugin_env(0.25),
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    proc = _start(cli_db, "rk", delay_s=0.25)
     try:
         _wait_for_turns(cli_db, 30, proc)
     finally:
@@ -177,14 +181,7 @@ def test_sigkill_midway_then_resume_completes_without_redoing_turns(cli_db: str)
 
 
 def test_sigterm_marks_conversations_interrupted(cli_db: str) -> None:
-    proc = subprocess.Popen(
-        _cli(cli_db, "--run-id", "rt"),
-        env=plugin_env(0.3),
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    proc = _start(cli_db, "rt", delay_s=0.3)
     try:
         _wait_for_turns(cli_db, 10, proc)
         proc.send_signal(signal.SIGTERM)
@@ -206,14 +203,7 @@ def test_sigterm_marks_conversations_interrupted(cli_db: str) -> None:
 
 def test_a_run_in_progress_cannot_be_resumed_by_a_second_process(cli_db: str) -> None:
     # Slow replies (1 s each) keep the first process busy while the second one starts and is refused.
-    proc = subprocess.Popen(
-        _cli(cli_db, "--run-id", "rl"),
-        env=plugin_env(1.0),
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    proc = _start(cli_db, "rl", delay_s=1.0)
     try:
         _wait_for_turns(cli_db, 4, proc)
         second = subprocess.run(
