@@ -79,6 +79,10 @@ async def execute(
     )
     writer = TurnWriter(store, on_turns=progress.advance)
     semaphore, calls = asyncio.Semaphore(plan.concurrency), CallCounter()
+    todo = plan.trees if trees is None else trees
+    # one look for the whole share instead of two queries per tree, on the event loop, before
+    # the first call (0.3-0.4 s for a fresh run of 1,000 conversations)
+    stored = writer.stored_ids([a.conversation_id for t in todo for a in t.arms])
 
     def env_for(simulator: str) -> TreeEnv:
         # One env per simulator (a sensitivity run plays every tree with each); they share the
@@ -103,6 +107,7 @@ async def execute(
             semaphore=semaphore,
             calls=calls,
             target_params_record=plan.target_params_record,
+            stored=stored,
         )
 
     envs = {sim: env_for(sim) for sim in dict.fromkeys([plan.simulator, *plan.simulators])}
@@ -116,7 +121,7 @@ async def execute(
 
     try:
         try:
-            await asyncio.gather(*(one_tree(t) for t in (plan.trees if trees is None else trees)))
+            await asyncio.gather(*(one_tree(t) for t in todo))
         finally:
             # what the write-behind thread still holds is committed before the run is finalised
             await gateway.flush()

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -57,6 +57,9 @@ class TreeEnv:
     semaphore: asyncio.Semaphore
     calls: CallCounter = field(default_factory=CallCounter)
     target_params_record: dict[str, Any] = field(default_factory=dict)
+    # conversation ids with rows in the store, where known: a tree none of whose arms is in it
+    # has nothing to resume, and skips its two queries (a fresh run's trees all do)
+    stored: Container[str] | None = None
 
 
 @dataclass
@@ -119,7 +122,10 @@ def _partition(arms: Sequence[Arm], key: Callable[[Arm], Any]) -> list[list[Arm]
 async def run_tree(spec: TreeSpec, env: TreeEnv) -> list[ArmResult]:
     """Run (or resume) every arm of one tree; returns one result per arm."""
     opening = lambda arm: env.opening(spec.scenario, arm.variant)  # noqa: E731
-    stored = env.writer.load(spec.arms)
+    if env.stored is None or any(a.conversation_id in env.stored for a in spec.arms):
+        stored = env.writer.load(spec.arms)
+    else:
+        stored = {a.conversation_id: (None, []) for a in spec.arms}
     results: list[ArmResult] = []
     work: list[tuple[list[Arm], ConvState]] = []
     if all(conv is None for conv, _ in stored.values()):

@@ -18,9 +18,10 @@ from fixtures.engine.helpers import (
     scripted_run,
     turns_of,
 )
-from sqlmodel import select
+from sqlalchemy import delete
+from sqlmodel import col, select
 
-from core.records import Conversation, Run, Turn
+from core.records import Conversation, ModelCall, Run, Turn
 
 REPO = Path(__file__).resolve().parents[1]
 FIX = REPO / "tests" / "fixtures" / "engine"
@@ -232,3 +233,35 @@ def test_a_run_in_progress_cannot_be_resumed_by_a_second_process(cli_db: str) ->
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert rows(cli_db, "select status, owner from runs where id='rl'") == [("completed", None)]
+
+
+def test_only_trees_with_stored_rows_are_read_back(store, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from simulator.turn_writer import TurnWriter
+
+    loaded: list[set[int]] = []
+    original = TurnWriter.load
+
+    def counting(self, arms):  # type: ignore[no-untyped-def]
+        found = original(self, arms)
+        loaded.append({c.replicate for c, _ in found.values() if c is not None})
+        return found
+
+    monkeypatch.setattr(TurnWriter, "load", counting)
+    path = FIX / "at_turn.yaml"
+    run_engine(store, path, run_id="r6", replicates=2)
+    assert loaded == []  # a fresh run has nothing to read back
+    want = _transcripts(store, "r6")
+    _crash_at(store, "r6", keep=4)
+    with store.session() as s:  # replicate 1's tree died before its rows were committed
+        lost = s.exec(
+            select(Conversation.id).where(Conversation.run_id == "r6", Conversation.replicate == 1)
+        ).all()
+        s.execute(delete(ModelCall).where(col(ModelCall.conversation_id).in_(lost)))
+        s.execute(delete(Turn).where(col(Turn.conversation_id).in_(lost)))
+        gone = col(Conversation.id).in_(lost)
+        s.execute(delete(Conversation).where(gone, col(Conversation.parent_id).is_not(None)))
+        s.execute(delete(Conversation).where(gone))  # the followers above, then their leader
+        s.commit()
+    run_engine(store, path, run_id="r6", replicates=2, resume=True)
+    assert loaded == [{0}]  # replicate 0's tree is read back and resumed; 1's starts afresh
+    assert _transcripts(store, "r6") == want
