@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import NoReturn
 
 # Before anything imports litellm or transformers: no network at import, no hub look-ups.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -57,13 +58,43 @@ for module in (
 
 def main() -> None:
     try:
-        app()
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        sys.exit(130)
+        try:
+            app()
+        except UserError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            sys.exit(2)
+        except KeyboardInterrupt:
+            print("interrupted", file=sys.stderr)
+            sys.exit(130)
+    except SystemExit as exc:
+        _exit(exc.code)
+    _exit(0)
+
+
+def _exit(code: object) -> NoReturn:
+    """End the process as CPython ends a multiprocessing child: join the threads that must be
+    joined and run the exit hooks, then leave without tearing the interpreter down.
+
+    The teardown frees every object the command made, one by one, and does nothing else:
+    after a run of 1,000 conversations it took half a second of the whole command's time."""
+    if code is None:
+        status = 0
+    elif isinstance(code, int):
+        status = code
+    else:  # sys.exit("message"), as the interpreter does it
+        print(code, file=sys.stderr)
+        status = 1
+    import atexit
+    import threading
+
+    threading._shutdown()  # type: ignore[attr-defined]  # non-daemon threads, thread pools
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # closed, or a broken pipe: nothing more to say there
+            pass
+    os._exit(status)
 
 
 if __name__ == "__main__":
