@@ -451,3 +451,28 @@ def test_the_parent_of_the_workers_does_not_load_the_conversation_engine() -> No
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_the_fork_server_starts_before_the_store_and_the_engine_are_imported(
+    tmp_path: Path,
+) -> None:
+    """``run --processes N`` starts the fork server as early as it can: its imports then overlap
+    the parent's, which are half a second more if the run's module comes first."""
+    code = (
+        "import sys, simulator.processes as p\n"
+        "def probe(config):\n"
+        "    heavy = ['simulator.runner', 'core.store', 'simulator.graph']\n"
+        "    print('loaded:', [m for m in heavy if m in sys.modules])\n"
+        "    raise SystemExit(0)\n"
+        "p.start_fork_server = probe\n"
+        "from tui.cli import app\n"
+        f"app(['run', {str(SCENARIOS[0])!r}, '--target', 'oai:x', '--target-param',"
+        f" 'api_base=http://127.0.0.1:9/v1', '--simulator', 'oai:x', '--simulator-param',"
+        f" 'api_base=http://127.0.0.1:9/v1', '--processes', '2', '--db',"
+        f" {str(tmp_path / 'x.db')!r}])\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "loaded: []"

@@ -204,10 +204,13 @@ def run_command(
     Arms share the conversation until a branch point separates them (fork: shared). Stop with
     Ctrl-C at any time: conversations are marked interrupted, and --resume RUN_ID finishes them.
     """
+    # Not from simulator.runner, which imports the store and the engine (half a second): with
+    # --processes the fork server's imports start before those, on the other core.
     from simulator.events import load_patterns
     from simulator.limits import load_limits
+    from simulator.plan import check_specs, load, new_run_id
     from simulator.processes import resolve_processes, start_fork_server
-    from simulator.runner import RunConfig, check_specs, load, new_run_id
+    from simulator.run_config import RunConfig
     from simulator.specs import pairs_to_dict
 
     if fork not in (None, "shared", "independent"):
