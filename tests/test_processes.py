@@ -453,6 +453,31 @@ def test_the_parent_of_the_workers_does_not_load_the_conversation_engine() -> No
     assert out.stdout.strip() == "[]"
 
 
+def test_the_run_reports_its_workers_cpu_time(cli_db: str) -> None:
+    """The workers are the fork server's children: the run's own usage (what ``wait4`` and
+    ``time`` report) has their CPU only if the fork server reaped them and was waited for."""
+    burn = 0.05  # a second or more in all, beyond what the parent alone spends
+    proc = subprocess.Popen(
+        cli_command(
+            *scripted_run(cli_db, *SCENARIOS, target="scripted:cpubot"),
+            *("--replicates", "2", "--processes", "2"),
+        ),
+        env=plugin_env(ENGINE_TEST_BURN_S=str(burn)),
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert proc.stdout is not None
+    out = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    assert proc.returncode == 0, out
+    _, replies = _calls_line(out)
+    assert replies >= 20
+    assert usage.ru_utime + usage.ru_stime >= replies * burn
+
+
 def test_the_fork_server_starts_before_the_store_and_the_engine_are_imported(
     tmp_path: Path,
 ) -> None:
