@@ -15,6 +15,8 @@ replicates of 19 files; ``workload``). For each run it prints:
 - CPU ms per model call of the ``branchpoint run`` process (user + system, load-independent);
 - peak RSS of that process, and the most calls the server had in flight at once;
 - store bytes per conversation (a SQLite file, after a WAL checkpoint);
+- the fixed costs around the calls: process start to the first request (imports, planning,
+  the fork server with ``--processes``) and the last answer to the process's exit;
 - the loopback server's own CPU per call (Linux): it runs on the same cores, so with
   ``--processes`` the workers and the server share the machine's CPU between them.
 
@@ -124,6 +126,8 @@ class Figures:
     peak_in_flight: int
     bytes_per_conversation: float
     server_ms_per_call: float | None = None
+    startup_s: float = 0.0  # process start to the server's first request
+    winddown_s: float = 0.0  # the server's last answer to the process's exit
 
     def show(self) -> str:
         return (
@@ -133,7 +137,9 @@ class Figures:
             f"first call, {self.wall_s / self.ideal_s:.2f} whole process\n"
             f"  CPU {self.cpu_ms_per_call:.2f} ms per model call, peak RSS "
             f"{self.peak_rss_mb:.0f} MB, peak calls in flight {self.peak_in_flight}, store "
-            f"{self.bytes_per_conversation / 1024:.1f} KiB per conversation"
+            f"{self.bytes_per_conversation / 1024:.1f} KiB per conversation\n"
+            f"  fixed costs: {self.startup_s:.2f} s from the process's start to the first call, "
+            f"{self.winddown_s:.2f} s from the last answer to its exit"
             + (
                 f"\n  the loopback server, on the same cores: {self.server_ms_per_call:.2f} ms "
                 "CPU per call"
@@ -234,6 +240,8 @@ def run_once(
         server_ms_per_call=(server_after - server_before) * 1000 / max(calls, 1)
         if server_before is not None and server_after is not None
         else None,
+        startup_s=(stats["first_at"] or started) - started,
+        winddown_s=ended - (stats["last_at"] or ended),
     )
 
 
