@@ -130,16 +130,6 @@ def iter_labels(store: Store, run_id: str | None = None) -> Iterator[LabelRow]:
             yield LabelRow(**{k: r._mapping[k] for k in LABEL_COLUMNS})
 
 
-def existing_conversations(store: Store, ids: Iterable[str]) -> set[str]:
-    wanted = sorted(set(ids))
-    found: set[str] = set()
-    with store.engine.connect() as conn:
-        for i in range(0, len(wanted), 500):
-            chunk = wanted[i : i + 500]
-            found.update(v for (v,) in conn.execute(select(C.id).where(C.id.in_(chunk))))
-    return found
-
-
 def labelled(store: Store, annotator: str, items: list[LabelItem]) -> set[LabelItem]:
     """The items of a queue this annotator has labelled already (to resume where they left)."""
     ids = {label_id(annotator, it): it for it in items}

@@ -60,6 +60,7 @@ async def execute(
     store failures propagate. ``progress`` advances by every turn written, and by the turns an
     arm that stopped early will never write.
     """
+    from core.read import existing_conversations
     from scenarios import variants as variants_api
     from simulator.events import LLMDetector, RuleDetector
     from simulator.gateway import stored_params
@@ -82,7 +83,7 @@ async def execute(
     todo = plan.trees if trees is None else trees
     # one look for the whole share instead of two queries per tree, on the event loop, before
     # the first call (0.3-0.4 s for a fresh run of 1,000 conversations)
-    stored = writer.stored_ids([a.conversation_id for t in todo for a in t.arms])
+    stored = existing_conversations(store, (a.conversation_id for t in todo for a in t.arms))
 
     def env_for(simulator: str) -> TreeEnv:
         # One env per simulator (a sensitivity run plays every tree with each); they share the

@@ -205,15 +205,6 @@ class TurnWriter:
             ]
         await self.queue.write([(RANK_SPLIT, _FORK, forks), (RANK_SPLIT, _PARENT, parents)])
 
-    def stored_ids(self, ids: Sequence[str]) -> set[str]:
-        """Those of ``ids`` that have a conversation row (a few queries for a whole run)."""
-        found: set[str] = set()
-        with self.store.session() as s:
-            for start in range(0, len(ids), 500):
-                chunk = list(ids[start : start + 500])
-                found.update(s.exec(select(Conversation.id).where(col(Conversation.id).in_(chunk))))
-        return found
-
     def load(self, arms: Sequence[Arm]) -> dict[str, tuple[Conversation | None, list[Turn]]]:
         """Each arm's stored conversation and turns (two queries for the whole tree)."""
         ids = [a.conversation_id for a in arms]

@@ -31,6 +31,7 @@ _EXPORTS = {
     "run_config_hashes": "core.read.runs",
     # conversations
     "conversation_rows": "core.read.conversations",
+    "existing_conversations": "core.read.conversations",
     "select_conversations": "core.read.conversations",
     "find_conversation": "core.read.conversations",
     "conversation_provenance": "core.read.conversations",

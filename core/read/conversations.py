@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from sqlalchemy import select
@@ -10,11 +10,24 @@ from sqlalchemy import select
 from core.errors import UserError
 from core.read.schema import CONVERSATION_ATTEMPTS, CONVERSATIONS
 from core.read.source import StoreRef, read_frame
+from core.read.turns import ID_CHUNK
 from core.records import Conversation, ConversationProvenance
 from core.store import Store
 
 if TYPE_CHECKING:
     import pandas as pd
+
+
+def existing_conversations(store: Store, ids: Iterable[str]) -> set[str]:
+    """Those of ``ids`` that have a conversation row."""
+    c = CONVERSATIONS.c
+    wanted = sorted(set(ids))
+    found: set[str] = set()
+    with store.engine.connect() as conn:
+        for i in range(0, len(wanted), ID_CHUNK):
+            chunk = wanted[i : i + ID_CHUNK]
+            found.update(v for (v,) in conn.execute(select(c.id).where(c.id.in_(chunk))))
+    return found
 
 
 def conversation_rows(ref: StoreRef, runs: Sequence[str] | None = None) -> pd.DataFrame:

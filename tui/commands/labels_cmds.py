@@ -262,7 +262,8 @@ def import_command(
     Columns: conversation_id, turn_index (empty: whole conversation), rubric_id, criterion_id,
     annotator, verdict (empty: not applicable), note, confidence (low/medium/high), time_spent_s,
     blind (true/false)."""
-    from core.human_labels import existing_conversations, save_labels
+    from core.human_labels import save_labels
+    from core.read import existing_conversations
     from core.store import open_store
 
     store = open_store(db, create=False)
