@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import itertools
 import random
 import subprocess
@@ -86,11 +87,17 @@ _ROUTES = {
     "/v1/_stats": "GET",
 }
 _ROLES = {"developer": "system", "system": "system", "assistant": "assistant"}
-_MESSAGES_KEPT = 50_000  # the conversations in flight, a few times over
 
 
 def _role(role: Any) -> str:
     return _ROLES.get(str(role), "user")
+
+
+# Each request resends the conversation so far: validating every message again was the biggest
+# part of this server's CPU per call.
+@functools.lru_cache(maxsize=1 << 16)
+def _message(role: str, content: str) -> Message:
+    return Message(role=role, content=content)
 
 
 class ChatServer:
@@ -163,9 +170,6 @@ class ChatServer:
         self._last_headers: Mapping[str, str] = {}
         self._ids = itertools.count(1)
         self._direct_models: dict[str, ScriptedModel | None] = {}
-        # (role, content) -> its Message: each request resends the conversation so far, and
-        # validating every message again was the biggest part of this server's CPU per call
-        self._messages: dict[tuple[str, str], Message] = {}
 
     @property
     def last_headers(self) -> dict[str, str]:
@@ -239,7 +243,9 @@ class ChatServer:
             return self._error(401, "invalid api key", "authentication_error")
         try:
             body = orjson.loads(request.body)
-            messages = [self._message(m) for m in body["messages"]]
+            messages = [
+                _message(_role(m.get("role")), _text(m.get("content"))) for m in body["messages"]
+            ]
         except (ValueError, KeyError, TypeError, AttributeError) as exc:  # JSONDecodeError too
             return self._error(400, f"bad request body: {exc}", "invalid_request_error")
         model = str(body.get("model") or self.spec)
@@ -326,15 +332,6 @@ class ChatServer:
                 },
             }
         )
-
-    def _message(self, raw: Any) -> Message:
-        key = (_role(raw.get("role")), _text(raw.get("content")))
-        message = self._messages.get(key)
-        if message is None:
-            if len(self._messages) >= _MESSAGES_KEPT:
-                self._messages.clear()  # only speed is lost
-            message = self._messages[key] = Message(role=key[0], content=key[1])
-        return message
 
     def _direct(self, spec: str) -> ScriptedModel | None:
         """A built-in scripted model answers without the gateway: its reply is the same, and the
