@@ -57,18 +57,18 @@ for module in (
 
 
 def main() -> None:
+    code: object = 0
     try:
-        try:
-            app()
-        except UserError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            sys.exit(2)
-        except KeyboardInterrupt:
-            print("interrupted", file=sys.stderr)
-            sys.exit(130)
-    except SystemExit as exc:
-        _exit(exc.code)
-    _exit(0)
+        app()
+    except SystemExit as exc:  # how the command line ends every command
+        code = exc.code
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        code = 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        code = 130
+    _exit(code)
 
 
 def _exit(code: object) -> NoReturn:
