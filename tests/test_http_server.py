@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 
 import pytest
 
+from simulator.testing.http_server import Ready, Request
 from simulator.testing.openai_server import ServerThread
 
 
@@ -104,3 +106,78 @@ def test_http10_closes_and_errors_are_answered(server: tuple[str, int]) -> None:
         with socket.create_connection(server) as sock:
             sock.sendall(request)
             assert _Replies(sock).next()[0] == expected, request
+
+
+def _post(sock: socket.socket, body: bytes, *headers: str) -> None:
+    extra = "".join(f"{h}\r\n" for h in headers)
+    sock.sendall(
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n{extra}Content-Length: {len(body)}"
+        "\r\n\r\n".encode()
+        + body
+    )
+
+
+def test_a_reply_made_at_once_is_the_reply_chat_makes() -> None:
+    """A plain chat is answered by ``ChatServer.ready`` (a timer holds it back for the delay);
+    a header that only ``chat`` reads sends the same request down the general path. Both
+    answer the same, after the delay, and count alike."""
+    thread = ServerThread(delay_s=0.2, reasoning="thinking")
+    url = thread.start()
+    host, port = url.removeprefix("http://").removesuffix("/v1").split(":")
+    assert thread._runner is not None
+    http = thread._runner.http
+    fast, answered = http.fast, []
+    assert fast is not None
+
+    def seen(request: Request) -> Ready | None:
+        ready = fast(request)
+        answered.append(ready is not None)
+        return ready
+
+    http.fast = seen
+    try:
+        answers = []
+        for headers in ((), ("x-fail-first: 0",)):
+            with socket.create_connection((host, int(port))) as sock:
+                started = time.monotonic()
+                _post(sock, _chat("same words"), *headers)
+                status, _, body = _Replies(sock).next()
+                assert status == 200
+                assert time.monotonic() - started >= 0.2
+                reply = json.loads(body)
+                del reply["id"], reply["created"]
+                answers.append(reply)
+        assert answered == [True, False]  # at once, then down chat()
+        assert answers[0] == answers[1]
+        assert answers[0]["choices"][0]["message"] == {
+            "role": "assistant",
+            "content": "same words",
+            "reasoning_content": "thinking",
+        }
+        assert thread.server is not None
+        assert thread.server.requests == 2 and thread.server.counts["ok"] == 2
+        assert thread.server.formats == ["text", "text"]
+        assert thread.server.in_flight == 0
+    finally:
+        thread.stop()
+
+
+def test_a_held_reply_whose_client_left_is_no_longer_in_flight() -> None:
+    thread = ServerThread(delay_s=2.0)
+    url = thread.start()
+    host, port = url.removeprefix("http://").removesuffix("/v1").split(":")
+    try:
+        assert thread.server is not None
+        with socket.create_connection((host, int(port))) as sock:
+            _post(sock, _chat("never read"))
+            deadline = time.monotonic() + 5
+            while thread.server.in_flight == 0 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert thread.server.in_flight == 1
+        deadline = time.monotonic() + 1.5  # well before the 2 s delay would have ended
+        while thread.server.in_flight and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert thread.server.in_flight == 0
+        assert thread.server.last_at is not None
+    finally:
+        thread.stop()

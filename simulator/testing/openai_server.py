@@ -45,9 +45,9 @@ from typing import Any, Literal
 
 import orjson
 
-from simulator.completion import GenParams, Message, ModelError
+from simulator.completion import Completion, GenParams, Message, ModelError
 from simulator.providers.scripted import BUILTIN, ScriptedModel
-from simulator.testing.http_server import HTTPServer, Reply, Request
+from simulator.testing.http_server import HTTPServer, Ready, Reply, Request
 from simulator.thinking import split_reasoning
 
 HOST = "127.0.0.1"
@@ -86,6 +86,7 @@ _ROUTES = {
     "/models": "GET",
     "/v1/_stats": "GET",
 }
+_CHATS = {path for path, method in _ROUTES.items() if method == "POST"}
 _ROLES = {"developer": "system", "system": "system", "assistant": "assistant"}
 
 
@@ -170,6 +171,10 @@ class ChatServer:
         self._last_headers: Mapping[str, str] = {}
         self._ids = itertools.count(1)
         self._direct_models: dict[str, ScriptedModel | None] = {}
+        # what only chat() does: a key to check, limits, faults
+        self._general = bool(
+            require_key is not None or fail_first or rpm or tpm or any(self.faults.values())
+        )
 
     @property
     def last_headers(self) -> dict[str, str]:
@@ -222,20 +227,58 @@ class ChatServer:
         return _json_response(body, status, headers)
 
     async def chat(self, request: Request) -> Reply:
-        self.in_flight += 1
-        self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
-        if self.first_at is None:
-            self.first_at = time.time()
+        self._arrive(request)
         try:
             return await self._chat(request)
         finally:
-            self.in_flight -= 1
-            self.last_at = time.time()
+            self._leave()
+
+    def _arrive(self, request: Request) -> None:
+        self.in_flight += 1
+        self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+        now = time.time()
+        if self.first_at is None:
+            self.first_at = now
+        self.requests += 1
+        self.arrivals.append(now)
+        self._last_headers = request.headers  # copied only when read: most never are
+
+    def _leave(self) -> None:
+        self.in_flight -= 1
+        self.last_at = time.time()
+
+    def ready(self, request: Request) -> Ready | None:
+        """The answer to a plain chat request, made at once, with the delay to hold it back
+        (``HTTPServer``'s fast path), where nothing on the way can differ from ``chat``'s: a
+        built-in scripted model answers, and neither a key, a limit, a fault nor a structured
+        format is asked for. None sends the request down ``chat``."""
+        if self._general or request.method != "POST" or request.path.rstrip("/") not in _CHATS:
+            return None
+        if "x-fail-first" in request.headers:
+            return None
+        try:
+            body = orjson.loads(request.body)
+            raw = body["messages"]
+            if body.get("response_format") is not None:
+                return None
+            model = str(body.get("model") or self.spec)
+            direct = self._direct(self.routes.get(model, self.spec))
+            if direct is None:
+                return None
+            messages = [_message(_role(m.get("role")), _text(m.get("content"))) for m in raw]
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return None  # chat() says what is wrong with it
+        self._arrive(request)
+        self.formats.append("text")
+        try:
+            completion = split_reasoning(direct.reply_for(messages, _params(body, None)))
+        except ModelError as exc:
+            self.counts["error_500"] += 1
+            return self._error(500, exc.reason, "server_error"), self.delay_s, self._leave
+        self.counts["ok"] += 1
+        return self._answered(model, completion), self.delay_s, self._leave
 
     async def _chat(self, request: Request) -> Reply:
-        self.requests += 1
-        self.arrivals.append(time.time())
-        self._last_headers = request.headers  # copied only when read: most never are
         if (
             self.require_key is not None
             and request.headers.get("authorization") != f"Bearer {self.require_key}"
@@ -279,15 +322,7 @@ class ChatServer:
             return self._error(self.refuse_status, said.format(got=kind), kind_name)
         schema = _schema_of(shape) if kind != "text" else None
 
-        stop = body.get("stop")
-        params = GenParams(
-            temperature=body.get("temperature"),
-            top_p=body.get("top_p"),
-            max_tokens=body.get("max_tokens") or body.get("max_completion_tokens"),
-            seed=body.get("seed"),
-            stop=[stop] if isinstance(stop, str) else stop,
-            json_schema=schema,
-        )
+        params = _params(body, schema)
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
         try:
@@ -308,6 +343,9 @@ class ChatServer:
             self.counts["fault_malformed"] += 1
             return Reply(200, b'{"id": "chatcmpl-broken", "choices": [{"mess')
         self.counts["ok"] += 1
+        return self._answered(model, completion)
+
+    def _answered(self, model: str, completion: Completion) -> Reply:
         message: dict[str, Any] = {"role": "assistant", "content": completion.text}
         reasoning = completion.reasoning or self.reasoning
         if reasoning:
@@ -384,6 +422,18 @@ class ChatServer:
         return None
 
 
+def _params(body: dict[str, Any], schema: dict[str, Any] | None) -> GenParams:
+    stop = body.get("stop")
+    return GenParams(
+        temperature=body.get("temperature"),
+        top_p=body.get("top_p"),
+        max_tokens=body.get("max_tokens") or body.get("max_completion_tokens"),
+        seed=body.get("seed"),
+        stop=[stop] if isinstance(stop, str) else stop,
+        json_schema=schema,
+    )
+
+
 def _json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Reply:
     return Reply(status, orjson.dumps(body), headers=headers or {})
 
@@ -410,7 +460,7 @@ class Listener:
 
     def __init__(self, server: ChatServer) -> None:
         self.server = server
-        self.http = HTTPServer(server.handle)
+        self.http = HTTPServer(server.handle, server.ready)
 
     async def cleanup(self) -> None:
         await self.http.cleanup()
