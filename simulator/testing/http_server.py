@@ -59,6 +59,10 @@ def _head(reply: Reply, keep_alive: bool) -> bytes:
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
+def _bug(exc: Exception) -> Reply:
+    return Reply(500, f"{type(exc).__name__}: {exc}".encode(), "text/plain")
+
+
 class _BadRequest(Exception):
     pass
 
@@ -91,9 +95,12 @@ class _Protocol(asyncio.Protocol):
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
-            sent, self.sent = self.sent, None
-            if sent is not None:
-                sent()
+            self._sent()
+
+    def _sent(self) -> None:
+        sent, self.sent = self.sent, None
+        if sent is not None:
+            sent()
 
     def data_received(self, data: bytes) -> None:
         self.buf += data
@@ -115,7 +122,7 @@ class _Protocol(asyncio.Protocol):
         try:
             ready = fast(request) if fast is not None else None
         except Exception as exc:  # the handler's bug, answered as _answer answers it
-            ready = Reply(500, f"{type(exc).__name__}: {exc}".encode(), "text/plain"), 0.0, None
+            ready = _bug(exc), 0.0, None
         if ready is None:
             self.task = loop.create_task(self._answer(request, keep_alive))
             return
@@ -127,9 +134,7 @@ class _Protocol(asyncio.Protocol):
     def _deliver(self, reply: Reply, keep_alive: bool) -> None:
         self.timer = None
         self._write(reply, keep_alive)
-        sent, self.sent = self.sent, None
-        if sent is not None:
-            sent()
+        self._sent()
         self._ready_for_next(keep_alive)
 
     def _parse(self) -> tuple[Request, bool] | None:
@@ -176,7 +181,7 @@ class _Protocol(asyncio.Protocol):
         except asyncio.CancelledError:
             return
         except Exception as exc:  # the handler's bug: answered, not a dropped connection
-            reply = Reply(500, f"{type(exc).__name__}: {exc}".encode(), "text/plain")
+            reply = _bug(exc)
         self._write(reply, keep_alive)
         self.task = None
         self._ready_for_next(keep_alive)

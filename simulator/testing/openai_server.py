@@ -101,6 +101,10 @@ def _message(role: str, content: str) -> Message:
     return Message(role=role, content=content)
 
 
+def _messages(raw: list[dict[str, Any]]) -> list[Message]:
+    return [_message(_role(m.get("role")), _text(m.get("content"))) for m in raw]
+
+
 class ChatServer:
     def __init__(
         self,
@@ -265,7 +269,7 @@ class ChatServer:
             direct = self._direct(self.routes.get(model, self.spec))
             if direct is None:
                 return None
-            messages = [_message(_role(m.get("role")), _text(m.get("content"))) for m in raw]
+            messages = _messages(raw)
         except (ValueError, KeyError, TypeError, AttributeError):
             return None  # chat() says what is wrong with it
         self._arrive(request)
@@ -286,9 +290,7 @@ class ChatServer:
             return self._error(401, "invalid api key", "authentication_error")
         try:
             body = orjson.loads(request.body)
-            messages = [
-                _message(_role(m.get("role")), _text(m.get("content"))) for m in body["messages"]
-            ]
+            messages = _messages(body["messages"])
         except (ValueError, KeyError, TypeError, AttributeError) as exc:  # JSONDecodeError too
             return self._error(400, f"bad request body: {exc}", "invalid_request_error")
         model = str(body.get("model") or self.spec)
