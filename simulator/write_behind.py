@@ -47,8 +47,8 @@ class Write:
     """Statements to run in order, as one unit; ``rank`` orders units' statements in a group."""
 
     ops: list[tuple[int, Executable, list[dict[str, Any]]]]
-    done: Callable[[BaseException | None], None] | None = None  # takes over a failure
     notify: Callable[[BaseException | None], None] | None = None  # told; the failure stays
+    future: asyncio.Future[None] | None = None  # settled with the outcome; takes over a failure
 
 
 @dataclass
@@ -113,13 +113,8 @@ class BatchWriter:
         self, ops: Sequence[tuple[int, Executable, list[dict[str, Any]]]]
     ) -> asyncio.Future[None]:
         """Queue ``ops``; the future resolves once they are committed (or fails as they did)."""
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[None] = loop.create_future()
-
-        def done(exc: BaseException | None) -> None:
-            loop.call_soon_threadsafe(_settle, future, exc)
-
-        self.submit(Write(list(ops), done))
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.submit(Write(list(ops), future=future))
         return future
 
     async def drain(self) -> None:
@@ -182,13 +177,20 @@ class BatchWriter:
                     outcomes.append(None)
                 except Exception as exc:
                     outcomes.append(exc)
+        # one wake-up of each waiting loop for the whole group, not one per awaited write
+        settle: dict[asyncio.AbstractEventLoop, list[tuple[Any, BaseException | None]]] = {}
         for write, outcome in zip(group, outcomes, strict=True):
             if write.notify is not None:
                 write.notify(outcome)
-            if write.done is not None:
-                write.done(outcome)
+            if write.future is not None:
+                settle.setdefault(write.future.get_loop(), []).append((write.future, outcome))
             elif outcome is not None:
                 self._state.errors.append(outcome)
+        for loop, settled in settle.items():
+            try:
+                loop.call_soon_threadsafe(_settle_all, settled)
+            except RuntimeError:  # that loop is closed: nobody is left to wait
+                pass
         self.writes += len(group)
         with self._state.idle:
             self._state.pending -= len(group)
@@ -291,13 +293,14 @@ def _json_fast(process: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return fast
 
 
-def _settle(future: asyncio.Future[None], exc: BaseException | None) -> None:
-    if future.done():
-        return
-    if exc is None:
-        future.set_result(None)
-    else:
-        future.set_exception(exc)
+def _settle_all(settled: list[tuple[asyncio.Future[None], BaseException | None]]) -> None:
+    for future, exc in settled:
+        if future.done():
+            continue
+        if exc is None:
+            future.set_result(None)
+        else:
+            future.set_exception(exc)
 
 
 def column_defaults(model: type[Any], **required: Any) -> dict[str, Any]:

@@ -169,3 +169,48 @@ def test_rows_that_leave_a_defaulted_column_out_take_sqlalchemys_path(
         )
     finally:
         store.close()
+
+
+def test_a_commit_wakes_the_loop_once_for_all_the_writes_it_settles(tmp_path: Path) -> None:
+    # Each wake-up from the writer thread is a system call and a hand-over of the GIL: the
+    # awaited writes of one commit are settled together, and each still gets its own outcome.
+    import asyncio
+
+    conv = Conversation.__table__  # type: ignore[attr-defined]
+    store = open_store(tmp_path / "w.db")
+    writer = write_behind.BatchWriter(store)
+    row = column_defaults(
+        Conversation, id="c", run_id="r", scenario_id="s", scenario_hash="h", variant_id="v"
+    ) | {"target": "oai:bot", "created_at": AT, "updated_at": AT}
+
+    async def main() -> tuple[int, list[BaseException | None]]:
+        loop = asyncio.get_running_loop()
+        wakeups = 0
+        threadsafe = loop.call_soon_threadsafe
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            nonlocal wakeups
+            wakeups += 1
+            return threadsafe(*args, **kwargs)
+
+        loop.call_soon_threadsafe = counted  # type: ignore[method-assign]
+        stmt = upsert(store, conv, ["id"], [])
+        futures = [
+            writer.committed([(RANK_CONVERSATION, stmt, [row | {"id": f"c{i}"}])])
+            for i in range(20)
+        ]
+        # one bad write among them (no such run: the foreign key) fails alone
+        bad = writer.committed([(RANK_TURN, _INSERT_TURN, [{"id": "x"}])])
+        outcomes = await asyncio.gather(*futures, bad, return_exceptions=True)
+        return wakeups, outcomes
+
+    try:
+        with store.session() as s:
+            s.add(Run(id="r", config={}, created_at=AT, updated_at=AT))
+            s.commit()
+        wakeups, outcomes = asyncio.run(main())
+    finally:
+        store.close()
+    assert outcomes[:20] == [None] * 20
+    assert isinstance(outcomes[20], Exception)
+    assert writer.writes == 21 and wakeups == 1
