@@ -17,11 +17,10 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.graph import START, StateGraph
-from langgraph.types import Command
+from langgraph.graph import END, START, StateGraph
 
 from simulator.call_layout import CallLayout, TurnsRef
 from simulator.completion import Completion, GenParams, Message, ModelError
@@ -346,7 +345,8 @@ async def observe(state: ConvState, config: RunnableConfig) -> ConvState:
 async def exchanges(state: ConvState, config: RunnableConfig) -> ConvState:
     """One super-step: the exchanges (route, the persona's message, the chatbot's reply) until
     the conversation stops or the group must fork (a branch point fires on which its arms
-    disagree); the tree then forks it and runs each part from the persona's message.
+    disagree); the tree then forks it and runs each part from the persona's message. A resumed
+    conversation whose last stored turn is the persona's starts with the chatbot's reply.
 
     LangGraph's per-step bookkeeping (channel copies, a task per node, callbacks) costs more
     than the nodes' own work against a fast server, and an exchange that neither stops nor
@@ -358,7 +358,12 @@ async def exchanges(state: ConvState, config: RunnableConfig) -> ConvState:
         merged.update(step)
         return not (step.get("stop_reason") or step.get("split"))
 
-    if state.get("next") != "persona" and not apply(await route(merged, config)):  # type: ignore[arg-type]
+    entry = state.get("next")
+    if entry == "target":
+        if not apply(await reply(merged, config)):  # type: ignore[arg-type]
+            return merged  # type: ignore[return-value]
+        entry = "route"
+    if entry != "persona" and not apply(await route(merged, config)):  # type: ignore[arg-type]
         return merged  # type: ignore[return-value]
     merged["next"] = "route"
     while (
@@ -406,28 +411,8 @@ class GraphState(TypedDict):
     conv: ConvState
 
 
-async def _exchange_step(
-    state: GraphState, config: RunnableConfig
-) -> Command[Literal["exchanges", "__end__"]]:
-    conv = await exchanges(state["conv"], config)
-    stop = conv.get("stop_reason") or conv.get("split")
-    return Command(update=GraphState(conv=conv), goto="__end__" if stop else "exchanges")
-
-
-async def _reply_step(
-    state: GraphState, config: RunnableConfig
-) -> Command[Literal["exchanges", "__end__"]]:
-    conv = ConvState(**{**state["conv"], **await reply(state["conv"], config)})
-    return Command(
-        update=GraphState(conv=conv), goto="__end__" if conv.get("stop_reason") else "exchanges"
-    )
-
-
-# The next node comes with each step's update (a Command), not from a conditional edge: an edge
-# is one more runnable per step, and a plain-function edge runs in a thread pool (a thread hop
-# and a fight for the GIL on every step) when the graph runs async.
-async def _enter(state: GraphState) -> str:
-    return "reply" if state["conv"].get("next") == "target" else "exchanges"
+async def _exchange_step(state: GraphState, config: RunnableConfig) -> GraphState:
+    return GraphState(conv=await exchanges(state["conv"], config))
 
 
 _GRAPH: Any = None
@@ -437,16 +422,20 @@ def conversation_graph() -> Any:
     """The compiled graph (built once; the group's context travels in the run config).
 
     One super-step per stretch of exchanges between forks (``exchanges``: route -> persona ->
-    target -> observe, again until the group must fork or the conversation stops), and
-    ``reply`` (target -> observe) where a resumed conversation's last stored turn is the
-    persona's. No checkpointer: the store is the checkpoint (``simulator.tree.restore_state``).
-    Its state is one channel holding the ConvState (``GraphState``)."""
+    target -> observe, again until the group must fork or the conversation stops, from the
+    chatbot's reply where a resumed conversation's last stored turn is the persona's). No
+    checkpointer: the store is the checkpoint (``simulator.tree.restore_state``). Its state is
+    one channel holding the ConvState (``GraphState``).
+
+    One node on plain edges: a conditional entry (a branch runnable) or a routing Command would
+    add their own tasks and callbacks to each invocation, and a group's invocation already
+    costs LangGraph over a millisecond (``benchmarks/graph_overhead.py``)."""
     global _GRAPH
     if _GRAPH is None:
         g = StateGraph(GraphState)
         g.add_node("exchanges", _exchange_step)
-        g.add_node("reply", _reply_step)
-        g.add_conditional_edges(START, _enter, ["exchanges", "reply"])
+        g.add_edge(START, "exchanges")
+        g.add_edge("exchanges", END)
         _GRAPH = g.compile()
     return _GRAPH
 
