@@ -442,9 +442,8 @@ def conversation_graph() -> Any:
 
 async def run_group(state: ConvState, ctx: GroupContext) -> ConvState:
     """Run a group from ``state`` (entering at ``state['next']``) until it stops or must fork."""
-    graph = conversation_graph()
-    limit = 4 * (ctx.max_turns + 2) + 10
-    result = await graph.ainvoke(
-        GraphState(conv=state), config={"configurable": {"ctx": ctx}, "recursion_limit": limit}
+    # one super-step, however many exchanges: LangGraph's default recursion limit is ample
+    result = await conversation_graph().ainvoke(
+        GraphState(conv=state), config={"configurable": {"ctx": ctx}}
     )
     return ConvState(**result["conv"])

@@ -13,12 +13,15 @@ from simulator.testing.http_server import Ready, Request
 from simulator.testing.openai_server import ServerThread
 
 
+def _address(url: str) -> tuple[str, int]:
+    host, port = url.removeprefix("http://").removesuffix("/v1").split(":")
+    return host, int(port)
+
+
 @pytest.fixture
 def server() -> tuple[str, int]:
     thread = ServerThread()
-    url = thread.start()
-    host, port = url.removeprefix("http://").removesuffix("/v1").split(":")
-    yield host, int(port)
+    yield _address(thread.start())
     thread.stop()
 
 
@@ -122,8 +125,7 @@ def test_a_reply_made_at_once_is_the_reply_chat_makes() -> None:
     a header that only ``chat`` reads sends the same request down the general path. Both
     answer the same, after the delay, and count alike."""
     thread = ServerThread(delay_s=0.2, reasoning="thinking")
-    url = thread.start()
-    host, port = url.removeprefix("http://").removesuffix("/v1").split(":")
+    address = _address(thread.start())
     assert thread._runner is not None
     http = thread._runner.http
     fast, answered = http.fast, []
@@ -138,7 +140,7 @@ def test_a_reply_made_at_once_is_the_reply_chat_makes() -> None:
     try:
         answers = []
         for headers in ((), ("x-fail-first: 0",)):
-            with socket.create_connection((host, int(port))) as sock:
+            with socket.create_connection(address) as sock:
                 started = time.monotonic()
                 _post(sock, _chat("same words"), *headers)
                 status, _, body = _Replies(sock).next()
@@ -164,11 +166,10 @@ def test_a_reply_made_at_once_is_the_reply_chat_makes() -> None:
 
 def test_a_held_reply_whose_client_left_is_no_longer_in_flight() -> None:
     thread = ServerThread(delay_s=2.0)
-    url = thread.start()
-    host, port = url.removeprefix("http://").removesuffix("/v1").split(":")
+    address = _address(thread.start())
     try:
         assert thread.server is not None
-        with socket.create_connection((host, int(port))) as sock:
+        with socket.create_connection(address) as sock:
             _post(sock, _chat("never read"))
             deadline = time.monotonic() + 5
             while thread.server.in_flight == 0 and time.monotonic() < deadline:
