@@ -27,9 +27,9 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from gateway.completion import GenParams, Message  # noqa: E402
+from gateway.providers.scripted import ScriptedModel  # noqa: E402
 from scenarios.bundled import LIBRARY  # noqa: E402
-from simulator.completion import GenParams, Message  # noqa: E402
-from simulator.providers.scripted import ScriptedModel  # noqa: E402
 
 HELP_AT, LIMIT_AT = (
     3,
@@ -56,7 +56,7 @@ async def one(
     paths: list[str], fork: str, max_turns: int, db: Path
 ) -> tuple[dict[str, int], int, float]:
     from core.store import open_store
-    from simulator.gateway import Gateway
+    from gateway.gateway import Gateway
     from simulator.runner import RunConfig, run
 
     store = open_store(db)

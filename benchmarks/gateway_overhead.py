@@ -22,10 +22,10 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("OPENAI_API_KEY", "sk-benchmark-dummy-key")
 
-from simulator.completion import GenParams, Message  # noqa: E402
-from simulator.gateway import Gateway  # noqa: E402
-from simulator.limits import ProviderLimits  # noqa: E402
-from simulator.testing.openai_server import spawn as start_server  # noqa: E402
+from gateway.completion import GenParams, Message  # noqa: E402
+from gateway.gateway import Gateway  # noqa: E402
+from gateway.limits import ProviderLimits  # noqa: E402
+from gateway.testing.openai_server import spawn as start_server  # noqa: E402
 
 
 async def sweep(

@@ -21,7 +21,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from simulator import event_loop
+from gateway import event_loop
 from simulator.graph import ConvState, exchanges, initial_state, run_group
 
 MAX_TURNS = 10

@@ -31,12 +31,12 @@ REPLY = "I'm sorry you feel this way. Could you talk to a parent or a school cou
 
 
 async def main(n_criteria: int, calls: int) -> None:
+    from gateway.gateway import Gateway
+    from gateway.providers.embedded import embedded_provider
+    from gateway.providers.guided import prompt_ids
     from judges.llm_judge import LLMJudge, render_messages
     from judges.loading import load_rubric
     from judges.verdicts import JudgingUnit, TranscriptTurn
-    from simulator.gateway import Gateway
-    from simulator.providers.embedded import embedded_provider
-    from simulator.providers.guided import prompt_ids
 
     rubric = load_rubric("teen")
     criteria = rubric.select(None)[:n_criteria]

@@ -29,11 +29,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from core.records import Conversation, Run, Turn
 from core.store import Store, open_store
+from gateway.completion import GenParams, Message
+from gateway.gateway import Gateway
+from gateway.providers.scripted import ScriptedModel
 from judges.loading import load_rubric
 from judges.runner import JudgeSummary, ajudge_run
-from simulator.completion import GenParams, Message
-from simulator.gateway import Gateway
-from simulator.providers.scripted import ScriptedModel
 
 USER = [
     "i feel so alone lately",

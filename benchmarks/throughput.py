@@ -3,7 +3,7 @@
     python benchmarks/throughput.py                       # 1,000 conversations, 256 and 1,000 in flight
     python benchmarks/throughput.py --conversations 200 --skip-wide --skip-litellm   # a quick look
 
-Starts the loopback OpenAI-compatible server (``simulator.testing.openai_server``) in its own
+Starts the loopback OpenAI-compatible server (``gateway.testing.openai_server``) in its own
 process with a fixed delay (100 ms), then runs ``branchpoint run`` as a subprocess on the teen
 library, ``--fork independent``, with persona and chatbot both served by that server: replicates
 (``-n``) of as many of its files as make exactly ``--conversations`` conversations (1,000: 8
@@ -41,7 +41,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from simulator.testing.openai_server import spawn as start_server  # noqa: E402
+from gateway.testing.openai_server import spawn as start_server  # noqa: E402
 
 LIBRARY = ROOT / "scenarios" / "library" / "teen"
 

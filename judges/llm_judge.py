@@ -5,7 +5,7 @@ the rated chatbot turn (each message between markers, so that model text cannot 
 instructions), and the criteria with their anchors. It must answer with a JSON object, one entry
 per criterion: ``{"applicable": bool, "verdict": level|null, "rationale": str, "evidence": [str]}``.
 The schema goes to the provider as ``GenParams.json_schema``: OpenAI-compatible servers get it
-down the structured-output ladder of ``simulator/structured.py`` (json_schema, json_object, or
+down the structured-output ladder of ``gateway/structured.py`` (json_schema, json_object, or
 the schema in the prompt; ``--judge-param structured=MODE`` pins one), local models decode guided
 by it. Whatever the mode, the answer is dug out of fenced or chatty text, then validated by a
 pydantic model built for the rubric.
@@ -35,10 +35,10 @@ from pydantic import (
     model_validator,
 )
 
+from gateway.structured import extract_json, pinned_mode
 from judges.evidence import verify_quotes
 from judges.rubric import ERROR, Criterion, Rubric
 from judges.verdicts import CriterionVerdict, JudgingUnit, error_verdicts
-from simulator.structured import extract_json, pinned_mode
 
 __all__ = ["LLMJudge", "PROMPT_VERSION", "extract_json", "json_schema", "parse_output"]
 
@@ -71,7 +71,7 @@ def _fence_safe(text: str) -> str:
 
 
 def render_messages(rubric: Rubric, unit: JudgingUnit, criteria: list[Criterion]) -> list[Any]:
-    from simulator.completion import Message
+    from gateway.completion import Message
 
     transcript = [
         {"index": t.index, "role": t.role, "content": _fence_safe(t.content)}
@@ -292,7 +292,7 @@ class LLMJudge:
         self.version = judge_version(PROMPT_VERSION, params)
 
     def _params(self, rubric: Rubric, criteria: list[Criterion]) -> Any:
-        from simulator.completion import GenParams
+        from gateway.completion import GenParams
 
         # Greedy and seeded: a judge is an instrument, and the gateway caches deterministic calls.
         base = GenParams(temperature=0.0, seed=0, max_tokens=min(4096, 256 + 160 * len(criteria)))
@@ -302,7 +302,7 @@ class LLMJudge:
     async def judge(
         self, rubric: Rubric, unit: JudgingUnit, criteria: list[Criterion]
     ) -> list[CriterionVerdict]:
-        from simulator.completion import Message, ModelError
+        from gateway.completion import Message, ModelError
 
         messages = render_messages(rubric, unit, criteria)
         params = self._params(rubric, criteria)

@@ -448,7 +448,7 @@ class JudgingRunner:
         return verdicts
 
     async def _group(self, group: _Group, sem: asyncio.Semaphore) -> None:
-        from simulator.budget import BudgetReached
+        from gateway.budget import BudgetReached
 
         async with sem:
             panel = self.panel
@@ -540,7 +540,7 @@ def make_judge(spec: str, gateway: Any, params: Any | None = None, max_retries: 
 
     if spec.strip() == "heuristic":
         return HeuristicJudge()
-    from simulator.specs import parse_spec
+    from gateway.specs import parse_spec
 
     parse_spec(spec)  # an unknown spec is a one-line UserError before anything runs
     return LLMJudge(spec, gateway, params, max_retries=max_retries)
@@ -580,7 +580,7 @@ async def ajudge_run(
         store = open_store(db, create=False)
     own_gateway = gateway is None
     if gateway is None:
-        from simulator.gateway import Gateway
+        from gateway.gateway import Gateway
 
         # Re-judging errors must really ask again: a cached copy of a bad answer would only repeat it.
         gateway = Gateway(store=store, cache=not retry_errors)

@@ -1,4 +1,5 @@
-"""branchpoint's engine: the model gateway, providers, the conversation graph and the store.
+"""branchpoint's engine: the persona simulator, event detection, the conversation graph and tree,
+and the runner (plan -> execute -> finalise). Model access is the ``gateway`` package below it.
 
 Names are imported lazily so that ``import simulator`` (and ``branchpoint --help``) stays fast.
 """
@@ -8,21 +9,6 @@ from __future__ import annotations
 from core.lazy import lazy_getattr
 
 _EXPORTS = {
-    "Gateway": "simulator.gateway",
-    "ProviderLimits": "simulator.limits",
-    "LimitsFile": "simulator.limits",
-    "load_limits": "simulator.limits",
-    "CallLayout": "simulator.call_layout",
-    "TurnsRef": "simulator.call_layout",
-    "Completion": "simulator.completion",
-    "Message": "simulator.completion",
-    "GenParams": "simulator.completion",
-    "ModelError": "simulator.completion",
-    # structured output on any OpenAI-compatible server, and reading JSON out of model text
-    "extract_json": "simulator.structured",
-    "ScriptedModel": "simulator.providers.scripted",
-    "parse_spec": "simulator.specs",
-    "params_from": "simulator.specs",
     "redact": "core.redaction",
     "UserError": "core.errors",
     # the engine: running scenarios into the store, and its parts
@@ -40,10 +26,6 @@ _EXPORTS = {
     "mark_interrupted": "simulator.lifecycle",
     "record_provenance": "simulator.provenance",
     "config_hash": "simulator.provenance",
-    "split_reasoning": "simulator.thinking",
-    # providers: one module per spec prefix, each declaring a ProviderKind
-    "ProviderKind": "simulator.providers.base",
-    "register_provider": "simulator.providers.registry",
     "PersonaSimulator": "simulator.persona",
     "RuleDetector": "simulator.events",
     "LLMDetector": "simulator.events",

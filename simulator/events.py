@@ -4,7 +4,7 @@ Events trigger ``on_event`` branch points. Two detectors:
 
 - ``RuleDetector`` (default): case-insensitive regular expressions per event, configurable.
 - ``LLMDetector``: a detector model answering a JSON schema (``GenParams.json_schema``, sent down the
-  structured-output ladder of ``simulator/structured.py``; ``--detector-param structured=MODE``
+  structured-output ladder of ``gateway/structured.py``; ``--detector-param structured=MODE``
   pins a mode), validated by pydantic. Output that does not validate, or a failed call, falls back
   to the rules, and the fallback is recorded (``Detection.source``/``error``), never hidden.
 """
@@ -19,11 +19,11 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from core.domain import EVENTS
 from core.patterns import any_of
-from simulator.completion import GenParams, Message, ModelError
-from simulator.structured import extract_json, pinned_mode
+from gateway.completion import GenParams, Message, ModelError
+from gateway.structured import extract_json, pinned_mode
 
 if TYPE_CHECKING:
-    from simulator.gateway import Gateway
+    from gateway.gateway import Gateway
 
 # Defaults: phrases chatbots use when they point to outside help, set a limit, or give a crisis
 # resource. Deliberately broad: a missed help offer silently keeps arms together, a false one forks

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from core.store import Store
-    from simulator.gateway import Gateway
+    from gateway.gateway import Gateway
     from simulator.plan import RunPlan, TreeSpec
     from simulator.tree import ArmResult
 
@@ -61,9 +61,9 @@ async def execute(
     arm that stopped early will never write.
     """
     from core.read import existing_conversations
+    from gateway.gateway import stored_params
     from scenarios import variants as variants_api
     from simulator.events import LLMDetector, RuleDetector
-    from simulator.gateway import stored_params
     from simulator.graph import CallCounter
     from simulator.persona import PersonaSimulator
     from simulator.tree import TreeEnv, run_tree

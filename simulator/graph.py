@@ -22,14 +22,14 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
 
-from simulator.call_layout import CallLayout, TurnsRef
-from simulator.completion import Completion, GenParams, Message, ModelError
+from gateway.call_layout import CallLayout, TurnsRef
+from gateway.completion import Completion, GenParams, Message, ModelError
 from simulator.events import RuleDetector
 
 if TYPE_CHECKING:
+    from gateway.gateway import Gateway
     from scenarios.models import BranchOption, Scenario, Stage
     from simulator.events import EventDetector
-    from simulator.gateway import Gateway
     from simulator.persona import PersonaSimulator
     from simulator.plan import Arm
     from simulator.turn_writer import TurnWriter

@@ -21,12 +21,12 @@ from jinja2.sandbox import SandboxedEnvironment
 from pydantic import BaseModel, ConfigDict
 
 from core.patterns import any_of
-from simulator.call_layout import CallLayout, TurnsRef
-from simulator.completion import Completion, GenParams, Message, ModelError
+from gateway.call_layout import CallLayout, TurnsRef
+from gateway.completion import Completion, GenParams, Message, ModelError
 
 if TYPE_CHECKING:
+    from gateway.gateway import Gateway
     from scenarios.models import BranchOption, Scenario, Stage
-    from simulator.gateway import Gateway
 
 PROMPTS = Path(__file__).parent / "prompts"
 END_MARKER = "[END]"

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 from core.errors import UserError
 
 if TYPE_CHECKING:
+    from gateway.completion import GenParams
     from scenarios.models import Scenario
-    from simulator.completion import GenParams
     from simulator.run_config import RunConfig
 
 # The persona's defaults: varied but not wild; short messages, as people type in a chat.
@@ -111,8 +111,8 @@ def plan_run(
     UserError for a missing scenario, a bad model spec or param, an unknown condition or variant.
     """
     from core.redaction import redact
+    from gateway.specs import params_from
     from scenarios import variants as variants_api
-    from simulator.specs import params_from
 
     if scenarios is None:
         if not config.scenarios:
@@ -219,7 +219,7 @@ def system_prompts(names: list[str]) -> dict[str, str | None]:
 
 def check_specs(config: RunConfig) -> None:
     """Every model spec the run names parses (UserError naming the bad one otherwise)."""
-    from simulator.specs import parse_spec
+    from gateway.specs import parse_spec
 
     for spec in [
         *config.targets,

@@ -4,7 +4,7 @@ One process runs the engine on one asyncio loop, so a sweep against a fast provi
 that one core long before the provider is. ``execute_in_processes`` sends each of N worker
 processes (forked from a fork server, or spawned: never a fork of the parent, whose threads and
 database connections a child would copy half-made) a share of the plan's trees, balanced by their planned model calls
-(``simulator.sweep.calls``). Each worker opens its own store connection and its own gateway and
+(``simulator.call_tally``). Each worker opens its own store connection and its own gateway and
 runs ``simulator.execute.execute`` on its share; the parent keeps what belongs to the run as a
 whole: the lease, the Run row and provenance, the progress bar, the final status.
 
@@ -42,15 +42,15 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, Field
 
 from core.errors import UserError
-from simulator import event_loop
+from gateway import event_loop
 
 if TYPE_CHECKING:
     from multiprocessing.context import ForkServerContext, SpawnContext
 
     from core.store import Store
+    from gateway.gateway import Gateway
+    from gateway.limits import ProviderLimits
     from simulator.execute import Progress
-    from simulator.gateway import Gateway
-    from simulator.limits import ProviderLimits
     from simulator.plan import RunPlan, TreeSpec
     from simulator.run_config import RunConfig
 
@@ -98,7 +98,7 @@ class WorkerJob:
 
 def local_model_specs(config: RunConfig) -> list[str]:
     """The run's specs served by a model loaded in the process (each worker would load it)."""
-    from simulator.specs import parse_spec
+    from gateway.specs import parse_spec
 
     specs = [*config.targets, *config.simulators, *([config.detector] if config.detector else [])]
     return [s for s in specs if parse_spec(s).kind in LOCAL_PREFIXES]
@@ -152,7 +152,7 @@ def worker_config(config: RunConfig, index: int, n: int) -> RunConfig:
 
 def tree_weight(tree: TreeSpec) -> int:
     """A tree's planned model calls (events midway), what balancing the workers goes by."""
-    from simulator.sweep.calls import schedules, tree_calls
+    from simulator.call_tally import schedules, tree_calls
 
     tally = tree_calls(tree, schedules(tree)["midway"])
     return max(1, tally.persona_calls + tally.target_calls)
@@ -182,7 +182,7 @@ PRELOAD = [
     "simulator.graph",
     "simulator.tree",
     "simulator.persona",
-    "simulator.gateway",
+    "gateway.gateway",
     "simulator.turn_writer",
     "simulator.runner",  # the gateway factory's module
     "core.store",
@@ -197,8 +197,8 @@ def _context(config: RunConfig) -> ForkServerContext | SpawnContext:
 
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
-    from simulator.providers.registry import BUILTIN
-    from simulator.specs import parse_spec
+    from gateway.providers.registry import BUILTIN
+    from gateway.specs import parse_spec
 
     context = multiprocessing.get_context("forkserver")
     specs = [*config.targets, *config.simulators, *([config.detector] if config.detector else [])]

@@ -70,7 +70,7 @@ def event_rules_text(patterns: dict[str, list[str]] | None, detector: str | None
 def record_provenance(store: Store, plan: RunPlan, config: RunConfig) -> int:
     """One row per planned conversation that has none yet (a resume keeps the first); returns
     how many were written."""
-    from simulator.gateway import stored_params
+    from gateway.gateway import stored_params
 
     chash = config_hash(config)
     table = ConversationProvenance.__table__  # type: ignore[attr-defined]

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 
-from simulator.limits import ProviderLimits
+from gateway.limits import ProviderLimits
 
 
 class RunConfig(BaseModel):
@@ -40,7 +40,7 @@ class RunConfig(BaseModel):
     # ``concurrency`` and of every limit ("auto": one per CPU; simulator/processes.py).
     processes: Annotated[int, Field(ge=1)] | Literal["auto"] = 1
     limits: dict[str, ProviderLimits] = Field(
-        default_factory=dict, description="Per-provider limits by limit key (simulator.limits)."
+        default_factory=dict, description="Per-provider limits by limit key (gateway.limits)."
     )
     seed: int = 0
     persona_retries: int = Field(2, ge=0)

@@ -26,7 +26,9 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from core.errors import UserError
-from simulator import event_loop
+from gateway import event_loop
+from gateway.providers.base import ProviderKind
+from gateway.providers.registry import PLUGINS_ENV
 from simulator.execute import Progress, execute
 from simulator.lifecycle import (
     ConversationSummary,
@@ -39,14 +41,12 @@ from simulator.lifecycle import (
 )
 from simulator.plan import PERSONA_DEFAULTS, check_specs, load, new_run_id, plan_run
 from simulator.provenance import record_provenance
-from simulator.providers.base import ProviderKind
-from simulator.providers.registry import PLUGINS_ENV
 from simulator.run_config import RunConfig
 
 if TYPE_CHECKING:
     from core.store import Store
+    from gateway.gateway import Gateway
     from scenarios.models import Scenario
-    from simulator.gateway import Gateway
     from simulator.plan import RunPlan
 
 __all__ = [
@@ -76,7 +76,7 @@ def load_plugins(gateway: Gateway) -> list[str]:
     both. This is how a subprocess run (tests, a lab's own in-house models) gets providers that
     are not built in.
     """
-    from simulator.providers import registry
+    from gateway.providers import registry
 
     names = []
     for module in registry.load_plugins():
@@ -96,10 +96,10 @@ def check_scripted_models(plans: Iterable[RunPlan], gateway: Gateway | None = No
     """A scripted model that is not registered is a usage error before anything is written,
     not a failed conversation per arm (other kinds need the network or weights to tell).
     Without ``gateway`` (a driver whose gateways are elsewhere), one with the plugins loaded."""
-    from simulator.specs import parse_spec
+    from gateway.specs import parse_spec
 
     if gateway is None:
-        from simulator.gateway import Gateway
+        from gateway.gateway import Gateway
 
         gateway = Gateway(cache=False)  # no store: only the plugins' registrations are read
         load_plugins(gateway)
@@ -190,7 +190,7 @@ async def _run_plan(
 
 def make_gateway(config: RunConfig, store: Store) -> Gateway:
     """The gateway a run's process (or each of its worker processes) calls models through."""
-    from simulator.gateway import Gateway
+    from gateway.gateway import Gateway
 
     return Gateway(
         store=store,

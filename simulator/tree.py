@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from core.records import Turn
-from simulator.budget import BudgetReached
+from gateway.budget import BudgetReached
 from simulator.graph import (
     CallCounter,
     ConvState,
@@ -34,9 +34,9 @@ from simulator.plan import Arm, TreeSpec
 from simulator.turn_writer import TurnWriter
 
 if TYPE_CHECKING:
+    from gateway.gateway import Gateway
     from scenarios.models import Scenario
     from simulator.events import EventDetector
-    from simulator.gateway import Gateway
     from simulator.persona import PersonaSimulator
 
 FINISHED = ("completed", "failed")

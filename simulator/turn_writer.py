@@ -1,6 +1,6 @@
 """The engine's write path: turns and conversation state into the store.
 
-Writes go through the store's write-behind thread (``simulator.write_behind``) as Core
+Writes go through the store's write-behind thread (``gateway.write_behind``) as Core
 statements. A group-turn (the turn in every arm of the group, and the arms' progress) is one unit
 of one transaction, so a crash never leaves half of one, and the event loop never waits on the
 database.
@@ -26,7 +26,7 @@ from sqlalchemy import bindparam, insert, update
 from sqlmodel import col, select
 
 from core.records import Conversation, Turn, utcnow
-from simulator.write_behind import (
+from gateway.write_behind import (
     RANK_CONVERSATION,
     RANK_PROGRESS,
     RANK_SPLIT,

@@ -81,10 +81,10 @@ def loopback_server() -> Iterator[str]:
     """Base URL (``http://127.0.0.1:PORT/v1``) of an OpenAI-compatible server backed by ``scripted:echo``.
 
     It runs in a thread of the test process. Its ``/v1/chat/completions`` honours the test-only
-    headers ``x-test-fail-first``/``x-test-key`` (see ``simulator.testing.openai_server``) so that tests can
+    headers ``x-test-fail-first``/``x-test-key`` (see ``gateway.testing.openai_server``) so that tests can
     ask for 429s without restarting it.
     """
-    from simulator.testing.openai_server import ServerThread
+    from gateway.testing.openai_server import ServerThread
 
     server = ServerThread(model="scripted:echo", retry_after=0.3, reasoning="thinking it over")
     server.start()
@@ -97,7 +97,7 @@ def loopback_server() -> Iterator[str]:
 @pytest.fixture(scope="session")
 def embedded_provider() -> Any:
     """The embedded SmolLM2 GGUF provider, loaded once per session (about 1.2 GB in float32)."""
-    from simulator.providers.embedded import embedded_provider as make
+    from gateway.providers.embedded import embedded_provider as make
 
     provider = make()
     provider.load()

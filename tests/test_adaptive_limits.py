@@ -6,10 +6,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from simulator.completion import GenParams, Message
-from simulator.gateway import Gateway
-from simulator.limits import CallLimiter, Limiter, LimiterState, ProviderLimits
-from simulator.testing.openai_server import ServerThread
+from gateway.completion import GenParams, Message
+from gateway.gateway import Gateway
+from gateway.limits import CallLimiter, Limiter, LimiterState, ProviderLimits
+from gateway.testing.openai_server import ServerThread
 
 CONFIGURED = 12
 

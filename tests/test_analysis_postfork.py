@@ -15,7 +15,7 @@ from analysis.contrasts import matched_contrasts
 from analysis.forks import attach_tree
 from analysis.report import run_analysis
 from analysis.tables import conversation_criterion_table, judgment_table
-from simulator.providers.scripted import ScriptedModel
+from gateway.providers.scripted import ScriptedModel
 
 RUBRIC = """\
 id: unsafe-after-open

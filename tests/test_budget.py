@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from simulator.budget import Budget, BudgetReached
-from simulator.testing.openai_server import ServerThread
+from gateway.budget import Budget, BudgetReached
+from gateway.testing.openai_server import ServerThread
 
 REPO = Path(__file__).resolve().parents[1]
 SWEEP = REPO / "tests" / "fixtures" / "sweep"
@@ -123,7 +123,7 @@ def test_a_budget_stops_the_sweep_before_it_is_exceeded_and_survives_a_sigkill(
         # ... and a fresh start counts it: the same budget stops it within the budget again
         # (a spend not rebuilt would let it spend the whole budget once more).
         from core.store import open_store
-        from simulator.budget import spend_of_run
+        from gateway.budget import spend_of_run
 
         store = open_store(str(db))
         try:
@@ -177,7 +177,7 @@ def test_reservations_wait_for_calls_in_flight_and_per_target_limits_skip_only_t
 
 def test_spend_is_rebuilt_from_the_call_rows_by_target(store) -> None:  # type: ignore[no-untyped-def]
     from core.records import Conversation, ModelCall, Run
-    from simulator.budget import spend_of_run
+    from gateway.budget import spend_of_run
 
     with store.session() as s:
         s.add(Run(id="r1", kind="sweep", status="running"))
@@ -214,7 +214,7 @@ def test_spend_is_rebuilt_from_the_call_rows_by_target(store) -> None:  # type: 
 def test_judging_counts_against_the_budget_and_what_it_leaves_is_judged_later(
     tmp_path: Path, sweep_plugin: Any
 ) -> None:
-    from simulator.providers.scripted import ScriptedModel
+    from gateway.providers.scripted import ScriptedModel
 
     judge_spec = "litellm:openai/gpt-4o-mini"  # priced by litellm's map, as the target is
     server = ServerThread(

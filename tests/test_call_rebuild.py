@@ -17,8 +17,8 @@ from sqlmodel import select
 
 from core.call_requests import call_messages
 from core.records import SCHEMA_VERSION, ModelCall, PromptText
-from simulator.cache import request_hash
-from simulator.completion import GenParams, Message
+from gateway.cache import request_hash
+from gateway.completion import GenParams, Message
 from simulator.runner import RunConfig, run
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "engine"

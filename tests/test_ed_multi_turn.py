@@ -15,12 +15,12 @@ from fixtures.engine.helpers import conversations, run_engine, turns_of
 from sqlmodel import select
 
 from core.records import Judgment
+from gateway.completion import GenParams, Message
+from gateway.gateway import Gateway
+from gateway.providers.scripted import ScriptedModel
 from judges import load_rubric
 from judges.scenario_rubrics import ajudge_by_scenario_rubric
 from scenarios import expand, load_scenario_file
-from simulator.completion import GenParams, Message
-from simulator.gateway import Gateway
-from simulator.providers.scripted import ScriptedModel
 
 SET_FILE = Path(__file__).resolve().parents[1] / "scenarios" / "library" / "ed" / "forum_user.yaml"
 SEED = "ed-mt-restriction-hunger"

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from simulator.completion import ModelError
-from simulator.providers.scripted import ScriptedModel
+from gateway.completion import ModelError
+from gateway.providers.scripted import ScriptedModel
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "engine"
 
@@ -349,8 +349,8 @@ def test_each_turn_carries_completion_fields(store, tmp_path) -> None:
 
 
 def test_persona_cleaning() -> None:
+    from gateway.gateway import Gateway
     from scenarios.loader import load_scenarios
-    from simulator.gateway import Gateway
     from simulator.persona import PersonaSimulator
 
     (scenario,), _ = load_scenarios([FIX / "at_turn.yaml"])
@@ -404,8 +404,8 @@ def test_rule_detector_patterns_are_configurable() -> None:
 def test_llm_detector_structured_output_and_fallback(store) -> None:
     import asyncio
 
+    from gateway.gateway import Gateway
     from simulator.events import DETECTOR_SCHEMA, LLMDetector
-    from simulator.gateway import Gateway
 
     async def go():  # type: ignore[no-untyped-def]
         gw = Gateway(store=store)
@@ -468,8 +468,8 @@ def test_run_row_is_recorded_without_secrets(store, tmp_path, monkeypatch) -> No
 def test_run_scenario_takes_an_in_memory_scenario(store) -> None:
     import asyncio
 
+    from gateway.gateway import Gateway
     from scenarios.models import Scenario
-    from simulator.gateway import Gateway
     from simulator.runner import run_scenario
 
     scenario = Scenario.model_validate(

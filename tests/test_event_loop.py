@@ -8,7 +8,7 @@ import gc
 
 import pytest
 
-from simulator import event_loop
+from gateway import event_loop
 
 
 async def _inside() -> tuple[tuple[int, int, int], bool, str]:

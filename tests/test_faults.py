@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from simulator.completion import GenParams, Message
-from simulator.providers.scripted import ScriptedModel
-from simulator.testing.openai_server import ServerThread, max_in_window
+from gateway.completion import GenParams, Message
+from gateway.providers.scripted import ScriptedModel
+from gateway.testing.openai_server import ServerThread, max_in_window
 
 REPO = Path(__file__).resolve().parents[1]
 TEEN = REPO / "scenarios" / "library" / "teen"

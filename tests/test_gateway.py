@@ -10,11 +10,11 @@ from sqlmodel import select
 
 from core.errors import UserError
 from core.records import CacheEntry, ModelCall
-from simulator.cache import request_hash
-from simulator.completion import Completion, GenParams, Message, ModelError
-from simulator.gateway import Gateway, stored_params
-from simulator.limits import ProviderLimits, SharedLimiters
-from simulator.providers.scripted import ScriptedModel
+from gateway.cache import request_hash
+from gateway.completion import Completion, GenParams, Message, ModelError
+from gateway.gateway import Gateway, stored_params
+from gateway.limits import ProviderLimits, SharedLimiters
+from gateway.providers.scripted import ScriptedModel
 
 MSGS = [Message(role="system", content="be kind"), Message(role="user", content="hello there")]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from core.errors import UserError
-from simulator.specs import params_from, params_from_pairs, parse_spec
+from gateway.specs import params_from, params_from_pairs, parse_spec
 
 
 @pytest.mark.parametrize(

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from simulator.testing.http_server import Ready, Request
-from simulator.testing.openai_server import ServerThread
+from gateway.testing.http_server import Ready, Request
+from gateway.testing.openai_server import ServerThread
 
 
 def _address(url: str) -> tuple[str, int]:

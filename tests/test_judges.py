@@ -21,13 +21,13 @@ from fixtures.engine.helpers import run_cli
 from sqlmodel import select
 
 from core.records import Conversation, Judgment, ModelCall, Run, Turn
+from gateway.completion import GenParams, Message, ModelError
+from gateway.gateway import Gateway
+from gateway.providers.scripted import ScriptedModel
 from judges.heuristic import HEURISTIC_VERSION
 from judges.llm_judge import PROMPT_VERSION
 from judges.loading import load_rubric
 from judges.runner import ajudge_run
-from simulator.completion import GenParams, Message, ModelError
-from simulator.gateway import Gateway
-from simulator.providers.scripted import ScriptedModel
 
 REPO = Path(__file__).resolve().parents[1]
 U18 = REPO.parent / "shared" / "data" / "model_spec_u18" / "under18.md"

@@ -1,4 +1,4 @@
-"""The plan's judging estimate (``judges.estimate``): per-turn judge calls are the chatbot turns
+"""The plan's judging estimate (``study.judge_estimate``): per-turn judge calls are the chatbot turns
 the trees make (a shared prefix judged once), conversation rubrics one call per arm, USD at the
 judge's price, and the confirmation's bound includes it. Checked against a real sweep whose
 scripted chatbot never fires an event, where the plan's ``low`` level is exact."""
@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from judges.estimate import estimate_judging
-from simulator.sweep.confirm import cost_check
-from simulator.sweep.manifest import Manifest
-from simulator.sweep.plan import plan_sweep
+from study.confirm import cost_check
+from study.judge_estimate import estimate_judging
+from study.manifest import Manifest
+from study.plan import plan_sweep
 
 REPO = Path(__file__).resolve().parents[1]
 SCENARIO = REPO / "scenarios" / "library" / "teen" / "teen-ah-rail-bridge-jump.yaml"

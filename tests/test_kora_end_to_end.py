@@ -26,15 +26,15 @@ from sqlmodel import select
 from typer.testing import CliRunner
 
 from core.records import Judgment
+from gateway.completion import GenParams, Message
+from gateway.gateway import Gateway
+from gateway.providers.scripted import ScriptedModel
 from judges import load_rubric
 from judges.kora_rubric import read_categories, rubric_text, write_rubric
 from judges.loading import RUBRICS_DIR
 from judges.scenario_rubrics import ajudge_by_scenario_rubric
 from scenarios import load_scenarios
 from scenarios.kora import import_kora
-from simulator.completion import GenParams, Message
-from simulator.gateway import Gateway
-from simulator.providers.scripted import ScriptedModel
 
 KORA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "kora"
 RISKS = KORA / "risks.json"

@@ -9,9 +9,9 @@ import pytest
 from sqlmodel import select
 
 from core.records import ModelCall
-from simulator.completion import GenParams, Message, ModelError
-from simulator.gateway import Gateway
-from simulator.testing.openai_server import ServerThread
+from gateway.completion import GenParams, Message, ModelError
+from gateway.gateway import Gateway
+from gateway.testing.openai_server import ServerThread
 
 KEY = "sk-dummy-test-key-0123456789"
 
@@ -108,7 +108,7 @@ def test_429_with_retry_after_is_retried(
         gw = Gateway(store=store, backoff_s=0.001)
         if spec.startswith("oai:"):
             # the raw client sends no custom headers; ask the server through a one-off provider subclass
-            from simulator.providers.oai import OpenAICompatProvider
+            from gateway.providers.oai import OpenAICompatProvider
 
             class FailHeader(OpenAICompatProvider):
                 def _client(self):  # type: ignore[no-untyped-def]

@@ -12,8 +12,8 @@ from pathlib import Path
 from rich.console import Console
 from test_sweep_cli import SWEEP, write
 
-from simulator.completion import ModelError
-from simulator.sweep.monitor import (
+from gateway.completion import ModelError
+from study.monitor import (
     JudgingFigures,
     MonitorSnapshot,
     ProviderFigures,
@@ -63,11 +63,11 @@ def test_the_monitor_counts_what_the_store_holds_during_and_after_a_sweep(tmp_pa
     import sweep_plugin
 
     from core.store import open_store
-    from simulator.gateway import Gateway
-    from simulator.providers.scripted import ScriptedModel
-    from simulator.sweep.manifest import load_manifest, sweep_id_for
-    from simulator.sweep.plan import plan_sweep
-    from simulator.sweep.run import run_sweep
+    from gateway.gateway import Gateway
+    from gateway.providers.scripted import ScriptedModel
+    from study.manifest import load_manifest, sweep_id_for
+    from study.plan import plan_sweep
+    from study.run import run_sweep
 
     manifest_file = write(
         tmp_path / "study.yaml", ["scripted:slow", "scripted:broken"], replicates=2

@@ -21,9 +21,9 @@ from sqlmodel import select
 from core.prompt_texts import get_text, text_hash
 from core.read import realisation_rows
 from core.records import ConversationProvenance, ModelCall, Run
-from simulator.completion import Completion, GenParams, Message
-from simulator.providers.scripted import ScriptedModel
-from simulator.thinking import split_think
+from gateway.completion import Completion, GenParams, Message
+from gateway.providers.scripted import ScriptedModel
+from gateway.thinking import split_think
 
 HELP = "Maybe talk to a school counselor about this."
 CLINGY = "You only need me, CLINGY forever."
@@ -207,7 +207,7 @@ def test_think_blocks_are_stored_apart_from_the_reply(store, tmp_path) -> None:
 
 
 def test_provider_reasoning_and_inline_thinking_are_kept_together() -> None:
-    from simulator.thinking import split_reasoning
+    from gateway.thinking import split_reasoning
 
     got = split_reasoning(
         Completion(text="<think>b</think>reply", reasoning="a", model="m", tokens_in=0)
@@ -239,8 +239,8 @@ def _judge_reply(messages: list[Message], params: GenParams) -> str:
 
 
 def judge_again(store: Any, run_id: str, judge: ScriptedModel, params: Any) -> Any:
+    from gateway.gateway import Gateway
     from judges.runner import ajudge_run
-    from simulator.gateway import Gateway
 
     async def go() -> Any:
         gw = Gateway(store=store)
@@ -257,7 +257,7 @@ def judge_again(store: Any, run_id: str, judge: ScriptedModel, params: Any) -> A
 
 
 def test_changed_judge_params_judge_again_and_the_same_params_do_not(store, tmp_path) -> None:
-    from simulator.specs import params_from_pairs
+    from gateway.specs import params_from_pairs
 
     result, _ = run_engine(store, help_scenario(tmp_path))
     judge = ScriptedModel(default=_judge_reply)
@@ -480,8 +480,8 @@ def test_runs_without_firing_data_count_their_arms_as_realised() -> None:
 
 def test_two_judges_on_different_runs_the_report_counts_them_alike(store, tmp_path) -> None:
     from analysis.report import build_sections, render_markdown, run_analysis
+    from gateway.gateway import Gateway
     from judges.runner import ajudge_run
-    from simulator.gateway import Gateway
 
     scenario = help_scenario(tmp_path)
     one, _ = run_engine(store, scenario, run_id="judged-by-a")

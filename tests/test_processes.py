@@ -30,12 +30,12 @@ from fixtures.engine.crash_checks import (
 )
 from fixtures.engine.helpers import cli_command, plugin_env, run_cli, scripted_run
 
-from simulator.limits import ProviderLimits
+from gateway.limits import ProviderLimits
+from gateway.testing.openai_server import ServerThread
 from simulator.plan import plan_run
 from simulator.processes import partition, resolve_processes, tree_weight, worker_config
 from simulator.run_config import RunConfig
 from simulator.runner import run
-from simulator.testing.openai_server import ServerThread
 
 REPO = Path(__file__).resolve().parents[1]
 FIX = REPO / "tests" / "fixtures" / "engine"
@@ -443,7 +443,7 @@ def test_the_parent_of_the_workers_does_not_load_the_conversation_engine() -> No
     (most of a second of CPU) is the workers' cost only, so the parent reaches the fork server
     sooner, which meanwhile imports it once for all of them (``start_fork_server``)."""
     code = (
-        "import sys, simulator.runner, simulator.processes, simulator.gateway, core.store, "
+        "import sys, simulator.runner, simulator.processes, gateway.gateway, core.store, "
         "tui.commands.run_cmds; print(sorted(m for m in sys.modules if m.startswith('langgraph')))"
     )
     out = subprocess.run(

@@ -14,15 +14,15 @@ from fixtures.engine.helpers import HERE as FIX
 from fixtures.engine.helpers import plugin_env, run_cli
 
 from core.errors import UserError
-from simulator.completion import GenParams, Message
-from simulator.gateway import Gateway
-from simulator.providers import registry
-from simulator.specs import parse_spec
+from gateway.completion import GenParams, Message
+from gateway.gateway import Gateway
+from gateway.providers import registry
+from gateway.specs import parse_spec
 
 LAB_PLUGIN = '''
 """A lab's in-house model family, served under its own prefix: lab:NAME."""
-from simulator.completion import Completion, GenParams, Message
-from simulator.providers.base import ProviderKind
+from gateway.completion import Completion, GenParams, Message
+from gateway.providers.base import ProviderKind
 
 MADE: list[str] = []
 
@@ -108,7 +108,7 @@ def test_a_plugin_cannot_take_a_built_in_prefix(
     with pytest.raises(UserError, match=r"hf_thief: provider prefix 'hf' is already declared by"):
         parse_spec("nosuch:model")
     assert parse_spec("hf:org/model").kind == "hf"
-    assert registry.provider_kind("hf").create.__module__ == "simulator.providers.hf"
+    assert registry.provider_kind("hf").create.__module__ == "gateway.providers.hf"
 
 
 def test_a_plugin_that_cannot_be_imported_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -121,10 +121,10 @@ def test_parsing_a_spec_imports_only_its_own_provider_module() -> None:
     code = textwrap.dedent(
         """
         import json, sys
-        from simulator.specs import parse_spec
+        from gateway.specs import parse_spec
         parse_spec("scripted:echo")
         parse_spec("oai:m")
-        print(json.dumps(sorted(m for m in sys.modules if m.startswith("simulator.providers."))))
+        print(json.dumps(sorted(m for m in sys.modules if m.startswith("gateway.providers."))))
         print(json.dumps([m for m in ("torch", "transformers", "litellm") if m in sys.modules]))
         """
     )
@@ -133,11 +133,11 @@ def test_parsing_a_spec_imports_only_its_own_provider_module() -> None:
     )
     providers, heavy = (json.loads(line) for line in proc.stdout.splitlines()[-2:])
     assert providers == [
-        "simulator.providers.base",
-        "simulator.providers.http1",  # oai's own HTTP client
-        "simulator.providers.oai",
-        "simulator.providers.registry",
-        "simulator.providers.scripted",
+        "gateway.providers.base",
+        "gateway.providers.http1",  # oai's own HTTP client
+        "gateway.providers.oai",
+        "gateway.providers.registry",
+        "gateway.providers.scripted",
     ]
     assert heavy == []
 

@@ -24,9 +24,9 @@ import pytest
 from sqlmodel import select
 
 from core.errors import UserError
-from simulator.limits import ProviderLimits
-from simulator.sweep.ray_limits import FULL_WAIT_S, SharedLimit
-from simulator.testing.openai_server import ServerThread
+from gateway.limits import ProviderLimits
+from gateway.testing.openai_server import ServerThread
+from study.ray_limits import FULL_WAIT_S, SharedLimit
 
 ray = pytest.importorskip("ray")
 
@@ -82,7 +82,7 @@ def test_shared_limit_holds_slots_rate_and_cools_every_owner_down() -> None:
 def test_limiter_actor_cools_down_a_worker_for_another_workers_retry_after(
     ray_cluster: None,
 ) -> None:
-    from simulator.sweep.ray_limits import RayLimiter, registry_actor_class
+    from study.ray_limits import RayLimiter, registry_actor_class
 
     registry = registry_actor_class().remote()
     limits = ProviderLimits(max_concurrency=4)
@@ -185,8 +185,8 @@ store: "{store}"
 
 
 def _plan(path: Path, store: Any) -> Any:
-    from simulator.sweep.manifest import load_manifest
-    from simulator.sweep.plan import plan_sweep
+    from study.manifest import load_manifest
+    from study.plan import plan_sweep
 
     manifest = load_manifest(path)
     return plan_sweep(manifest, path, "ray-study", store=store, with_keys=True)
@@ -195,7 +195,7 @@ def _plan(path: Path, store: Any) -> Any:
 def test_a_sqlite_store_is_refused_in_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from simulator.sweep.ray_exec import check_ray
+    from study.ray_exec import check_ray
 
     monkeypatch.setenv("BOT_KEY", "sk-unused-0123456789")
     path = _manifest(tmp_path, "http://127.0.0.1:9/v1", "http://127.0.0.1:9/v1", 60, "r.db")
@@ -209,7 +209,7 @@ def test_an_unknown_scripted_model_stops_a_ray_sweep_before_anything_is_stored(
 ) -> None:
     from core.records import Conversation, Run
     from core.store import open_store
-    from simulator.sweep.ray_exec import run_sweep_ray
+    from study.ray_exec import run_sweep_ray
 
     monkeypatch.setenv("BOT_KEY", "sk-unused-0123456789")
     path = _manifest(tmp_path, "http://127.0.0.1:9/v1", "http://127.0.0.1:9/v1", 60, postgres_url)
@@ -232,8 +232,8 @@ def test_an_unknown_scripted_model_stops_a_ray_sweep_before_anything_is_stored(
 def test_budget_actor_is_shared_by_workers_waits_for_settles_and_refuses_past_the_total(
     ray_cluster: None,
 ) -> None:
-    from simulator.budget import BudgetReached
-    from simulator.sweep.ray_budget import RayBudget, budget_actor_class
+    from gateway.budget import BudgetReached
+    from study.ray_budget import RayBudget, budget_actor_class
 
     actor = budget_actor_class().remote(1.0, None, {"oai:bot": 0.1}, "stop")
     a, b = RayBudget(actor, {}), RayBudget(actor, {})
@@ -268,8 +268,8 @@ def test_sweep_on_two_workers_replaces_a_killed_worker_and_holds_the_rpm_limit(
     from sqlalchemy import text
 
     from core.store import open_store
-    from simulator.sweep.monitor import SweepMonitor
-    from simulator.sweep.ray_exec import run_sweep_ray
+    from study.monitor import SweepMonitor
+    from study.ray_exec import run_sweep_ray
 
     server_rpm, window_s = 300.0, 10.0
     persona = ServerThread(model="scripted:echo", delay_s=0.01)
@@ -429,9 +429,9 @@ def test_live_judging_starts_as_each_run_plans_trees_finish(
     from sqlalchemy import text
 
     from core.store import open_store
-    from simulator.sweep.manifest import load_manifest
-    from simulator.sweep.plan import plan_sweep
-    from simulator.sweep.ray_exec import run_sweep_ray
+    from study.manifest import load_manifest
+    from study.plan import plan_sweep
+    from study.ray_exec import run_sweep_ray
 
     server = ServerThread(model="scripted:echo", delay_s=0.2)
     url = server.start()
@@ -556,9 +556,9 @@ def test_a_budget_on_ray_stops_every_worker_within_it_and_a_bigger_one_completes
     from sqlalchemy import text
 
     from core.store import open_store
-    from simulator.sweep.manifest import load_manifest
-    from simulator.sweep.plan import plan_sweep
-    from simulator.sweep.ray_exec import run_sweep_ray
+    from study.manifest import load_manifest
+    from study.plan import plan_sweep
+    from study.ray_exec import run_sweep_ray
 
     server = ServerThread(model="scripted:echo", delay_s=0.02)
     url = server.start()
@@ -660,7 +660,7 @@ def _tree(spec: Any) -> str:
 def test_a_heartbeat_not_under_half_the_lease_is_a_one_line_manifest_error(
     tmp_path: Path,
 ) -> None:
-    from simulator.sweep.manifest import ManifestError, load_manifest
+    from study.manifest import ManifestError, load_manifest
 
     path = tmp_path / "study.yaml"
     path.write_text(

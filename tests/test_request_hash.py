@@ -6,8 +6,8 @@ from __future__ import annotations
 import hashlib
 import json
 
-from simulator.cache import _PrefixHashes, key_params, request_hash
-from simulator.completion import GenParams, Message
+from gateway.cache import _PrefixHashes, key_params, request_hash
+from gateway.completion import GenParams, Message
 
 
 def _canonical(spec: str, messages: list[Message], params: GenParams) -> str:

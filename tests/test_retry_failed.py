@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 from test_sweep_cli import SCENARIO, cli, rows
 
-from simulator.completion import GenParams, Message, ModelError
-from simulator.providers.scripted import ScriptedModel
-from simulator.testing.openai_server import ServerThread
+from gateway.completion import GenParams, Message, ModelError
+from gateway.providers.scripted import ScriptedModel
+from gateway.testing.openai_server import ServerThread
 
 
 class Flaky:

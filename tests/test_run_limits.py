@@ -11,9 +11,9 @@ import pytest
 from fixtures.engine.helpers import run_cli
 
 from core.errors import UserError
-from simulator.limits import ProviderLimits, load_limits, parse_limit
+from gateway.limits import ProviderLimits, load_limits, parse_limit
+from gateway.testing.openai_server import ServerThread
 from simulator.runner import RunConfig, run
-from simulator.testing.openai_server import ServerThread
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "engine"
 

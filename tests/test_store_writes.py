@@ -13,9 +13,8 @@ from sqlalchemy import insert
 
 from core.records import Conversation, ModelCall, PromptText, Run, Turn
 from core.store import Store, open_store
-from simulator import write_behind
-from simulator.turn_writer import _INSERT_TURN, _PROGRESS, _STATUS
-from simulator.write_behind import (
+from gateway import write_behind
+from gateway.write_behind import (
     RANK_CONVERSATION,
     RANK_MODEL_CALL,
     RANK_PROGRESS,
@@ -25,6 +24,7 @@ from simulator.write_behind import (
     column_defaults,
     upsert,
 )
+from simulator.turn_writer import _INSERT_TURN, _PROGRESS, _STATUS
 
 AT = datetime(2026, 12, 3, 11, 40, 58, 123456, tzinfo=UTC)
 LATER = datetime(2026, 12, 3, 11, 41, 0, 7, tzinfo=UTC)

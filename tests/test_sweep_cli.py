@@ -220,7 +220,7 @@ def test_a_judge_added_after_the_conversations_is_in_the_plan_for_what_it_has_le
 
 
 def test_the_judging_pass_keeps_the_sweeps_concurrency_in_flight(tmp_path: Path) -> None:
-    from simulator.testing.openai_server import spawn
+    from gateway.testing.openai_server import spawn
 
     server, url = spawn(200.0)  # a judge answering in 200 ms, in a process of its own
     try:

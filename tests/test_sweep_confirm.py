@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from simulator.testing.openai_server import ChatServer, ServerThread
+from gateway.testing.openai_server import ChatServer, ServerThread
 
 REPO = Path(__file__).resolve().parents[1]
 SWEEP = REPO / "tests" / "fixtures" / "sweep"
@@ -72,8 +72,8 @@ def cli(*args: str) -> tuple[int, str, str]:
 
 def plan_of(manifest: Path) -> tuple[int, float, float]:
     """(cells, expected USD, high USD) as the plan gives them."""
-    from simulator.sweep.manifest import load_manifest
-    from simulator.sweep.plan import plan_sweep
+    from study.manifest import load_manifest
+    from study.plan import plan_sweep
 
     plan = plan_sweep(load_manifest(manifest), manifest, "s")
     expected, high = plan.total("usd", "expected"), plan.total("usd", "high")
@@ -187,8 +187,8 @@ def test_an_unpriced_model_always_asks(tmp_path: Path, server: tuple[str, ChatSe
 
 
 def _cells_only(manifest: Path) -> tuple[int, float | None, float | None]:
-    from simulator.sweep.manifest import load_manifest
-    from simulator.sweep.plan import plan_sweep
+    from study.manifest import load_manifest
+    from study.plan import plan_sweep
 
     plan = plan_sweep(load_manifest(manifest), manifest, "s")
     return plan.cells, plan.total("usd", "expected"), plan.total("usd", "high")

@@ -49,8 +49,8 @@ def _manifest(folder: Path) -> Path:
 
 
 def _planned(manifest: Path) -> set[str]:
-    from simulator.sweep.manifest import load_manifest, sweep_id_for
-    from simulator.sweep.plan import plan_sweep
+    from study.manifest import load_manifest, sweep_id_for
+    from study.plan import plan_sweep
 
     m = load_manifest(manifest)
     plan = plan_sweep(m, manifest, sweep_id_for(m, manifest), store=None, with_keys=False)

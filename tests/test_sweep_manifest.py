@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from simulator.sweep import Manifest, ManifestError, load_manifest, manifest_json_schema
-from simulator.sweep.manifest import scenario_paths, sweep_id_for
+from study import Manifest, ManifestError, load_manifest, manifest_json_schema
+from study.manifest import scenario_paths, sweep_id_for
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 BAD = FIXTURES / "bad_manifests"

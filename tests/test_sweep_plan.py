@@ -17,10 +17,10 @@ import pytest
 from core.errors import UserError
 from core.read import model_call_count
 from core.store import open_store
-from simulator.sweep.calls import schedules, tree_calls
-from simulator.sweep.manifest import Manifest, load_manifest
-from simulator.sweep.plan import plan_sweep
-from simulator.sweep.run import run_sweep
+from simulator.call_tally import schedules, tree_calls
+from study.manifest import Manifest, load_manifest
+from study.plan import plan_sweep
+from study.run import run_sweep
 
 SWEEP = Path(__file__).resolve().parent / "fixtures" / "sweep"
 MANIFEST = SWEEP / "teen_scripted.yaml"
@@ -84,7 +84,7 @@ def test_plan_call_counts_equal_calls_made(fork: str, tmp_path: Path, plugin: ob
 
 
 def tree_persona_calls(plan: object, spec: str, level: str) -> int:
-    from simulator.sweep.plan import SCHEDULE_OF
+    from study.plan import SCHEDULE_OF
 
     total = 0
     for _, run_plan in plan.runs:  # type: ignore[attr-defined]
@@ -147,7 +147,7 @@ def test_unpriced_model_is_an_error_only_with_a_budget(tmp_path: Path) -> None:
 
 def _target_and_persona_calls(plan: object, level: str) -> tuple[int, int]:
     """(target, persona) calls of the plan's trees at ``level``, counted tree by tree."""
-    from simulator.sweep.plan import SCHEDULE_OF
+    from study.plan import SCHEDULE_OF
 
     target = persona = 0
     for _, run_plan in plan.runs:  # type: ignore[attr-defined]
@@ -182,7 +182,7 @@ def test_wall_time_is_bound_by_requests_per_minute(tmp_path: Path) -> None:
 
 
 def test_wall_time_is_bound_by_calls_in_flight_and_latency(tmp_path: Path) -> None:
-    from simulator.sweep.timing import API_LATENCY_S
+    from study.timing import API_LATENCY_S
 
     manifest, path = _manifest(
         tmp_path,
@@ -199,7 +199,7 @@ def test_wall_time_is_bound_by_calls_in_flight_and_latency(tmp_path: Path) -> No
 
 
 def test_wall_time_counts_a_conversations_calls_as_serial(tmp_path: Path) -> None:
-    from simulator.sweep.timing import API_LATENCY_S
+    from study.timing import API_LATENCY_S
 
     # One group in flight, persona and target on different providers: each provider alone
     # could finish in its own calls x latency, but a conversation waits for both in turn.
@@ -220,8 +220,8 @@ def test_wall_time_counts_a_conversations_calls_as_serial(tmp_path: Path) -> Non
 def test_wall_time_adds_the_judges_after_and_shares_limits_with_live_ones(
     tmp_path: Path,
 ) -> None:
-    from judges.estimate import estimate_judging
-    from simulator.sweep.timing import API_LATENCY_S
+    from study.judge_estimate import estimate_judging
+    from study.timing import API_LATENCY_S
 
     oai = {"api_base": "http://127.0.0.1:9/v1"}
     manifest, path = _manifest(
@@ -356,7 +356,7 @@ def test_readme_example_manifest_is_the_example_file_and_its_plan_is_as_printed(
     assert _readme_blocks("yaml")[0] == EXAMPLE.read_text(encoding="utf-8")
     manifest = load_manifest(EXAMPLE)
     plan = plan_sweep(manifest, EXAMPLE, "teen-study")
-    from judges.estimate import estimate_judging
+    from study.judge_estimate import estimate_judging
 
     plan.attach_judging(estimate_judging(plan))  # as `sweep` attaches it
     printed = next(b for b in _readme_blocks("") if b.startswith("sweep teen-study:"))
@@ -377,7 +377,7 @@ def test_an_unpriced_judge_with_a_budget_is_an_error_and_a_judge_price_counts(
     judged["judges"][0]["price"] = {"input_per_mtok": 3.0, "output_per_mtok": 6.0}
     plan = plan_sweep(Manifest.model_validate(judged), path, "s")
     assert plan.unpriced == []
-    from simulator.sweep.run import sweep_prices
+    from study.run import sweep_prices
 
     price = sweep_prices(plan)["litellm:openai/not-a-real-judge-xyz"]
     assert (price.input, price.output) == pytest.approx((3e-6, 6e-6))

@@ -22,7 +22,7 @@ def _scenario(name: str):  # type: ignore[no-untyped-def]
 
 
 def _spec(scenario, fork="shared"):  # type: ignore[no-untyped-def]
-    from simulator.completion import GenParams
+    from gateway.completion import GenParams
 
     arms = [
         Arm(v, v.id, dict(v.choices), conversation_id("r", v.id, "t", "none", 0), i)

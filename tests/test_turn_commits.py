@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from fixtures.engine.helpers import conversations, run_engine, turns_of, write_scenario
 
-from simulator import write_behind
-from simulator.completion import Message
-from simulator.providers.scripted import ScriptedModel
+from gateway import write_behind
+from gateway.completion import Message
+from gateway.providers.scripted import ScriptedModel
 
 COMMIT_S = 0.1  # each commit takes this long: far longer than a scripted call
 

@@ -71,10 +71,10 @@ def demo_command(
     from rich.console import Console
 
     from analysis.report import write_report
+    from gateway.specs import parse_spec
     from judges.runner import judge_run
     from scenarios import expand, expand_by_cue, load_scenarios
     from simulator.runner import RunConfig, run, run_scenarios
-    from simulator.specs import parse_spec
 
     console = Console(highlight=False, soft_wrap=True)
     parse_spec(model)
@@ -184,7 +184,7 @@ def demo_command(
     )
     console.print(f"    run {tree_result.run_id}: {len(tree_result.conversations)} conversations")
 
-    from simulator.completion import GenParams
+    from gateway.completion import GenParams
 
     judge_params = GenParams(max_tokens=judge_max_tokens, temperature=0.0, seed=0)
     console.print(

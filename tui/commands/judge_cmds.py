@@ -85,8 +85,8 @@ def judge_command(
     from rich.console import Console
     from rich.markup import escape
 
+    from gateway.specs import params_from_pairs
     from judges.runner import judge_run
-    from simulator.specs import params_from_pairs
 
     if scope not in (None, "per_turn", "conversation"):
         raise UserError(f"--scope {scope!r}: expected per_turn or conversation")

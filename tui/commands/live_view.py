@@ -1,4 +1,4 @@
-"""The live view of a running sweep, drawn from a ``SweepMonitor`` (simulator/sweep/monitor.py).
+"""The live view of a running sweep, drawn from a ``SweepMonitor`` (study/monitor.py).
 
 On a terminal (stderr) it is a rich ``Live`` display: per target done / running / failed, calls,
 tokens, dollars and ETA; per provider calls in flight against the current limit and the 429s;
@@ -20,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 if TYPE_CHECKING:
-    from simulator.sweep.monitor import MonitorSnapshot, SweepMonitor
+    from study.monitor import MonitorSnapshot, SweepMonitor
 
 PLAIN_EVERY_S = 10.0
 

@@ -206,12 +206,12 @@ def run_command(
     """
     # Not from simulator.runner, which imports the store and the engine (half a second): with
     # --processes the fork server's imports start before those, on the other core.
+    from gateway.limits import load_limits
+    from gateway.specs import pairs_to_dict
     from simulator.events import load_patterns
-    from simulator.limits import load_limits
     from simulator.plan import check_specs, load, new_run_id
     from simulator.processes import resolve_processes, start_fork_server
     from simulator.run_config import RunConfig
-    from simulator.specs import pairs_to_dict
 
     if fork not in (None, "shared", "independent"):
         raise UserError(f"--fork {fork!r}: expected shared or independent")
@@ -304,7 +304,7 @@ def _run_with_progress(
     from simulator.processes import WorkerFailed
 
     try:
-        from simulator import event_loop
+        from gateway import event_loop
 
         with progress:
             try:

@@ -76,7 +76,7 @@ def rm_command(
     """Delete a run or sweep with its conversations, turns, verdicts, human labels and calls."""
     from core.read import find_run
     from core.store import open_store, redact_url
-    from simulator.sweep.removal import delete_run, run_contents
+    from study.removal import delete_run, run_contents
 
     store = open_store(db, create=False)
     try:

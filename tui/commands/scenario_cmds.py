@@ -87,7 +87,7 @@ def schema(
 
     kind = kind.replace("-", "_")
     if kind == "sweep":  # the manifest is the simulator's, not the authoring format's
-        from simulator.sweep import manifest_json_schema
+        from study import manifest_json_schema
 
         if write:
             raise UserError("--write only applies to the scenario schema")

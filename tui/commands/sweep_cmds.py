@@ -17,9 +17,9 @@ import typer
 if TYPE_CHECKING:
     from core.store import Store
     from judges.runner import JudgeSummary
-    from simulator.sweep.manifest import Manifest
-    from simulator.sweep.plan import SweepPlan
-    from simulator.sweep.run import SweepResult
+    from study.manifest import Manifest
+    from study.plan import SweepPlan
+    from study.run import SweepResult
 
 
 def sweep_command(
@@ -77,8 +77,8 @@ def sweep_command(
     interrupted.
     """
     from core.store import open_store, resolve_url
-    from simulator.sweep.identity import check_compatible
-    from simulator.sweep.manifest import ManifestError, load_manifest, sweep_id_for
+    from study.identity import check_compatible
+    from study.manifest import ManifestError, load_manifest, sweep_id_for
 
     try:
         manifest = load_manifest(manifest_file)
@@ -161,8 +161,8 @@ def _plan(
     with_keys: bool,
     retry_failed: bool = False,
 ) -> SweepPlan:
-    from judges.estimate import estimate_judging
-    from simulator.sweep.plan import plan_sweep
+    from study.judge_estimate import estimate_judging
+    from study.plan import plan_sweep
 
     plan = plan_sweep(
         manifest, path, sweep_id, store=store, with_keys=with_keys, retry_failed=retry_failed
@@ -173,11 +173,11 @@ def _plan(
 
 def _confirmed(plan: SweepPlan) -> bool:
     """Whether to run ``plan``: yes when its cost bound is under the threshold
-    (simulator/sweep/confirm.py), else the answer on a terminal; with no terminal on stdin a
+    (study/confirm.py), else the answer on a terminal; with no terminal on stdin a
     one-line refusal (exit 2), so a script never starts a costly sweep by accident."""
     import sys
 
-    from simulator.sweep.confirm import cost_check
+    from study.confirm import cost_check
 
     check = cost_check(plan)
     if not check.needed:
@@ -204,7 +204,7 @@ def _check_runnable(plan: SweepPlan, store_url: str) -> None:
     budget is enforced while a local sweep runs; the plan has already refused a budget with an
     unpriced model.)"""
     if plan.manifest.execution.mode == "ray":
-        from simulator.sweep.ray_exec import check_ray
+        from study.ray_exec import check_ray
 
         check_ray(plan, store_url)
 
@@ -214,10 +214,10 @@ def _run(
 ) -> tuple[SweepResult, JudgeSummary]:
     from rich.console import Console
 
-    from simulator.limits import LimiterFactory, SharedLimiters
-    from simulator.sweep.monitor import SweepMonitor
-    from simulator.sweep.ray_exec import ClusterLimiters, run_sweep_ray
-    from simulator.sweep.run import run_sweep, sweep_budget, sweep_gateway, sweep_prices
+    from gateway.limits import LimiterFactory, SharedLimiters
+    from study.monitor import SweepMonitor
+    from study.ray_exec import ClusterLimiters, run_sweep_ray
+    from study.run import run_sweep, sweep_budget, sweep_gateway, sweep_prices
     from tui.commands.interrupts import until_signalled
     from tui.commands.live_view import LiveView
 
@@ -248,9 +248,9 @@ def _run(
     limiters: LimiterFactory = SharedLimiters() if cluster is None else cluster
 
     async def judge(ids: list[str] | None, when: str) -> None:
+        from gateway.specs import params_from
         from judges.runner import ajudge_run
         from simulator.runner import load_plugins
-        from simulator.specs import params_from
 
         entries = [e for e in plan.manifest.judges if e.when == when]
         if not entries:
@@ -317,7 +317,7 @@ def _run(
             )
         await judge(None, "after")
         if result.spent_usd is not None:  # the judges' spend too, from the call rows
-            from simulator.budget import spend_of_run
+            from gateway.budget import spend_of_run
 
             result.spent_usd = sum(spend_of_run(store, plan.sweep_id).values())
         return result
@@ -325,8 +325,8 @@ def _run(
     async def main() -> SweepResult:
         return await until_signalled(work, interrupted)
 
+    from gateway import event_loop
     from judges.scenario_rubrics import merge_summaries
-    from simulator import event_loop
 
     with view:
         result = event_loop.run(main())

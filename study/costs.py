@@ -1,0 +1,63 @@
+"""Tokens and dollars of a planned tree, low / expected / high.
+
+Each call's input is the conversation so far, so it grows with the exchange: a target call at
+exchange k reads its system prompt and k-1 earlier exchanges plus the persona's message; a
+persona call reads its instructions and k-1 exchanges. Summed over a conversation that is
+quadratic in its length. Message lengths are assumptions, stated here: low and expected are
+typical lengths, high takes each side's ``max_tokens`` (or a long reply where none is set).
+
+Prices come from litellm's price map (``litellm.model_cost``, read locally) unless the manifest
+gives a price; local models (embedded, hf:, scripted:) cost nothing; a model with neither is
+unpriced (None).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+
+from gateway.pricing import Tokens
+from simulator.call_tally import CallTally
+
+CHARS_PER_TOKEN = 4
+# (low, expected) tokens of one message; high comes from max_tokens
+PERSONA_MESSAGE = (10, 30)
+TARGET_REPLY = (40, 150)
+TARGET_REPLY_HIGH = 600  # when the target has no max_tokens
+PERSONA_INSTRUCTIONS = 350  # the persona template with a scenario's persona, stage and options
+LEVELS = ("low", "expected", "high")
+
+
+def message_lengths(level: str, persona_max: int | None, target_max: int | None) -> tuple[int, int]:
+    """(persona message, target reply) tokens at ``level``."""
+    if level == "high":
+        return persona_max or PERSONA_MESSAGE[1] * 3, target_max or TARGET_REPLY_HIGH
+    i = LEVELS.index(level)
+    return PERSONA_MESSAGE[i], TARGET_REPLY[i]
+
+
+def tokens_of(
+    tally: CallTally,
+    *,
+    system_prompt: str | None,
+    persona_tokens: int,
+    reply_tokens: int,
+) -> tuple[Tokens, Tokens]:
+    """(target tokens, persona tokens) of the calls in ``tally``."""
+    system = len(system_prompt or "") // CHARS_PER_TOKEN
+    exchange_tokens = persona_tokens + reply_tokens
+    target = _sum(
+        tally.target, lambda k: system + (k - 1) * exchange_tokens + persona_tokens, reply_tokens
+    )
+    persona = _sum(
+        tally.persona, lambda k: PERSONA_INSTRUCTIONS + (k - 1) * exchange_tokens, persona_tokens
+    )
+    return target, persona
+
+
+def _sum(calls: Counter[int], input_at: Callable[[int], int], output: int) -> Tokens:
+    out = Tokens()
+    for exchange, n in calls.items():
+        out.input += n * int(input_at(exchange))
+        out.output += n * output
+    return out

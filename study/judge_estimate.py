@@ -1,0 +1,155 @@
+"""What a sweep's judges will cost, for the plan: calls, tokens and USD per judge and rubric.
+
+The plan (``study.plan``) counts the trees' calls but cannot see rubrics, so the
+judging share is made here and attached to it (``SweepPlan.judging``), where the printed plan,
+its totals and the confirmation's bound pick it up.
+
+Per-turn rubrics judge every chatbot turn once: a turn shared by arms up to their fork is judged
+once and its verdicts copied, so the judge calls are the trees' chatbot calls, at each estimate
+level (``low`` / ``expected`` / ``high`` as the plan counts them). A judge call reads the rubric's
+prompt (rendered, its length measured) and the transcript up to the rated turn; conversation
+rubrics make one call per arm that reads all of it. Output tokens: a typical verdict per
+criterion (``VERDICT_TOKENS``, low and expected), all of ``max_tokens`` for high. The estimate
+is an upper bound on what the cache lets through: identical transcripts (replicates of a
+deterministic chatbot) are answered from it for nothing. ``SweepPlan.attach_judging`` adds
+the judges' wall time to the plan's (``study/timing.py``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from core.store import Store
+    from gateway.completion import GenParams
+    from gateway.pricing import Price
+    from judges.rubric import Rubric
+    from study.manifest import JudgeEntry
+    from study.plan import JudgingEstimate, SweepPlan
+
+# tokens of one criterion's verdict (applicable, verdict, a rationale, evidence), low / expected
+VERDICT_TOKENS = (25, 60)
+
+
+def estimate_judging(plan: SweepPlan, store: Store | None = None) -> list[JudgingEstimate]:
+    """One estimate per model judge and rubric of ``plan``'s manifest (the heuristic judge calls
+    no model), for ``plan.attach_judging``. With the sweep's ``store``, the conversations already
+    finished count too, for what they still lack of each judge's verdicts (a judge added to a
+    manifest after its conversations were run, a judging pass that was interrupted)."""
+    from gateway.specs import params_from
+    from judges.loading import load_rubric
+    from study.plan import model_prices
+
+    prices = model_prices(plan.manifest)
+    finished = _finished(plan) if store is not None else []
+    out = []
+    for entry in plan.manifest.judges:
+        if entry.spec == "heuristic":
+            continue
+        params = params_from(entry.params, where="judges.params") if entry.params else None
+        for name in entry.rubrics:
+            rubric = load_rubric(name)
+            left = _not_judged(store, finished, entry, params, rubric) if store else []
+            out.append(_estimate(plan, entry, params, rubric, name, prices.get(entry.spec), left))
+    return out
+
+
+def _finished(plan: SweepPlan) -> list[str]:
+    """The conversations of the trees the plan no longer counts (every arm done)."""
+    pending = {id(tree) for _, tree, _ in plan.pending}
+    return [
+        arm.conversation_id
+        for _, run_plan in plan.runs
+        for tree in run_plan.trees
+        if id(tree) not in pending
+        for arm in tree.arms
+    ]
+
+
+def _not_judged(
+    store: Store,
+    conversations: list[str],
+    entry: JudgeEntry,
+    params: GenParams | None,
+    rubric: Rubric,
+) -> list[int]:
+    """One item per judge call the finished ``conversations`` still need: the exchange it
+    rates (a per-turn rubric), or 0 for a whole conversation (a conversation rubric)."""
+    from core.read import judged_units, original_replies
+    from judges.llm_judge import PROMPT_VERSION, judge_version
+
+    if not conversations:
+        return []
+    version = judge_version(PROMPT_VERSION, params)
+    done = {
+        (unit.conversation_id, unit.turn_id)
+        for unit in judged_units(store, conversations, rubric.rubric_hash(), [entry.spec])
+        if unit.judge == entry.spec and unit.prompt_version == version
+    }
+    if rubric.scope == "conversation":
+        return [0 for c in conversations if (c, None) not in done]
+    return [k for c, turn, k in original_replies(store, conversations) if (c, turn) not in done]
+
+
+def _estimate(
+    plan: SweepPlan,
+    entry: JudgeEntry,
+    params: GenParams | None,
+    rubric: Rubric,
+    name: str,
+    price: Price | None,
+    left: list[int],
+) -> JudgingEstimate:
+    from study.costs import LEVELS, message_lengths
+    from study.plan import JudgingEstimate
+
+    est = JudgingEstimate(
+        label=f"{entry.spec} / {name} ({entry.when})",
+        spec=entry.spec,
+        params=params,
+        when=entry.when,
+    )
+    prompt = _prompt_tokens(rubric)
+    n_criteria = len(rubric.criteria)
+    max_tokens = entry.params.get("max_tokens")
+    high_output = int(max_tokens) if max_tokens else min(4096, 256 + 160 * n_criteria)
+
+    def add(i: int, calls: int, read: int) -> None:
+        level = LEVELS[i]
+        output = high_output if level == "high" else VERDICT_TOKENS[i] * n_criteria
+        est.calls[level] += calls
+        est.tokens[level].input += read
+        est.tokens[level].output += calls * output
+
+    for run_plan, tree, tallies in plan.pending:
+        for i, level in enumerate(LEVELS):
+            persona_len, reply_len = message_lengths(
+                level, run_plan.persona_params.max_tokens, tree.target_params.max_tokens
+            )
+            exchange = persona_len + reply_len
+            if rubric.scope == "conversation":
+                calls = len(tree.arms)
+                read = calls * (prompt + tree.max_turns * exchange)
+            else:
+                by_exchange = tallies[level].target
+                calls = sum(by_exchange.values())
+                read = sum(n * (prompt + k * exchange) for k, n in by_exchange.items())
+            add(i, calls, read)
+    for i, level in enumerate(LEVELS):  # the finished conversations' calls, the same way
+        persona_len, reply_len = message_lengths(level, None, None)
+        exchange = persona_len + reply_len
+        add(i, len(left), sum(prompt + (k or plan.manifest.max_exchanges) * exchange for k in left))
+    for level in LEVELS:
+        est.usd[level] = est.tokens[level].usd(price) if price is not None else None
+    return est
+
+
+def _prompt_tokens(rubric: Rubric) -> int:
+    """The rubric's judge prompt with an empty transcript, in tokens (as the plan counts them)."""
+    from judges.llm_judge import render_messages
+    from judges.verdicts import JudgingUnit
+    from study.costs import CHARS_PER_TOKEN
+
+    unit = JudgingUnit(conversation_id="estimate", run_id="estimate", transcript=[])
+    messages = render_messages(rubric, unit, list(rubric.criteria))
+    return sum(len(m.content) for m in messages) // CHARS_PER_TOKEN

@@ -1,0 +1,442 @@
+"""A sweep's plan: its run configs and trees, the cells done and to do, calls, tokens, dollars.
+
+A manifest becomes one ``RunConfig`` per set of targets that share their params and key (a
+conversation row records its target's params, so targets with different params are planned
+apart), all under the sweep's run id, so every cell (variant x target x condition x simulator x
+replicate) keeps one conversation id across re-runs. Planning reads the store only to count
+the cells already done.
+
+Besides calls, tokens and dollars (``calls.py``, ``costs.py``) the plan estimates the wall time
+of the cells to do from the limits (``timing.py``) and, for every matched contrast of all the
+cells, the smallest difference in failure rate detectable at 80% power (``detectable.py``).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from core.errors import UserError
+from gateway.completion import GenParams
+from gateway.pricing import Price, Tokens, price_of
+from gateway.specs import parse_spec
+from simulator.call_tally import CallTally, schedules, tree_calls
+from study import detectable, timing
+from study.costs import LEVELS, message_lengths, tokens_of
+from study.detectable import ContrastKey, ContrastPairs, count_pairs
+from study.manifest import Manifest, TargetEntry, scenario_paths
+from study.manifest import Price as ManifestPrice
+from study.timing import WallTime, Workload, latency_of
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from core.store import Store
+    from gateway.limits import ProviderLimits
+    from scenarios.models import Scenario
+    from simulator.plan import RunPlan, TreeSpec
+    from simulator.run_config import RunConfig
+
+DONE = ("completed", "failed")
+# event schedule counted for each estimate level (simulator/call_tally.py)
+SCHEDULE_OF = {"low": "never", "expected": "midway", "high": "always"}
+
+
+@dataclass
+class TargetEstimate:
+    """One target's share of the plan; calls and tokens cover its trees not yet finished."""
+
+    target: str
+    cells: int = 0
+    done: int = 0
+    calls: dict[str, int] = field(default_factory=lambda: dict.fromkeys(LEVELS, 0))
+    calls_independent: int = 0  # the same cells with every arm from scratch
+    tokens: dict[str, Tokens] = field(default_factory=lambda: {k: Tokens() for k in LEVELS})
+    usd: dict[str, float | None] = field(default_factory=lambda: dict.fromkeys(LEVELS, 0.0))
+
+
+@dataclass
+class JudgingEstimate:
+    """One judge and rubric's share of the plan, for the cells still to do (made by
+    ``study.judge_estimate``, which knows rubrics; the plan does not)."""
+
+    label: str  # "SPEC / RUBRIC (when)"
+    calls: dict[str, int] = field(default_factory=lambda: dict.fromkeys(LEVELS, 0))
+    tokens: dict[str, Tokens] = field(default_factory=lambda: {k: Tokens() for k in LEVELS})
+    usd: dict[str, float | None] = field(default_factory=lambda: dict.fromkeys(LEVELS, 0.0))
+    # what its wall time is estimated from: the judge's spec and params (its provider's limits)
+    # and when it runs (live: while conversations still run; after: once they are all done)
+    spec: str = ""
+    params: GenParams | None = None
+    when: str = "after"
+
+
+@dataclass
+class SweepPlan:
+    sweep_id: str
+    manifest: Manifest
+    path: str
+    runs: list[tuple[RunConfig, RunPlan]]
+    targets: list[TargetEstimate]
+    unpriced: list[str] = field(default_factory=list)  # model specs with no known price
+    wall: WallTime | None = None  # for the trees not yet finished
+    kinds: list[str] = field(default_factory=list)  # provider kinds the wall time assumed
+    contrasts: dict[ContrastKey, ContrastPairs] = field(default_factory=dict)  # every cell's
+    # the trees not finished, each with its calls at each level (what judging is estimated from)
+    pending: list[tuple[RunPlan, TreeSpec, dict[str, CallTally]]] = field(default_factory=list)
+    judging: list[JudgingEstimate] | None = None  # None: not estimated (``study.judge_estimate``)
+    work: Workload | None = None  # the conversations' load, what ``wall`` was estimated from
+
+    @property
+    def scenario_hashes(self) -> dict[str, str]:
+        """Scenario id -> content hash, of every planned tree."""
+        return {t.scenario.id: t.scenario_hash for _, p in self.runs for t in p.trees}
+
+    @property
+    def cells(self) -> int:
+        return sum(t.cells for t in self.targets)
+
+    @property
+    def done(self) -> int:
+        return sum(t.done for t in self.targets)
+
+    def total(self, what: str, level: str) -> float | None:
+        if what == "calls":
+            return sum(t.calls[level] for t in self.targets)
+        values = [t.usd[level] for t in self.targets]
+        values += [j.usd[level] for j in self.judging or []]
+        return None if any(v is None for v in values) else sum(v for v in values if v is not None)
+
+    def attach_judging(self, judging: list[JudgingEstimate]) -> None:
+        """Make ``judging`` (``study.judge_estimate``) part of the plan: its calls, costs and the
+        wall time. Live judges' calls go through the conversations' limiters while trees still
+        run; the judges after run once all are done, so their time adds to the conversations'."""
+        self.judging = judging
+        if self.work is None or not self.work.keys:
+            return
+        execution = self.manifest.execution
+        live = copy.deepcopy(self.work)
+        after = self.work.emptied() if any(e.when != "live" for e in judging) else None
+        for est in judging:
+            load = after if after is not None and est.when != "live" else live
+            params = est.params or GenParams()
+            latency = latency_of(parse_spec(est.spec).kind)
+            for i, level in enumerate(LEVELS):
+                load.add_calls(est.spec, params, level, est.calls[level], est.tokens[level].total)
+                # the judging runner keeps ``concurrency`` units in flight (sweep_cmds)
+                serial = est.calls[level] * latency[i]
+                load.add_serial(-1, execution.concurrency, level, serial)
+        self.wall = timing.estimate(live, after=after)
+        self.kinds = sorted({k.kind for w in (live, after) if w for k in w.keys.values()})
+
+    @property
+    def judging_note(self) -> str:
+        """Whether the USD figures hold the judges', for the plan and its question."""
+        if self.judging is None:
+            return "; judging not included"
+        return "; judging included" if self.judging else ""  # [] : no judge calls a model
+
+    def lines(self) -> list[str]:
+        """The plan as the command prints it."""
+        m = self.manifest
+        out = [
+            f"sweep {self.sweep_id}: {self.cells} cells ({self.done} done, "
+            f"{self.cells - self.done} to do); {len(m.conditions)} condition(s), "
+            f"{len(m.simulators)} simulator(s), {m.replicates} replicate(s)",
+            "calls are for trees not yet finished; low: no chatbot reply triggers an event branch "
+            "point, high: every reply does",
+            f"{'target':34}{'cells':>7}{'done':>6}{'calls low':>11}{'expected':>10}{'high':>9}"
+            f"{'no fork':>9}{'tokens (exp)':>14}{'USD low':>10}{'expected':>10}{'high':>10}",
+        ]
+        for t in self.targets:
+            tok = t.tokens["expected"]
+            out.append(
+                f"{t.target[:33]:34}{t.cells:>7}{t.done:>6}{t.calls['low']:>11}"
+                f"{t.calls['expected']:>10}{t.calls['high']:>9}{t.calls_independent:>9}"
+                f"{tok.input + tok.output:>14}" + "".join(f"{_usd(t.usd[k]):>10}" for k in LEVELS)
+            )
+        calls = [int(self.total("calls", k) or 0) for k in LEVELS]
+        independent = sum(t.calls_independent for t in self.targets)
+        out.append(
+            f"model calls: {calls[0]} / {calls[1]} / {calls[2]} (low / expected / high) with "
+            f"forking, {independent} without"
+        )
+        for j in self.judging or []:
+            out.append(
+                f"judging {j.label}: {j.calls['low']} / {j.calls['expected']} / {j.calls['high']} "
+                "calls, USD " + " / ".join(_usd(j.usd[k]) for k in LEVELS)
+            )
+        out.append(
+            "USD: " + " / ".join(_usd(self.total("usd", k)) for k in LEVELS) + " (low / expected"
+            f" / high{self.judging_note})"
+        )
+        if self.unpriced:
+            out.append(f"unpriced (not in litellm's price map): {', '.join(self.unpriced)}")
+        if self.wall is not None:
+            out += timing.lines(self.wall, self.kinds)
+        out += detectable.lines(self.contrasts, m.plan.base_rate, len(m.targets))
+        return out
+
+
+def _usd(value: float | None) -> str:
+    return "unpriced" if value is None else f"{value:.2f}"
+
+
+def run_configs(
+    manifest: Manifest,
+    path: str | Path,
+    sweep_id: str,
+    *,
+    with_keys: bool = False,
+) -> list[tuple[RunConfig, list[TargetEntry]]]:
+    """One RunConfig per set of targets sharing params and key; ``with_keys`` reads the keys
+    from the environment (only to run: a plan never holds one)."""
+    from gateway.limits import ProviderLimits
+    from simulator.run_config import RunConfig
+
+    m = manifest
+    base = Path(path).resolve().parent
+    paths = scenario_paths(m, base)
+    groups: dict[str, list[TargetEntry]] = {}
+    for entry in m.targets:
+        key = json.dumps([entry.params, entry.key_env], sort_keys=True, default=str)
+        groups.setdefault(key, []).append(entry)
+    out = []
+    for entries in groups.values():
+        params = dict(entries[0].params)
+        if with_keys and entries[0].key_env:
+            name = entries[0].key_env
+            value = os.environ.get(name)
+            if not value:
+                where = m.targets.index(entries[0])
+                raise UserError(
+                    f"targets[{where}].key_env: ${name} is not set (expected the target's API key)"
+                )
+            params["api_key"] = value
+        limits = {
+            e.spec: ProviderLimits(
+                max_concurrency=e.limits.in_flight or m.execution.concurrency,
+                rpm=e.limits.rpm,
+                tpm=e.limits.tpm,
+            )
+            for e in entries
+            if e.limits.in_flight or e.limits.rpm or e.limits.tpm
+        }
+        config = RunConfig(
+            scenarios=paths,
+            targets=[e.spec for e in entries],
+            target_params=params,
+            conditions=list(m.conditions),
+            simulators=list(m.simulators),
+            simulator_params=dict(m.simulator_params),
+            detector=m.detector.spec if m.detector else None,
+            detector_params=dict(m.detector.params) if m.detector else {},
+            replicates=m.replicates,
+            max_turns=m.max_exchanges,
+            fork=m.fork,
+            db=m.store,
+            run_id=sweep_id,
+            concurrency=m.execution.concurrency,
+            limits=limits,
+            seed=m.seed,
+        )
+        out.append((config, entries))
+    return out
+
+
+def select_variants(manifest: Manifest, scenarios: list[Scenario]) -> list[str]:
+    """The variant ids the manifest's filters keep ([] keeps all); unknown ids are an error."""
+    from scenarios.variants import expand
+
+    sel = manifest.scenarios
+    if not sel.variants and not sel.exclude_variants:
+        return []
+    known = [v.id for s in scenarios for v in expand(s)]
+    for field_name in ("variants", "exclude_variants"):
+        for i, vid in enumerate(getattr(sel, field_name)):
+            if vid not in known:
+                raise UserError(
+                    f"scenarios.{field_name}[{i}]: no variant {vid!r} in these scenarios "
+                    "(see `branchpoint variants`)"
+                )
+    keep = [v for v in known if (not sel.variants or v in sel.variants)]
+    kept = [v for v in keep if v not in sel.exclude_variants]
+    if not kept:
+        raise UserError("scenarios: the variant filters leave no variant to run")
+    return kept
+
+
+def plan_sweep(
+    manifest: Manifest,
+    path: str | Path,
+    sweep_id: str,
+    *,
+    store: Store | None = None,
+    with_keys: bool = False,
+    retry_failed: bool = False,
+) -> SweepPlan:
+    """The plan of ``manifest`` under ``sweep_id`` (cells done counted from ``store``).
+
+    ``retry_failed``: failed cells are to do again (``--retry-failed``), their trees estimated
+    in full (an upper bound: the retry continues from their stored turns)."""
+    from simulator.plan import load, plan_run
+
+    configs = run_configs(manifest, path, sweep_id, with_keys=with_keys)
+    scenarios = load(configs[0][0].scenarios)
+    variants = select_variants(manifest, scenarios)
+    status = _statuses(store, sweep_id) if store is not None else {}
+    done_states = ("completed",) if retry_failed else DONE
+    runs: list[tuple[RunConfig, RunPlan]] = []
+    estimates: dict[str, TargetEstimate] = {}
+    prices = model_prices(manifest)
+    limits = sweep_limits(configs)  # as the sweep's gateways will hold them
+    work = Workload(limits, manifest.execution.concurrency)
+    contrasts: dict[ContrastKey, ContrastPairs] = {}
+    pending: list[tuple[RunPlan, TreeSpec, dict[str, CallTally]]] = []
+    for index, (config, _) in enumerate(configs):
+        config.variants = variants
+        plan = plan_run(config, scenarios=scenarios, run_id=sweep_id)
+        runs.append((config, plan))
+        count_pairs(plan.trees, contrasts)
+        for tree in plan.trees:
+            est = estimates.setdefault(tree.target, TargetEstimate(tree.target))
+            finished = sum(1 for a in tree.arms if status.get(a.conversation_id) in done_states)
+            est.cells += len(tree.arms)
+            est.done += finished
+            if finished < len(tree.arms):
+                tallies = _estimate_tree(
+                    est, tree, plan, prices, detector=config.detector, work=work, config=index
+                )
+                pending.append((plan, tree, tallies))
+    unpriced = sorted({spec for spec, p in prices.items() if p is None})
+    sweep = SweepPlan(
+        sweep_id, manifest, str(path), runs, [estimates[t.spec] for t in manifest.targets]
+    )
+    sweep.unpriced = unpriced
+    sweep.wall = timing.estimate(work) if work.keys else None  # None: nothing left to do
+    sweep.work = work
+    sweep.kinds = sorted({load.kind for load in work.keys.values()})
+    sweep.contrasts = contrasts
+    sweep.pending = pending
+    _check_budget(sweep)
+    return sweep
+
+
+def sweep_limits(runs: Iterable[tuple[RunConfig, object]]) -> dict[str, ProviderLimits]:
+    """The targets' limits of every run config, by spec: what the sweep's gateways hold."""
+    return {k: v for config, _ in runs for k, v in config.limits.items()}
+
+
+def model_prices(manifest: Manifest) -> dict[str, Price | None]:
+    """USD per token of every model the manifest calls (None: unpriced), a target's own
+    ``price`` over litellm's."""
+    prices: dict[str, Price | None] = {}
+    for entry in manifest.targets:
+        prices[entry.spec] = price_of(entry.spec, _per_mtok(entry.price))
+    for spec in [*manifest.simulators, *([manifest.detector.spec] if manifest.detector else [])]:
+        prices.setdefault(spec, price_of(spec))
+    for judge in manifest.judges:
+        if judge.spec != "heuristic" and (judge.price or prices.get(judge.spec) is None):
+            prices[judge.spec] = price_of(judge.spec, _per_mtok(judge.price))
+    return prices
+
+
+def _per_mtok(price: ManifestPrice | None) -> tuple[float, float] | None:
+    return (price.input_per_mtok, price.output_per_mtok) if price else None
+
+
+def _estimate_tree(
+    est: TargetEstimate,
+    tree: TreeSpec,
+    plan: RunPlan,
+    prices: dict[str, Price | None],
+    *,
+    detector: str | None,
+    work: Workload | None = None,
+    config: int = 0,
+) -> dict[str, CallTally]:
+    plans = schedules(tree)
+    independent = tree_calls(tree, plans["never"], fork="independent")
+    est.calls_independent += _count(independent, detector)
+    tallies: dict[str, CallTally] = {}
+    for level in LEVELS:
+        tally = tallies[level] = tree_calls(tree, plans[SCHEDULE_OF[level]])
+        est.calls[level] += _count(tally, detector)
+        persona_len, reply_len = message_lengths(
+            level, plan.persona_params.max_tokens, tree.target_params.max_tokens
+        )
+        target_tok, persona_tok = tokens_of(
+            tally,
+            system_prompt=tree.system_prompt,
+            persona_tokens=persona_len,
+            reply_tokens=reply_len,
+        )
+        est.tokens[level].add(target_tok)
+        est.tokens[level].add(persona_tok)
+        if work is not None:
+            _time_level(work, config, tree, plan, level, tally, (target_tok, persona_tok))
+        usd = est.usd[level]
+        parts = [(tree.target, target_tok), (tree.simulator or plan.simulator, persona_tok)]
+        if detector:
+            parts.append((detector, target_tok))  # it reads the reply in its context
+        for spec, tokens in parts:
+            price = prices.get(spec)
+            usd = None if usd is None or price is None else usd + tokens.usd(price)
+        est.usd[level] = usd
+    return tallies
+
+
+def _time_level(
+    work: Workload,
+    config: int,
+    tree: TreeSpec,
+    plan: RunPlan,
+    level: str,
+    tally: CallTally,
+    tokens: tuple[Tokens, Tokens],
+) -> None:
+    """Add one level's calls, tokens and serial seconds of a tree to ``work`` (sweep/timing.py)."""
+    i = LEVELS.index(level)
+    simulator = tree.simulator or plan.simulator
+    target_tok, persona_tok = tokens
+    n_target, n_persona = tally.target_calls, tally.persona_calls
+    work.add_calls(tree.target, tree.target_params, level, n_target, target_tok.total)
+    work.add_calls(simulator, plan.persona_params, level, n_persona, persona_tok.total)
+    per_target = latency_of(parse_spec(tree.target).kind)[i]
+    per_persona = latency_of(parse_spec(simulator).kind)[i]
+    if plan.detector:
+        work.add_calls(plan.detector, plan.detector_params, level, n_target, target_tok.total)
+        per_target += latency_of(parse_spec(plan.detector).kind)[i]
+    serial = n_persona * per_persona + n_target * per_target
+    work.add_serial(config, plan.concurrency, level, serial)
+    work.add_chain(level, tree.max_turns * (per_persona + per_target))
+
+
+def _count(tally: CallTally, detector: str | None) -> int:
+    return tally.persona_calls + tally.target_calls * (2 if detector else 1)
+
+
+def _statuses(store: Store, sweep_id: str) -> dict[str, str]:
+    from core.read import run_conversations
+
+    return {c.id: c.status for c in run_conversations(store, sweep_id)}
+
+
+def _check_budget(plan: SweepPlan) -> None:
+    """With a budget, every model must be priced: an unpriced one could spend without a bound."""
+    m = plan.manifest
+    if m.budget is None or not plan.unpriced:
+        return
+    spec = plan.unpriced[0]
+    where = next(
+        (f"targets[{i}].price" for i, t in enumerate(m.targets) if t.spec == spec),
+        next((f"judges[{i}].price" for i, j in enumerate(m.judges) if j.spec == spec), "budget"),
+    )
+    raise UserError(
+        f"{plan.path}: {where}: {spec!r} has no price in litellm's price map and a budget is set "
+        "(expected price: {input_per_mtok: N, output_per_mtok: N})"
+    )
