@@ -100,6 +100,7 @@ def _estimate(
     price: Price | None,
     left: list[int],
 ) -> JudgingEstimate:
+    from scenarios.parts import ScenarioFields
     from study.costs import LEVELS, message_lengths
     from study.plan import JudgingEstimate
 
@@ -135,10 +136,16 @@ def _estimate(
                 calls = sum(by_exchange.values())
                 read = sum(n * (prompt + k * exchange) for k, n in by_exchange.items())
             add(i, calls, read)
+    # A finished conversation-scope item has no length here (0): it reads at most the longest
+    # conversation the sweep allows, the manifest's cap or else the scenarios' own max_turns.
+    longest = plan.manifest.max_exchanges or max(
+        (tree.max_turns for _, tree, _ in plan.pending),
+        default=ScenarioFields.model_fields["max_turns"].default,
+    )
     for i, level in enumerate(LEVELS):  # the finished conversations' calls, the same way
         persona_len, reply_len = message_lengths(level, None, None)
         exchange = persona_len + reply_len
-        add(i, len(left), sum(prompt + (k or plan.manifest.max_exchanges) * exchange for k in left))
+        add(i, len(left), sum(prompt + (k or longest) * exchange for k in left))
     for level in LEVELS:
         est.usd[level] = est.tokens[level].usd(price) if price is not None else None
     return est

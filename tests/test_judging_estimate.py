@@ -104,3 +104,23 @@ def test_an_unpriced_judge_leaves_the_bound_open(tmp_path: Path) -> None:
     assert plan.judging[0].usd["expected"] is None
     check = cost_check(plan)
     assert check.bound is None and check.needed  # the plan cannot bound it: sweep asks
+
+
+def test_finished_conversations_without_an_exchange_cap_are_estimated(tmp_path: Path) -> None:
+    # A conversation rubric's finished, unjudged items have no length in the plan (0); with no
+    # max_exchanges in the manifest the estimate multiplied None (a TypeError). They now read
+    # at most the longest conversation the scenarios allow.
+    from judges import load_rubric
+    from study.judge_estimate import _estimate
+
+    m, path = manifest(tmp_path / "m.yaml", [{"spec": "scripted:na-judge", "rubrics": ["teen"]}])
+    m.max_exchanges = None
+    plan = plan_sweep(m, path, "s")
+    rubric = load_rubric("teen").model_copy(update={"scope": "conversation"})
+    entry = m.judges[0]
+    est = _estimate(plan, entry, None, rubric, "teen", None, [0, 0])
+    none_left = _estimate(plan, entry, None, rubric, "teen", None, [])
+    assert est.calls["low"] == none_left.calls["low"] + 2
+    longest = max(tree.max_turns for _, tree, _ in plan.pending)
+    read = est.tokens["low"].input - none_left.tokens["low"].input
+    assert read > 2 * longest  # each reads a whole conversation of the longest length

@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
 PACKAGES: list[str] = PYPROJECT["tool"]["importlinter"]["root_packages"]
 LAYERS_CONTRACT: str = PYPROJECT["tool"]["importlinter"]["contracts"][0]["name"]
+JUDGES_CONTRACT: str = PYPROJECT["tool"]["importlinter"]["contracts"][1]["name"]
 
 # The file cycles that issue 9 broke; named so that a regression says which one came back.
 BROKEN_CYCLES = [
@@ -73,7 +74,8 @@ def test_the_project_keeps_its_layers_contract() -> None:
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     assert f"{LAYERS_CONTRACT} KEPT" in output
-    assert "1 kept, 0 broken" in output
+    assert f"{JUDGES_CONTRACT} KEPT" in output
+    assert "2 kept, 0 broken" in output
 
 
 def test_an_upward_import_breaks_the_contract(tmp_path: Path) -> None:
@@ -91,6 +93,35 @@ def test_an_upward_import_breaks_the_contract(tmp_path: Path) -> None:
     assert f"{LAYERS_CONTRACT} BROKEN" in output
     assert "core is not allowed to import tui" in output
     assert "core.errors -> tui.cli" in output
+
+
+def _reach(tmp_path: Path, module: str, target: str) -> str:
+    """lint-imports' output on a copy where ``module`` imports ``target`` inside a function."""
+    _copy_packages(tmp_path)
+    path = tmp_path.joinpath(*module.split(".")).with_suffix(".py")
+    path.write_text(
+        path.read_text(encoding="utf-8")
+        + f"\n\ndef _reach() -> None:\n    import {target}  # noqa: F401\n",
+        encoding="utf-8",
+    )
+    result = _run_lint_imports(tmp_path)
+    assert result.returncode != 0, result.stdout + result.stderr
+    return result.stdout + result.stderr
+
+
+def test_a_judge_that_imports_the_engine_breaks_its_contract(tmp_path: Path) -> None:
+    # judges sit above simulator in the layers, so only the forbidden contract catches this
+    output = _reach(tmp_path, "judges.llm_judge", "simulator.graph")
+    assert f"{JUDGES_CONTRACT} BROKEN" in output
+    assert f"{LAYERS_CONTRACT} KEPT" in output
+
+
+@pytest.mark.parametrize(
+    ("module", "target"), [("analysis.rates", "study.plan"), ("gateway.cache", "scenarios.loader")]
+)
+def test_siblings_of_one_layer_import_neither_way(tmp_path: Path, module: str, target: str) -> None:
+    output = _reach(tmp_path, module, target)
+    assert f"{LAYERS_CONTRACT} BROKEN" in output
 
 
 def _graph() -> grimp.ImportGraph:
