@@ -231,3 +231,47 @@ def test_an_unregistered_scripted_model_is_a_usage_error_before_anything_is_stor
     with sqlite3.connect(db) as con:
         assert con.execute("select count(*) from runs").fetchone() == (0,)
         assert con.execute("select count(*) from conversations").fetchone() == (0,)
+
+
+def test_progress_through_a_pipe_is_plain_lines_during_the_run(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # stderr is a pipe here: rich draws no live bar there, so the run printed its bar only at
+    # the end; it now prints a line every few seconds, and the last count at the end.
+    args = ("run", str(FIX / "on_event.yaml"), "--target", "scripted:slowbot")
+    args += ("--simulator", "scripted:persona", "--db", str(tmp_path / "p.db"), "--max-turns", "3")
+    proc = run_cli(*args, env=plugin_env(), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("turns")]
+    assert lines and re.fullmatch(r"turns (\d+)/\1, 100%, 0:\d\d:\d\d", lines[-1]), proc.stderr
+    assert "━" not in proc.stderr  # no bar drawn into the pipe
+
+
+def test_piped_progress_lines_come_at_the_interval_and_not_between() -> None:
+    from tui.commands import run_cmds
+
+    class Console:
+        def __init__(self) -> None:
+            self.lines: list[str] = []
+
+        def print(self, text: str, **_: object) -> None:
+            self.lines.append(text)
+
+    console = Console()
+    clock = [100.0]
+    real = run_cmds.time.monotonic
+    run_cmds.time.monotonic = lambda: clock[0]  # type: ignore[assignment]
+    try:
+        show = run_cmds._Throttled(run_cmds._Lines(console), interval_s=5.0)
+        for done in range(1, 40):  # a turn every 0.5 s for 19.5 s, of an unknown total
+            clock[0] += 0.5
+            show(done, 0)
+        show(40, 40)
+        show.flush()
+    finally:
+        run_cmds.time.monotonic = real  # type: ignore[assignment]
+    assert console.lines == [
+        "turns 1, 0:00:00",
+        "turns 11, 0:00:05",
+        "turns 21, 0:00:10",
+        "turns 31, 0:00:15",
+        "turns 40/40, 100%, 0:00:19",
+    ]

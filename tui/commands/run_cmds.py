@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 
@@ -279,9 +279,15 @@ def _run_with_progress(
         transient=False,
     )
     task = progress.add_task("turns", total=None)
-    on_progress = _Throttled(
-        lambda done, total: progress.update(task, completed=done, total=total or None)
-    )
+    if console.is_terminal:
+        on_progress = _Throttled(
+            lambda done, total: progress.update(task, completed=done, total=total or None)
+        )
+    else:
+        # A pipe or a log file: rich draws no live bar there, only the last state at the end,
+        # so a long run looked hung. A plain line every few seconds instead.
+        progress.disable = True
+        on_progress = _Throttled(_Lines(console), interval_s=PIPED_EVERY_S)
 
     def interrupted(name: str) -> None:
         # The store is already marked (the runner did it on cancellation).
@@ -321,6 +327,28 @@ def _run_with_progress(
         raise typer.Exit(1)  # some conversations failed: a script must not take it for success
 
 
+PIPED_EVERY_S = 5.0  # seconds between progress lines when stderr is not a terminal
+
+
+class _Lines:
+    """Progress as plain lines (``turns 12/40, 30%, 0:00:15``), for a pipe or a log file."""
+
+    def __init__(self, console: Any) -> None:
+        self.console = console
+        self.started = time.monotonic()
+        self.last: tuple[int, int] | None = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if (done, total) == self.last:
+            return  # the final flush repeats the last line otherwise
+        self.last = (done, total)
+        elapsed = int(time.monotonic() - self.started)
+        share = f", {100 * done // total}%" if total else ""
+        clock = f"{elapsed // 3600}:{elapsed // 60 % 60:02d}:{elapsed % 60:02d}"
+        of = f"/{total}" if total else ""
+        self.console.print(f"turns {done}{of}{share}, {clock}", markup=False, highlight=False)
+
+
 class _Throttled:
     """A progress callback passed on at most every ``interval_s`` (and when done reaches total):
     the engine reports every turn, thousands a second in a big run, and the bar redraws only
@@ -335,7 +363,7 @@ class _Throttled:
     def __call__(self, done: int, total: int) -> None:
         self.latest = (done, total)
         now = time.monotonic()
-        if now - self.shown_at >= self.interval_s or done >= total:
+        if now - self.shown_at >= self.interval_s or 0 < total <= done:
             self.shown_at = now
             self.show(done, total)
 
