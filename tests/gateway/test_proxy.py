@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_http1 import _call  # the oai: provider's calls, each result or its ModelError
 
-from gateway.completion import Completion, GenParams, Message, ModelError
-from gateway.providers.oai import OpenAICompatProvider
+from gateway.completion import Completion, ModelError
 from gateway.providers.proxied import proxy_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -125,24 +125,6 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
     return monkeypatch
 
 
-def _calls(url: str, n: int = 2) -> list[Completion | ModelError]:
-    async def go() -> list[Completion | ModelError]:
-        provider = OpenAICompatProvider()
-        params = GenParams(api_base=url, seed=1, extra={"api_key_env": "BP_TEST_NO_SUCH_KEY"})
-        out: list[Completion | ModelError] = []
-        for i in range(n):
-            try:
-                out.append(
-                    await provider.complete("m", [Message(role="user", content=f"hi {i}")], params)
-                )
-            except ModelError as exc:
-                out.append(exc)
-        await provider.aclose()
-        return out
-
-    return asyncio.run(go())
-
-
 def test_the_environment_chooses_the_proxy_per_scheme_and_no_proxy_exempts(
     clean_env: pytest.MonkeyPatch,
 ) -> None:
@@ -163,7 +145,7 @@ def test_http_calls_go_through_the_proxy(
     seen: list[str] = []
     port = loop.run(_start_proxy(seen))
     clean_env.setenv("HTTP_PROXY", f"http://127.0.0.1:{port}")
-    out = _calls(loopback_server)
+    out = _call(loopback_server, 2)
     assert all(isinstance(c, Completion) and c.text for c in out), out
     target = f"POST {loopback_server}/chat/completions HTTP/1.1"
     assert seen == [target, target]  # both calls, absolute-form, to the server behind it
@@ -176,7 +158,7 @@ def test_no_proxy_sends_straight_to_the_server(
     port = loop.run(_start_proxy(seen))
     clean_env.setenv("HTTP_PROXY", f"http://127.0.0.1:{port}")
     clean_env.setenv("NO_PROXY", "127.0.0.1")
-    out = _calls(loopback_server)
+    out = _call(loopback_server, 2)
     assert all(isinstance(c, Completion) for c in out), out
     assert seen == []
 
@@ -190,7 +172,7 @@ def test_a_dead_proxy_is_a_retryable_error_that_names_no_credentials(
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     clean_env.setenv("HTTP_PROXY", f"http://alice:s3cret-pw@127.0.0.1:{port}")
-    (out,) = _calls(loopback_server, n=1)
+    (out,) = _call(loopback_server)
     assert isinstance(out, ModelError) and out.retryable, out
     assert "s3cret-pw" not in str(out)
 
@@ -235,8 +217,8 @@ def test_https_goes_through_a_connect_tunnel(
         f"""
         import sys
         sys.path.insert(0, {str(Path(__file__).parent)!r})
-        from test_proxy import _calls
-        (out,) = _calls("https://127.0.0.1:{origin}/v1", n=1)
+        from test_http1 import _call
+        (out,) = _call("https://127.0.0.1:{origin}/v1")
         print(type(out).__name__, getattr(out, "text", out))
         """
     )
