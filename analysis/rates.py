@@ -167,7 +167,7 @@ def choose_interval(
 ) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """The interval each group gets (see the module docstring), and its label."""
     s = (den > 0).sum(axis=0)
-    k, n = num.sum(axis=0), den.sum(axis=0)
+    n = den.sum(axis=0)
     deff, df = _cluster_variance(num, den, est)
     n_eff = np.where(s >= 2, n / np.where(s >= 2, deff, 1.0), n)
     # The design effect is estimated from S scenarios, so the quantile is t on its Satterthwaite

@@ -260,7 +260,7 @@ def calibrate_design(d: Design, alpha: float = 0.05) -> DesignCalibration:
     tab = matched_contrasts(pair_frame, {"limit": "accept_limit"}, per_target=False).contrasts
     p = tab["p_scenario"].to_numpy(float)
     reject = np.nan_to_num(p, nan=1.0) < alpha
-    cover = (tab["ci_low"] <= 0) & (0 <= tab["ci_high"])
+    cover = (tab["ci_low"] <= 0) & (tab["ci_high"] >= 0)
     return DesignCalibration(
         truth=truth,
         cover_rate=cover_rate,
