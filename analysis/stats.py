@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 from scipy import stats
@@ -50,14 +51,23 @@ class McNemar:
         return (self.b + 0.5) / (self.c + 0.5)
 
 
+@lru_cache(maxsize=4096)
+def _binomial_half_p(b: int, c: int) -> float:
+    """Two-sided exact binomial p of b successes in b + c at 1/2: the distribution is symmetric,
+    so scipy's binomtest (sum of the outcomes no likelier than b) is 2 P(X <= min(b, c)), at most
+    1; one cdf call, cached (the same discordant counts recur across a table's rows)."""
+    if b + c == 0:
+        return 1.0
+    return float(min(1.0, 2 * stats.binom.cdf(min(b, c), b + c, 0.5)))
+
+
 def mcnemar_exact(fail_a: np.ndarray, fail_b: np.ndarray) -> McNemar:
     """McNemar's exact test: a two-sided binomial test on the discordant pairs."""
     fa = np.asarray(fail_a, dtype=bool)
     fb = np.asarray(fail_b, dtype=bool)
     b = int(np.sum(~fa & fb))
     c = int(np.sum(fa & ~fb))
-    p = float(stats.binomtest(b, b + c, 0.5).pvalue) if b + c > 0 else 1.0
-    return McNemar(b, c, p)
+    return McNemar(b, c, _binomial_half_p(b, c))
 
 
 @dataclass(frozen=True)
@@ -81,14 +91,22 @@ WILCOXON_EXACT = "exact (ties conditioned on)"
 WILCOXON_NORMAL = "normal approximation, tie-corrected"
 
 
-def _signed_rank_exact_p(ranks: np.ndarray, positive: np.ndarray) -> tuple[float, float]:
-    """Two-sided exact p of the signed-rank sum given (possibly tied) mid-ranks, and min(W+, W-)."""
-    doubled = np.rint(2 * ranks).astype(np.int64)  # mid-ranks are multiples of 1/2
-    total = int(doubled.sum())
+@lru_cache(maxsize=1024)
+def _signed_rank_counts(doubled: tuple[int, ...]) -> np.ndarray:
+    """Number of sign patterns giving each doubled signed-rank sum W+ (cached per rank set)."""
+    total = sum(doubled)
     counts = np.zeros(total + 1)
     counts[0] = 1.0
     for r in doubled:
         counts[r:] = counts[r:] + counts[: total + 1 - r].copy()
+    return counts
+
+
+def _signed_rank_exact_p(ranks: np.ndarray, positive: np.ndarray) -> tuple[float, float]:
+    """Two-sided exact p of the signed-rank sum given (possibly tied) mid-ranks, and min(W+, W-)."""
+    doubled = np.rint(2 * ranks).astype(np.int64)  # mid-ranks are multiples of 1/2
+    total = int(doubled.sum())
+    counts = _signed_rank_counts(tuple(sorted(int(r) for r in doubled)))
     w_plus = int(doubled[positive].sum())
     low, high = counts[: w_plus + 1].sum(), counts[w_plus:].sum()
     p = min(1.0, 2 * min(low, high) / counts.sum())

@@ -23,7 +23,6 @@ from analysis.stats import (
     wilcoxon_paired,
 )
 
-
 Pair = tuple[int, int, int, int]  # fails_a, rated_a, fails_b, rated_b
 
 
