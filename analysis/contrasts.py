@@ -588,7 +588,9 @@ def matched_contrasts(
             if pairs.empty:
                 notes.append(f"{label['contrast']}: no pair realised in both arms (not realised)")
             summary = summarise_pairs(pairs, gcols, n_boot=n_boot, seed=seed, ci=ci)
-            itt_summary = summarise_pairs(itt.assign(**label), gcols, n_boot=n_boot, seed=seed)
+            itt_summary = summarise_pairs(
+                itt.assign(**label), gcols, n_boot=n_boot, seed=seed, ci=ci
+            )
             pooled.append(with_itt(summary, itt_summary, gcols).merge(drop, on=gcols, how="left"))
             if per_target and not pairs.empty:
                 per_t.append(

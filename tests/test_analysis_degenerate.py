@@ -188,3 +188,48 @@ def test_wilcoxon_on_small_tied_groups_is_exact_and_fast() -> None:
     assert time.perf_counter() - t0 < 1.0
     big = wilcoxon_paired(rng.choice([0, 0.5, 1], 200), rng.choice([0, 0.5, 1], 200))
     assert big.method.startswith("normal")
+
+
+# -------------------------------------------------------------------------- smaller items
+
+
+def test_friedman_rounds_before_ranking() -> None:
+    """0.1 + 0.2 and 0.3 tie: no arm ranks above another (was chi2 12, p 0.0025 on 6 blocks)."""
+    from analysis.stats import friedman
+
+    n = 6
+    res = friedman([np.full(n, 0.3), np.full(n, 0.1 + 0.2), np.full(n, 0.3)])
+    assert res.statistic == 0.0 and res.pvalue == 1.0
+
+
+def test_the_intention_to_treat_interval_follows_ci() -> None:
+    """The ITT interval ignored ``ci`` (always 95%)."""
+    rng = np.random.default_rng(5)
+    frame = _pairs_frame(
+        {"x": [[(int(rng.integers(0, 3)), 4, int(rng.integers(0, 4)), 4) for _ in range(3)]
+               for _ in range(12)]}
+    )  # fmt: skip
+    wide = matched_contrasts(frame, {"limit": "accept_limit"}, ci=0.95).contrasts.iloc[0]
+    narrow = matched_contrasts(frame, {"limit": "accept_limit"}, ci=0.5).contrasts.iloc[0]
+    assert narrow["ci_high_itt"] - narrow["ci_low_itt"] < wide["ci_high_itt"] - wide["ci_low_itt"]
+    assert narrow["ci_low_itt"] == pytest.approx(narrow["ci_low"])  # every pair realised
+
+
+def test_kappa_and_alpha_have_bootstrap_intervals_over_conversations() -> None:
+    from analysis.agreement import agreement_report
+
+    rng = np.random.default_rng(2)
+    levels = np.array(["pass", "partial", "fail"])
+    a = rng.integers(0, 3, 240)
+    b = np.clip(a + rng.integers(-1, 2, 240), 0, 2)
+    rows = []
+    for judge, v in (("j1", a), ("j2", b)):
+        for i, x in enumerate(v):
+            rows.append({"conversation_id": f"c{i // 6}", "turn_index": i % 6, "rubric_id": "r",
+                         "criterion_id": "x", "judge": judge, "applicable": True,
+                         "verdict": levels[x]})  # fmt: skip
+    res = agreement_report(pd.DataFrame(rows))
+    row = res.pairs[res.pairs["criterion_id"] == "(all)"].iloc[0]
+    assert row["kappa_ci_low"] < row["kappa_quadratic"] < row["kappa_ci_high"]
+    assert row["alpha_ci_low"] < row["alpha_ordinal"] < row["alpha_ci_high"]
+    assert row["interval"] == "cluster bootstrap over conversations"
