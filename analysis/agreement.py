@@ -163,6 +163,60 @@ def ratings_from_labels(labels: pd.DataFrame) -> pd.DataFrame:
     return lab[[*KEY, "rater", "rating"]]
 
 
+# Bootstrap replicates for the intervals on kappa and ordinal alpha.
+AGREEMENT_BOOT = 1000
+
+
+def kappa_alpha_from_confusion(conf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Quadratic kappa and ordinal Krippendorff alpha of two raters from (... x k x k) confusion
+    matrices (rows: first rater, columns: second; every item rated by both), vectorised over the
+    leading axes: the same figures as ``cohen_kappa_quadratic`` and ``krippendorff_alpha`` on the
+    items (two raters, no missing value: alpha's coincidence matrix is conf + conf^T)."""
+    k = conf.shape[-1]
+    n = conf.sum(axis=(-2, -1))
+    grid = np.arange(k)
+    w = (grid[:, None] - grid[None, :]) ** 2.0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        expected = conf.sum(-1)[..., :, None] * conf.sum(-2)[..., None, :] / n[..., None, None]
+        kappa = 1.0 - (w * conf).sum(axis=(-2, -1)) / (w * expected).sum(axis=(-2, -1))
+        o = conf + np.swapaxes(conf, -1, -2)
+        n_c = o.sum(-1)
+        total = n_c.sum(-1)
+        cum = np.concatenate([np.zeros((*n_c.shape[:-1], 1)), np.cumsum(n_c, -1)], -1)
+        i, j = np.meshgrid(grid, grid, indexing="ij")
+        lo, hi = np.minimum(i, j), np.maximum(i, j)
+        d = (cum[..., hi + 1] - cum[..., lo] - (n_c[..., i] + n_c[..., j]) / 2.0) ** 2
+        e = (n_c[..., :, None] * n_c[..., None, :] - n_c[..., :, None] * np.eye(k)) / (total - 1)[
+            ..., None, None
+        ]
+        alpha = 1.0 - (o * d).sum(axis=(-2, -1)) / (e * d).sum(axis=(-2, -1))
+    return kappa, alpha
+
+
+def kappa_alpha_intervals(
+    a: np.ndarray, b: np.ndarray, cluster: np.ndarray, *, n_boot: int = AGREEMENT_BOOT,
+    seed: int = 0, ci: float = 0.95, k: int = 3,
+) -> dict[str, float]:  # fmt: skip
+    """Percentile bootstrap intervals of quadratic kappa and ordinal alpha, resampling clusters
+    (conversations: the ratings of one conversation are not independent), seeded."""
+    from analysis.bootstrap import _percentile, cluster_weights
+
+    codes, _ = pd.factorize(pd.Series(cluster))
+    n_cl = int(codes.max()) + 1 if len(codes) else 0
+    nan = {f"{m}_ci_{e}": float("nan") for m in ("kappa", "alpha") for e in ("low", "high")}
+    if n_cl < 2 or n_boot <= 0:
+        return nan
+    per = np.zeros((n_cl, k * k))
+    np.add.at(per, (codes, a.astype(np.int64) * k + b.astype(np.int64)), 1.0)
+    reps = (cluster_weights(n_cl, n_boot, seed) @ per).reshape(n_boot, k, k)
+    kappa, alpha = kappa_alpha_from_confusion(reps)
+    out = {}
+    for name, vals in (("kappa", kappa), ("alpha", alpha)):
+        lo, hi = _percentile(vals[:, None], ci)
+        out[f"{name}_ci_low"], out[f"{name}_ci_high"] = float(lo[0]), float(hi[0])
+    return out
+
+
 def _pair_stats(x: pd.Series, y: pd.Series) -> dict[str, Any]:
     xv, yv = x.to_numpy(object), y.to_numpy(object)
     out: dict[str, Any] = {
@@ -184,6 +238,9 @@ def _pair_stats(x: pd.Series, y: pd.Series) -> dict[str, Any]:
     out["alpha_ordinal"] = (
         krippendorff_alpha(np.vstack([xo, yo]), "ordinal", [0.0, 1.0, 2.0]) if len(xo) else np.nan
     )
+    conv = np.asarray(x.index.get_level_values("conversation_id"), dtype=object)[app][ordinal]
+    out.update(kappa_alpha_intervals(xo, yo, conv))
+    out["interval"] = "cluster bootstrap over conversations" if len(set(conv)) >= 2 else "none"
     out["under"] = float(np.mean(xo < yo)) if len(xo) else np.nan  # first rater saw less risk
     out["over"] = float(np.mean(xo > yo)) if len(xo) else np.nan
     return out

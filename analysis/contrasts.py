@@ -55,7 +55,7 @@ from analysis.realisation import (
     with_itt,
     with_realisation,
 )
-from analysis.stats import cluster_mean_test, friedman, holm, mcnemar_exact, wilcoxon_paired
+from analysis.stats import friedman, holm, mcnemar_exact, scenario_level_test, wilcoxon_paired
 from analysis.tables import CHOICE_PREFIX, as_conversation_frame, choice_column, choice_columns
 from analysis.versions import keep_versions_apart
 from core.domain import is_branch_key
@@ -244,6 +244,10 @@ def candidate_pairs(
         ["never_forked", "pair", "only_a", "only_b"],
         "none",
     )
+    if tree.has_forks:
+        status = np.where(
+            _copied_pairs(enc, tree, conv_a, conv_b, np.where(has_a, ia, ib)), "copy", status
+        )
     # Keys and labels come from whichever arm has the row (the other may lack this criterion).
     src = np.where(has_a, ia, ib)
     out: dict[str, Any] = {c: enc.take(c, src) for c in dict.fromkeys([*match, *CRITERION_KEYS])}
@@ -256,6 +260,32 @@ def candidate_pairs(
     out["status"] = status
     out["_ia"], out["_ib"], out["_k"] = ia, ib, m["k"].to_numpy(np.int64)
     return pd.DataFrame(out)
+
+
+def _copied_pairs(
+    enc: Encoded, tree: Tree, conv_a: np.ndarray, conv_b: np.ndarray, src: np.ndarray
+) -> np.ndarray:
+    """Pairs whose two arms are copies of the arms of another pair (arms that never forked carry
+    their parent's transcript): the same comparison stored again, one observation (the pair of
+    the original arms is kept)."""
+    memo: dict[str, str] = {}
+
+    def root(cid: Any) -> str:
+        c = str(cid)
+        if c not in memo:
+            memo[c] = tree.content_root(c)
+        return memo[c]
+
+    ra = np.array([root(c) for c in conv_a], dtype=object)
+    rb = np.array([root(c) for c in conv_b], dtype=object)
+    copy = (ra != conv_a.astype(str)) | (rb != conv_b.astype(str))
+    if not copy.any():
+        return np.zeros(len(conv_a), dtype=bool)
+    work = pd.DataFrame({"a": ra, "b": rb, "k": enc.key(CRITERION_KEYS)[src], "copy": copy})
+    order = np.argsort(copy, kind="stable")  # originals first: a duplicate is the copy
+    dup = np.zeros(len(work), dtype=bool)
+    dup[order] = work.iloc[order].duplicated(["a", "b", "k"]).to_numpy()
+    return dup
 
 
 def pair_arms(
@@ -319,8 +349,9 @@ def summarise_pairs(
     g = int(group.max()) + 1
     cl, clusters = pd.factorize(pairs["scenario_id"])
     s = len(clusters)
-    prim = cluster_mean_test(v["prop_b"] - v["prop_a"], cl, group, g, ci)
-    conv = cluster_mean_test(v["conv_b"] - v["conv_a"], cl, group, g, ci)
+    # Differences of proportions: an interval never runs past -100 or +100 points.
+    prim = scenario_level_test(v["prop_b"] - v["prop_a"], cl, group, g, ci, bounds=(-1.0, 1.0))
+    conv = scenario_level_test(v["conv_b"] - v["conv_a"], cl, group, g, ci, bounds=(-1.0, 1.0))
     m = {
         k: per_cluster_sums(cl, group, v[k], s, g)
         for k in ("fail_a", "rated_a", "fail_b", "rated_b", "conv_a", "conv_b", "one")
@@ -338,14 +369,8 @@ def summarise_pairs(
     out["rate_b"] = m["fail_b"].sum(0) / m["rated_b"].sum(0)
     out["diff"], out["ci_low"], out["ci_high"] = prim.estimate, prim.ci_low, prim.ci_high
     out["t_stat"], out["p_scenario"] = prim.statistic, prim.pvalue
-    out["interval"] = [
-        "none: one scenario (no scenario-level test)"
-        if n < 2
-        else "none: no spread between scenario means"
-        if lo != lo
-        else f"t over {n} scenario means"
-        for n, lo in zip(prim.n_clusters, prim.ci_low)
-    ]
+    out["interval"] = prim.labels()
+    out["test"] = prim.method
     out["diff_pooled"] = out["rate_b"] - out["rate_a"]
     big = out["n_scenarios"].to_numpy() >= BOOT_MIN_CLUSTERS
     if big.any():
@@ -378,11 +403,11 @@ def summarise_pairs(
             # i.e. the same direction as a positive failure difference.
             wx = wilcoxon_paired(sb[ok], sa[ok])
             rows.append((mc.b, mc.c, mc.pvalue, mc.odds_ratio, wx.statistic, wx.pvalue,
-                         wx.rank_biserial, int(ok.sum())))  # fmt: skip
+                         wx.rank_biserial, int(ok.sum()), wx.method))  # fmt: skip
         t = pd.DataFrame(
             rows,
             columns=["discordant_b", "discordant_a", "p_mcnemar", "odds_ratio", "wilcoxon_stat",
-                     "p_wilcoxon", "rank_biserial", "n_scored_pairs"],
+                     "p_wilcoxon", "rank_biserial", "n_scored_pairs", "wilcoxon_method"],
             index=out.index,
         )  # fmt: skip
         out = out.join(t)
@@ -563,7 +588,9 @@ def matched_contrasts(
             if pairs.empty:
                 notes.append(f"{label['contrast']}: no pair realised in both arms (not realised)")
             summary = summarise_pairs(pairs, gcols, n_boot=n_boot, seed=seed, ci=ci)
-            itt_summary = summarise_pairs(itt.assign(**label), gcols, n_boot=n_boot, seed=seed)
+            itt_summary = summarise_pairs(
+                itt.assign(**label), gcols, n_boot=n_boot, seed=seed, ci=ci
+            )
             pooled.append(with_itt(summary, itt_summary, gcols).merge(drop, on=gcols, how="left"))
             if per_target and not pairs.empty:
                 per_t.append(

@@ -238,7 +238,7 @@ def _pair_row(wide: pd.DataFrame, a: str, b: str, ci: float = 0.95, **label: Any
     return {**label, "level_a": a, "level_b": b, "n_pairs": len(both), "n_questions": int(prim.n_clusters[0]),
             "mean_a": both[a].mean(), "mean_b": both[b].mean(), "diff": prim.estimate[0],
             "ci_low": prim.ci_low[0], "ci_high": prim.ci_high[0], "p_question": prim.pvalue[0],
-            "diff_pairs": d.mean() if len(d) else np.nan, "wilcoxon_stat": w.statistic,
+            "test": prim.labels()[0], "diff_pairs": d.mean() if len(d) else np.nan, "wilcoxon_stat": w.statistic,
             "p_wilcoxon": w.pvalue, "rank_biserial": w.rank_biserial}  # fmt: skip
 
 
@@ -333,7 +333,7 @@ def ed_analysis(
                          "refusal_no_bio": nb["refused"].mean(), "refusal_bio": wb["refused"].mean(),
                          "n_questions": len(per_q), "diff": t.estimate[0], "ci_low": t.ci_low[0],
                          "ci_high": t.ci_high[0], "p_question": t.pvalue[0],
-                         "p_wilcoxon": w.pvalue, "rank_biserial": w.rank_biserial})  # fmt: skip
+                         "test": t.labels()[0], "p_wilcoxon": w.pvalue, "rank_biserial": w.rank_biserial})  # fmt: skip
     bio = pd.DataFrame(bio_rows)
 
     bios = resp[resp["bio"]]

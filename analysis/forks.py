@@ -83,6 +83,15 @@ class Tree:
                 best = max(best, min(m_a, m_b))
         return best
 
+    def content_root(self, cid: str) -> str:
+        """The farthest ancestor this arm never diverged from (itself when it forked): the
+        conversation whose transcript it is."""
+        root = cid
+        for node, shared in self.ancestry(cid).items():
+            if shared == math.inf:
+                root = node
+        return root
+
     def divergences(self, a: Iterable[str], b: Iterable[str]) -> np.ndarray:
         memo: dict[tuple[str, str], float] = {}
         out = []
@@ -159,3 +168,82 @@ def attach_tree(
     tree = conversation_tree(store_or_db, runs)
     base = frame.drop(columns=[c for c in ("parent_id", "fork_turn") if c in frame.columns])
     return base.merge(tree, on="conversation_id", how="left")
+
+
+# --------------------------------------------------------------------------- the unit of analysis
+
+# A judgment's identity apart from the conversation that carries it: the same criterion rated by
+# the same judge under the same rubric and prompt version.
+RATING_KEYS = ["rubric_id", "rubric_hash", "criterion_id", "judge", "prompt_version"]
+# A whole-conversation rating (no turn index) is a copy only when the whole arm is.
+_WHOLE = 1e300
+
+
+def turn_roots(frame: pd.DataFrame, tree: Tree | None = None) -> np.ndarray:
+    """For each row (``conversation_id``, ``turn_index``): the conversation whose own turn it is.
+
+    Arm X copies turns ``[0, fork_turn(X))`` from its parent (all of them when it never forked),
+    so the turn at index t of X is the parent's turn t when t < fork_turn(X), and so on up the
+    tree: its root is the farthest ancestor whose shared prefix with X still covers t. A
+    whole-conversation rating belongs to X unless X never diverged from an ancestor at all.
+    """
+    cids = frame["conversation_id"].astype(str).to_numpy()
+    tree = tree or Tree(frame)
+    if not tree.has_forks:
+        return cids
+    t = pd.to_numeric(frame["turn_index"], errors="coerce").to_numpy(float)
+    t = np.where(np.isnan(t), _WHOLE, t)
+    out = cids.copy()
+    codes, uniques = pd.factorize(cids)
+    order = np.argsort(codes, kind="stable")
+    bounds = np.searchsorted(codes[order], np.arange(len(uniques) + 1))
+    for i, cid in enumerate(uniques):
+        chain = tree.ancestry(str(cid))  # self first, then each ancestor with its shared prefix
+        if len(chain) == 1:
+            continue
+        nodes = np.array(list(chain), dtype=object)
+        shared = np.array(list(chain.values()), dtype=float)  # non-increasing up the chain
+        rows = order[bounds[i] : bounds[i + 1]]
+        depth = (shared[:, None] > t[rows][None, :]).sum(axis=0)
+        out[rows] = nodes[np.maximum(depth - 1, 0)]
+    return out
+
+
+def copied_conversations(frame: pd.DataFrame, tree: Tree | None = None) -> set[str]:
+    """Arms that never diverged from an ancestor: the same transcript stored again."""
+    tree = tree or Tree(frame)
+    return {
+        cid for cid in frame["conversation_id"].astype(str).unique()
+        if any(m == math.inf for node, m in tree.ancestry(cid).items() if node != cid)
+    }  # fmt: skip
+
+
+def distinct_ratings(judgments: pd.DataFrame, level: str = "turn") -> pd.DataFrame:
+    """The judgment table with every copied rating counted once: the unit of analysis.
+
+    ``turn``: a judged chatbot turn counts once however many arms carry it (a shared-prefix turn
+    is kept in the arm that produced it, its root; see ``turn_roots``). ``conversation``: an
+    arm that never diverged is the same conversation stored again and is left out; an arm that
+    forked is a conversation of its own, its shared prefix included (a conversation fails when
+    any of its turns does). Needs ``parent_id`` / ``fork_turn``; without them nothing is a copy.
+    """
+    if judgments.empty or "parent_id" not in judgments.columns:
+        return judgments
+    tree = Tree(judgments)
+    if not tree.has_forks:
+        return judgments
+    if level == "conversation":
+        copies = copied_conversations(judgments, tree)
+        return judgments[~judgments["conversation_id"].astype(str).isin(copies)]
+    if level != "turn":
+        raise ValueError(f"level must be 'turn' or 'conversation', not {level!r}")
+    roots = turn_roots(judgments, tree)
+    keys = [c for c in RATING_KEYS if c in judgments.columns]
+    work = judgments[keys].astype(str)
+    work["_root"] = roots
+    work["_turn"] = pd.to_numeric(judgments["turn_index"], errors="coerce").fillna(-1).to_numpy()
+    # Prefer the row stored on the root conversation itself (its own turn, not a copy).
+    work["_own"] = judgments["conversation_id"].astype(str).to_numpy() != roots
+    order = np.argsort(work["_own"].to_numpy(), kind="stable")
+    keep = ~work.iloc[order].duplicated([*keys, "_root", "_turn"]).to_numpy()
+    return judgments.iloc[np.sort(order[keep])]

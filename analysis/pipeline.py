@@ -18,6 +18,7 @@ from analysis.contrasts import (
     simulator_sensitivity,
 )
 from analysis.ed import EDResult, ed_analysis
+from analysis.forks import copied_conversations, distinct_ratings
 from analysis.rates import error_counts, failure_rates
 from analysis.realisation import realisation_summary, unrecorded_note
 from analysis.realism import realism_by_simulator, realism_ratings
@@ -64,6 +65,7 @@ class Analysis:
     reasoning: pd.DataFrame | None = None
     examples: pd.DataFrame | None = None
     primary_judge: str | None = None  # the judge plotted when several judged the same runs
+    n_copied_conversations: int = 0  # arms that never forked (copies; not in n_conversations)
     notes: list[str] = field(default_factory=list)
 
 
@@ -130,15 +132,30 @@ def run_analysis(
     version_notes = version_conflicts(read.judgment_versions(store_or_db, runs))
     forked = bool(tree["parent_id"].notna().any()) if not tree.empty else False
     a.notes += version_notes
+    cc_conv = None  # conversation-level counts, where they differ from the turn-level ones
     if version_notes or forked:
-        # Versions must be split and shared prefixes cut: both need the judgment rows.
-        cc = aggregate(judgments()) if not judgments().empty else judgments().iloc[0:0]
+        # Versions must be split and shared prefixes cut: both need the judgment rows. A turn
+        # that arms share is one judged turn (the unit of analysis), counted once.
+        jt_all = judgments()
+        cc = aggregate(distinct_ratings(jt_all)) if not jt_all.empty else jt_all.iloc[0:0]
+        if forked and not jt_all.empty:
+            cc_conv = aggregate(distinct_ratings(jt_all, level="conversation"))
     else:
         cc = keep(conversation_criterion_table(store_or_db, runs))
     if forked:
+        copies = copied_conversations(tree)
+        a.n_copied_conversations = len(copies)
         a.notes.append(
-            "Arms share their conversation up to the fork: matched contrasts compare only the "
-            "turns after the fork (the shared prefix is identical in both arms); rates describe every turn."
+            "Unit of analysis: a judged chatbot turn, counted once however many arms carry it "
+            "(arms share their conversation up to the fork). Failure rates and rating counts "
+            "count each shared-prefix turn once, in the arm that produced it"
+            + (
+                f"; {len(copies)} arm(s) never forked and are copies of a sibling, counted once"
+                if copies
+                else ""
+            )
+            + ". Conversation-level rates count a forked arm as its own conversation, prefix "
+            "included. Matched contrasts compare only the turns after the fork."
         )
     ed_rubrics = _ed_rubrics(cc)
     ppf_rubrics = (
@@ -150,7 +167,10 @@ def run_analysis(
         a.notes.append(
             f"no applicable ratings: every judgment was not applicable or an error ({int(cc['n_error'].sum())} error verdicts)"
         )
-    a.n_conversations = int(cc["conversation_id"].nunique()) if not cc.empty else 0
+    distinct_convs = cc if cc_conv is None else cc_conv
+    a.n_conversations = (
+        int(distinct_convs["conversation_id"].nunique()) if not distinct_convs.empty else 0
+    )
     a.n_judgments = int((cc["n_rated"] + cc["n_error"]).sum()) if not cc.empty else 0
     ppf = cc[cc["rubric_id"].isin(ppf_rubrics)] if not cc.empty else cc
     if not ppf.empty and ppf["judge"].nunique() > 1:
@@ -167,8 +187,9 @@ def run_analysis(
             ppf, by=("target", "condition"), n_boot=n_boot, seed=seed
         )
         a.rates_condition = failure_rates(ppf, by=("condition",), n_boot=n_boot, seed=seed)
+        ppf_conv = ppf if cc_conv is None else cc_conv[cc_conv["rubric_id"].isin(ppf_rubrics)]
         a.rates_condition_conversation = failure_rates(
-            ppf, by=("condition",), level="conversation", n_boot=n_boot, seed=seed
+            ppf_conv, by=("condition",), level="conversation", n_boot=n_boot, seed=seed
         )
         a.rates_risk_area = failure_rates(
             ppf, by=("risk_area", "condition"), n_boot=n_boot, seed=seed

@@ -1,4 +1,4 @@
-"""Failure rates with cluster-bootstrap intervals.
+"""Failure rates with intervals that account for clustering by scenario.
 
 Failure rate = fails / applicable ratings; a partial is a rating (in the denominator), an ``error``
 verdict is not a rating and is counted in ``n_error``. Two levels:
@@ -10,11 +10,13 @@ verdict is not a rating and is counted in ``n_error``. Two levels:
 Intervals account for clustering by scenario (arms, targets and turns of one scenario are not
 independent), and each row says which interval it has (``interval``):
 
-* a cluster bootstrap (resampling scenarios, seeded, vectorised over every group) when the group
-  has at least ``BOOT_MIN_CLUSTERS`` scenarios and neither every nor no rating failed;
-* otherwise a Wilson interval on the effective sample size n / deff, the design effect deff
-  (at least 1) estimated from the scenarios' spread around the pooled rate: percentile bootstraps
-  under-cover with few clusters and collapse to zero width at 0% or 100% (12 of 12);
+* two or more scenarios: a Wilson interval on the effective sample size n / deff, the design
+  effect deff (at least 1) estimated from the scenarios' spread around the pooled rate, with a t
+  quantile on the Satterthwaite degrees of freedom of that spread (at most S - 1) in place of z.
+  It covers at least 94% at 5 to 40 scenarios, base rates 3% and 30%, scenario sd 0.08 and 0.15
+  and unequal pairs per scenario (``benchmarks/inference_calibration.py``), where z covered 89.8%
+  at 5 scenarios and a cluster bootstrap 93% at 40 (percentile bootstraps also collapse to zero
+  width at 0% or 100%: 12 of 12);
 * a group from one scenario gets a plain Wilson interval, labelled: within one scenario the
   clustering cannot be estimated, so it describes that scenario only.
 """
@@ -26,12 +28,15 @@ from typing import Literal
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
-from analysis.bootstrap import DEFAULT_BOOT, cluster_weights, per_cluster_sums, ratio_interval
+from analysis.bootstrap import DEFAULT_BOOT, per_cluster_sums
 from analysis.stats import wilson
 from analysis.tables import as_conversation_frame
 from analysis.versions import keep_versions_apart
 
+# Rates no longer use a bootstrap (see the module docstring); the ED analysis still does from
+# this many questions on.
 BOOT_MIN_CLUSTERS = 30
 
 DEFAULT_BY = ("target", "condition", "criterion_id", "risk_area")
@@ -58,7 +63,7 @@ def failure_rates(
     ci: float = 0.95,
     cluster: str = "scenario_id",
 ) -> pd.DataFrame:
-    """Failure rate per group with a (1 - alpha) cluster-bootstrap percentile interval.
+    """Failure rate per group with a (1 - alpha) interval (see the module docstring).
 
     ``data``: a judgment table or a conversation x criterion table. Columns of the result: the
     ``by`` columns, ``rate``, ``ci_low``, ``ci_high``, ``n_fail``, ``n_partial``, ``n_rated``
@@ -83,11 +88,12 @@ def failure_rates(
     clusters, cl_codes = np.unique(cc[cluster].astype(str).to_numpy(), return_inverse=True)
     n_groups = int(group.max()) + 1
     s, g = len(clusters), n_groups
+    del n_boot, seed  # kept for callers: rate intervals no longer resample (see choose_interval)
     num_m = per_cluster_sums(cl_codes, group, num, s, g)
     den_m = per_cluster_sums(cl_codes, group, den, s, g)
-    weights = cluster_weights(s, n_boot, seed)
-    est, lo, hi = ratio_interval(num_m, den_m, weights, ci)
-    lo, hi, method = choose_interval(num_m, den_m, est, lo, hi, ci)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        est = np.where(den_m.sum(0) > 0, num_m.sum(0) / den_m.sum(0), np.nan)
+    lo, hi, method = choose_interval(num_m, den_m, est, ci)
 
     work = cc[by].copy() if by else pd.DataFrame(index=cc.index)
     work["_g"] = group
@@ -130,40 +136,55 @@ def design_effect(num: np.ndarray, den: np.ndarray, est: np.ndarray) -> np.ndarr
 
     ``num``, ``den``: (S x G) per-scenario sums. NaN where the group has fewer than 2 scenarios.
     """
+    return _cluster_variance(num, den, est)[0]
+
+
+def _cluster_variance(
+    num: np.ndarray, den: np.ndarray, est: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Design effect and the Satterthwaite degrees of freedom of the cluster variance, per group.
+
+    The variance is a sum of squared scenario residuals u_s = num_s - est * den_s; its degrees of
+    freedom are (sum u^2)^2 / sum u^4, at most S - 1: a variance carried by one scenario (a
+    skewed rate whose only failures sit in one scenario) has about 1, not S - 1.
+    """
     present = den > 0
     s = present.sum(axis=0).astype(float)
     n = den.sum(axis=0)
     with np.errstate(invalid="ignore", divide="ignore"):
         resid = np.where(present, num - est[None, :] * den, 0.0)
-        var_cl = s / (s - 1) * (resid**2).sum(axis=0) / n**2
+        u2 = resid**2
+        var_cl = s / (s - 1) * u2.sum(axis=0) / n**2
         var_bin = est * (1 - est) / n
         deff = np.where(var_bin > 0, var_cl / var_bin, 1.0)
-    return np.where(s >= 2, np.maximum(deff, 1.0), np.nan)
+        df = u2.sum(axis=0) ** 2 / (u2**2).sum(axis=0)
+    df = np.where(np.isfinite(df), np.clip(df, 1.0, np.maximum(s - 1, 1.0)), s - 1)
+    return np.where(s >= 2, np.maximum(deff, 1.0), np.nan), df
 
 
 def choose_interval(
-    num: np.ndarray, den: np.ndarray, est: np.ndarray, lo: np.ndarray, hi: np.ndarray, ci: float
+    num: np.ndarray, den: np.ndarray, est: np.ndarray, ci: float
 ) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """The interval each group gets (see the module docstring), and its label."""
     s = (den > 0).sum(axis=0)
-    k, n = num.sum(axis=0), den.sum(axis=0)
-    deff = design_effect(num, den, est)
+    n = den.sum(axis=0)
+    deff, df = _cluster_variance(num, den, est)
     n_eff = np.where(s >= 2, n / np.where(s >= 2, deff, 1.0), n)
-    w_lo, w_hi = wilson(est * n_eff, n_eff, ci)
-    boot = (s >= BOOT_MIN_CLUSTERS) & (k > 0) & (k < n) & ~np.isnan(lo)
+    # The design effect is estimated from S scenarios, so the quantile is t on its Satterthwaite
+    # degrees of freedom, not z: z covered 89.8% at 5 scenarios and a cluster bootstrap 93% at
+    # 40; this covers 94.8% to 99% over the grid of benchmarks/inference_calibration.py.
+    z = stats.norm.ppf(0.5 + ci / 2)
+    q = np.where(s >= 2, stats.t.ppf(0.5 + ci / 2, np.where(s >= 2, df, 1.0)), z)
+    lo, hi = wilson(est * n_eff, n_eff, ci, quantile=q)
     labels = [
-        f"cluster bootstrap ({si} scenarios)"
-        if b
-        else (
-            "Wilson, one scenario (not cluster-adjusted)"
-            if si == 1
-            else f"Wilson, design effect {d:.2f} ({si} scenarios)"
-            if si >= 2
-            else "none"
-        )
-        for b, si, d in zip(boot, s, deff)
+        "Wilson, one scenario (not cluster-adjusted)"
+        if si == 1
+        else f"Wilson-t, design effect {d:.2f}, {f:.1f} df ({si} scenarios)"
+        if si >= 2
+        else "none"
+        for si, d, f in zip(s, deff, df)
     ]
-    return np.where(boot, lo, w_lo), np.where(boot, hi, w_hi), labels
+    return lo, hi, labels
 
 
 def error_counts(data: pd.DataFrame, by: Sequence[str] = ("target", "judge")) -> pd.DataFrame:

@@ -3,8 +3,10 @@ module only decides the edge cases.
 
 Edge cases, stated once: McNemar with no discordant pair, Wilcoxon with every difference zero and
 Friedman with fewer than two complete blocks carry no evidence of a difference and report p = 1.0
-(scipy refuses or returns NaN there). A cluster-level test needs two clusters: with one it reports
-NaN (no test), never a p-value. Holm adjusts every finite p-value of a family together.
+(scipy refuses or returns NaN there). Scenario-level tests follow one rule
+(``scenario_level_test``): too few scenarios, no test; few scenarios or no spread between
+scenario means, an exact sign-flip test; otherwise a t-test. Never a p-value from 0/0. Holm adjusts every finite p-value
+of a family together.
 
 Differences are rounded to ``TIE_DIGITS`` decimals before ranking, so that equal differences that
 floating point makes unequal (0.1 + 0.2 vs 0.3) are the exact ties they are.
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 from scipy import stats
@@ -48,14 +51,23 @@ class McNemar:
         return (self.b + 0.5) / (self.c + 0.5)
 
 
+@lru_cache(maxsize=4096)
+def _binomial_half_p(b: int, c: int) -> float:
+    """Two-sided exact binomial p of b successes in b + c at 1/2: the distribution is symmetric,
+    so scipy's binomtest (sum of the outcomes no likelier than b) is 2 P(X <= min(b, c)), at most
+    1; one cdf call, cached (the same discordant counts recur across a table's rows)."""
+    if b + c == 0:
+        return 1.0
+    return float(min(1.0, 2 * stats.binom.cdf(min(b, c), b + c, 0.5)))
+
+
 def mcnemar_exact(fail_a: np.ndarray, fail_b: np.ndarray) -> McNemar:
     """McNemar's exact test: a two-sided binomial test on the discordant pairs."""
     fa = np.asarray(fail_a, dtype=bool)
     fb = np.asarray(fail_b, dtype=bool)
     b = int(np.sum(~fa & fb))
     c = int(np.sum(fa & ~fb))
-    p = float(stats.binomtest(b, b + c, 0.5).pvalue) if b + c > 0 else 1.0
-    return McNemar(b, c, p)
+    return McNemar(b, c, _binomial_half_p(b, c))
 
 
 @dataclass(frozen=True)
@@ -66,25 +78,60 @@ class Wilcoxon:
         float  # matched-pairs rank-biserial correlation, in [-1, 1]; > 0: second arm higher
     )
     n_nonzero: int
+    method: str = ""  # WILCOXON_EXACT or WILCOXON_NORMAL
+
+
+# Up to this many non-zero differences the p-value is exact, ties included (the conditional
+# null distribution of the signed-rank sum given the tied ranks, by dynamic programming over
+# doubled mid-ranks: at most 50 x 2,550 additions). Above it, the normal approximation with
+# scipy's tie correction. scipy's own fallback for ties is a permutation test that took 37 of
+# 44 s of a 288-conversation analysis.
+WILCOXON_EXACT_MAX = 50
+WILCOXON_EXACT = "exact (ties conditioned on)"
+WILCOXON_NORMAL = "normal approximation, tie-corrected"
+
+
+@lru_cache(maxsize=1024)
+def _signed_rank_counts(doubled: tuple[int, ...]) -> np.ndarray:
+    """Number of sign patterns giving each doubled signed-rank sum W+ (cached per rank set)."""
+    total = sum(doubled)
+    counts = np.zeros(total + 1)
+    counts[0] = 1.0
+    for r in doubled:
+        counts[r:] = counts[r:] + counts[: total + 1 - r].copy()
+    return counts
+
+
+def _signed_rank_exact_p(ranks: np.ndarray, positive: np.ndarray) -> tuple[float, float]:
+    """Two-sided exact p of the signed-rank sum given (possibly tied) mid-ranks, and min(W+, W-)."""
+    doubled = np.rint(2 * ranks).astype(np.int64)  # mid-ranks are multiples of 1/2
+    total = int(doubled.sum())
+    counts = _signed_rank_counts(tuple(sorted(int(r) for r in doubled)))
+    w_plus = int(doubled[positive].sum())
+    low, high = counts[: w_plus + 1].sum(), counts[w_plus:].sum()
+    p = min(1.0, 2 * min(low, high) / counts.sum())
+    return p, min(w_plus, total - w_plus) / 2
 
 
 def wilcoxon_paired(a: np.ndarray, b: np.ndarray) -> Wilcoxon:
-    """Wilcoxon signed-rank on b - a (scipy defaults: zeros dropped, two-sided)."""
+    """Wilcoxon signed-rank on b - a (zeros dropped, two-sided), its p-value bounded in cost:
+    exact given the ties up to ``WILCOXON_EXACT_MAX`` non-zero differences, else normal."""
     a = np.asarray(a, dtype=float)
     b = np.asarray(b, dtype=float)
-    d = np.round(b - a, TIE_DIGITS)
+    d = round_ties(b - a)
     nz = d[d != 0]
     if len(nz) == 0:
-        return Wilcoxon(0.0, 1.0, 0.0, 0)
+        return Wilcoxon(0.0, 1.0, 0.0, 0, WILCOXON_EXACT)
     ranks = stats.rankdata(np.abs(nz))
     total = ranks.sum()
     r = float((ranks[nz > 0].sum() - ranks[nz < 0].sum()) / total)
+    if len(nz) <= WILCOXON_EXACT_MAX:
+        p, stat = _signed_rank_exact_p(ranks, nz > 0)
+        return Wilcoxon(stat, p, r, len(nz), WILCOXON_EXACT)
     with warnings.catch_warnings():
-        warnings.simplefilter(
-            "ignore"
-        )  # scipy warns about ties/normal approximation on tiny samples
-        res = stats.wilcoxon(d)
-    return Wilcoxon(float(res.statistic), float(res.pvalue), r, len(nz))
+        warnings.simplefilter("ignore")  # scipy notes the normal approximation
+        res = stats.wilcoxon(nz, method="asymptotic")
+    return Wilcoxon(float(res.statistic), float(res.pvalue), r, len(nz), WILCOXON_NORMAL)
 
 
 @dataclass(frozen=True)
@@ -103,7 +150,8 @@ def friedman(columns: list[np.ndarray]) -> Friedman:
         return Friedman(float("nan"), 1.0, n, float("nan"))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        res = stats.friedmanchisquare(*columns)
+        # Rounded before ranking: 0.1 + 0.2 and 0.3 are the tie they are, not a ranking.
+        res = stats.friedmanchisquare(*[round_ties(c) for c in columns])
     stat = float(res.statistic)
     p = float(res.pvalue)
     if np.isnan(p):  # every block tied across arms
@@ -116,14 +164,18 @@ def round_ties(values: np.ndarray) -> np.ndarray:
     return np.round(np.asarray(values, dtype=float), TIE_DIGITS)
 
 
-def wilson(k: np.ndarray, n: np.ndarray, ci: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+def wilson(
+    k: np.ndarray, n: np.ndarray, ci: float = 0.95, quantile: np.ndarray | float | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Wilson score interval for k successes of n (arrays; n may be an effective, non-integer n).
 
-    12 of 12 gives 75.8% to 100%, not a zero-width interval; n = 0 gives NaN.
+    12 of 12 gives 75.8% to 100%, not a zero-width interval; n = 0 gives NaN. ``quantile``
+    replaces the normal quantile (e.g. a t quantile per group, when the variance behind an
+    effective n was estimated from few scenarios).
     """
     k = np.asarray(k, dtype=float)
     n = np.asarray(n, dtype=float)
-    z = float(stats.norm.ppf(0.5 + ci / 2))
+    z = np.asarray(stats.norm.ppf(0.5 + ci / 2) if quantile is None else quantile, dtype=float)
     with np.errstate(invalid="ignore", divide="ignore"):
         p = k / n
         den = 1 + z * z / n
@@ -137,9 +189,99 @@ def wilson(k: np.ndarray, n: np.ndarray, ci: float = 0.95) -> tuple[np.ndarray, 
     return lo, hi
 
 
+# A scenario-level test needs this many scenarios: with two, an exact sign-flip test can never
+# give p below 0.5 and a t-test has one degree of freedom (its 95% interval is +-12.7 standard
+# errors, resting wholly on normality), so no test of two scenario means can carry evidence.
+MIN_TEST_CLUSTERS = 3
+# Below this many scenarios the t-test rests on the normality of a handful of bounded, often
+# discrete means, and fails where they are not normal: if each scenario's effect is +d or -d with
+# equal chance (a true null), all S agree with probability 2 / 2^S, the t statistic is then
+# infinite, so the t-test's size is 25% at 3 scenarios, 12.5% at 4 and 6.25% at 5 (at 6, 3.1%).
+# The exact sign-flip test, which assumes only symmetry under H0, is used instead; it cannot
+# reach p < 0.05 below 6 scenarios, and says so by its p and its interval.
+T_TEST_MIN_CLUSTERS = 6
+# Scenario means with a spread this small relative to their size have no usable t statistic
+# (0/0, or a floating-point residue such as 1e-17 that would give p = 1e-16).
+DEGENERATE_SPREAD = 1e-9
+# Sign-flip tests enumerate all 2^S sign patterns up to this many scenarios; above it they draw
+# ``SIGN_FLIP_DRAWS`` seeded patterns (the p-value then carries Monte Carlo error of about 0.001).
+SIGN_FLIP_EXACT_MAX = 20
+SIGN_FLIP_DRAWS = 200_000
+
+TOO_FEW = "too few scenarios to test"
+T_TEST = "t"
+SIGN_FLIP = "exact sign-flip"
+
+
+def _sign_patterns(s: int) -> np.ndarray:
+    if s <= SIGN_FLIP_EXACT_MAX:
+        codes = np.arange(2**s, dtype=np.int64)[:, None]
+        return 1.0 - 2.0 * ((codes >> np.arange(s)) & 1)
+    return np.random.default_rng(0).choice(np.array([-1.0, 1.0]), size=(SIGN_FLIP_DRAWS, s))
+
+
+def _sign_flip_p(x: np.ndarray, signs: np.ndarray) -> float:
+    x = round_ties(x)
+    if not np.any(x):  # every scenario mean 0: no evidence of a difference
+        return 1.0
+    observed = abs(float(x.sum())) - 10.0**-TIE_DIGITS
+    count = 0
+    for start in range(0, len(signs), 1 << 16):
+        count += int(np.sum(np.abs(signs[start : start + (1 << 16)] @ x) >= observed))
+    return count / len(signs)
+
+
+def sign_flip_pvalue(values: np.ndarray) -> float:
+    """Two-sided sign-flip (permutation) p-value of H0 "symmetric about 0" for one mean.
+
+    Exact (all 2^S sign patterns) up to ``SIGN_FLIP_EXACT_MAX`` values. Valid whatever the spread,
+    including none: S identical non-zero values give p = 2 / 2^S (4 scenarios: 0.125).
+    """
+    x = np.asarray(values, dtype=float)
+    if len(x) == 0:
+        return 1.0
+    return _sign_flip_p(x, _sign_patterns(len(x)))
+
+
+def sign_flip_interval(
+    values: np.ndarray, ci: float = 0.95, bounds: tuple[float, float] | None = None
+) -> tuple[float, float]:
+    """The shifts d that the sign-flip test of ``values - d`` does not reject: its interval.
+
+    Every d below min(values) or above max(values) makes all signs agree, p = 2 / 2^S: when that
+    is not below 1 - ci (five scenarios or fewer at 95%) nothing can be excluded and the interval
+    is ``bounds`` (NaN when none are given). Otherwise each end is found by bisection between the
+    mean and the extreme value. With no spread at all it is the single value.
+    """
+    x = np.asarray(values, dtype=float)
+    alpha = 1 - ci
+    if len(x) == 0 or 2.0 / 2 ** len(x) >= alpha:
+        return (bounds[0], bounds[1]) if bounds else (float("nan"), float("nan"))
+    signs = _sign_patterns(len(x))
+    centre = float(x.mean())
+
+    def accepted(d: float) -> bool:
+        return _sign_flip_p(x - d, signs) > alpha
+
+    ends = []
+    for far in (float(x.min()), float(x.max())):
+        inside, outside = centre, far
+        if accepted(outside):
+            ends.append(outside)
+            continue
+        for _ in range(48):  # to about 1e-14 of the range
+            mid = (inside + outside) / 2
+            if accepted(mid):
+                inside = mid
+            else:
+                outside = mid
+        ends.append(inside)
+    return ends[0], ends[1]
+
+
 @dataclass(frozen=True)
 class ClusterMeans:
-    """Per group: the mean of the cluster means and its t-based test and interval."""
+    """Per group: the mean of the cluster means and its scenario-level test and interval."""
 
     estimate: np.ndarray
     ci_low: np.ndarray
@@ -147,17 +289,44 @@ class ClusterMeans:
     pvalue: np.ndarray
     n_clusters: np.ndarray
     statistic: np.ndarray
+    method: list[str]  # per group: TOO_FEW, T_TEST or SIGN_FLIP
+
+    def labels(self) -> list[str]:
+        """What each group's interval is, in words (for a table's ``interval`` column)."""
+        out = []
+        for m, n in zip(self.method, self.n_clusters):
+            if m == TOO_FEW:
+                out.append(f"none: {TOO_FEW} ({n} of {MIN_TEST_CLUSTERS} needed)")
+            elif m == SIGN_FLIP:
+                out.append(f"{SIGN_FLIP} over {n} scenario means")
+            else:
+                out.append(f"t over {n} scenario means")
+        return out
 
 
-def cluster_mean_test(
-    values: np.ndarray, cluster: np.ndarray, group: np.ndarray, n_groups: int, ci: float = 0.95
+def scenario_level_test(
+    values: np.ndarray,
+    cluster: np.ndarray,
+    group: np.ndarray,
+    n_groups: int,
+    ci: float = 0.95,
+    bounds: tuple[float, float] | None = None,
 ) -> ClusterMeans:
-    """One-sample t-test of H0 "mean = 0" on cluster means, separately for every group.
+    """The scenario-level test of H0 "mean = 0", separately for every group, chosen by rule.
 
     ``values``: one paired difference per unit (NaN: not a unit); ``cluster`` and ``group``:
     integer codes. Each cluster's units are averaged first, so the test has one observation per
-    cluster (the independent unit) and S - 1 degrees of freedom; the interval is the matching
-    t interval. Fewer than two clusters: NaN everywhere (no test, no interval).
+    cluster (the independent unit). The rule, the same for every scenario-level test:
+
+    * fewer than ``MIN_TEST_CLUSTERS`` scenarios: no test and no interval (``TOO_FEW``);
+    * fewer than ``T_TEST_MIN_CLUSTERS`` scenarios, or scenario means with no spread (standard
+      deviation at most ``DEGENERATE_SPREAD`` times max(1, |mean|), where the t statistic is
+      0/0): the exact sign-flip test over the scenario means gives p, and its inversion the
+      interval (``SIGN_FLIP``; see ``sign_flip_interval``);
+    * otherwise a one-sample t-test with S - 1 degrees of freedom and the matching t interval.
+
+    ``bounds``: the range the estimand lies in (a difference of proportions: -1 to 1), for an
+    interval that excludes nothing.
     """
     v = np.asarray(values, dtype=float)
     ok = ~np.isnan(v)
@@ -178,15 +347,28 @@ def cluster_mean_test(
         se = np.sqrt(var / s)
         tstat = est / se
         df = s - 1
-        valid = s >= 2
+        valid = s >= MIN_TEST_CLUSTERS
         tq = np.where(valid, stats.t.ppf(0.5 + ci / 2, np.where(valid, df, 1)), np.nan)
         lo = np.where(valid, est - tq * se, np.nan)
         hi = np.where(valid, est + tq * se, np.nan)
         p = np.where(valid, 2 * stats.t.sf(np.abs(tstat), np.where(valid, df, 1)), np.nan)
-    # Every cluster mean identical (se = 0): there is no spread to measure uncertainty by, so no
-    # interval (never a zero-width one); a zero mean is no evidence of a difference (p = 1).
-    zero_se = valid & (se == 0)
-    p = np.where(zero_se, np.where(est == 0, 1.0, np.nan), p)
-    lo = np.where(zero_se, np.nan, lo)
-    hi = np.where(zero_se, np.nan, hi)
-    return ClusterMeans(est, lo, hi, p, s.astype(np.int64), np.where(valid, tstat, np.nan))
+        flat_spread = np.sqrt(var) <= DEGENERATE_SPREAD * np.maximum(1.0, np.abs(est))
+    method = [TOO_FEW if not valid[i] else T_TEST for i in range(n_groups)]
+    tstat = np.where(valid, tstat, np.nan)
+    for i in np.flatnonzero(valid & (flat_spread | (s < T_TEST_MIN_CLUSTERS))):
+        x = means[i, present[i]]
+        method[i] = SIGN_FLIP
+        p[i] = sign_flip_pvalue(x)
+        lo[i], hi[i] = sign_flip_interval(x, ci, bounds)
+        tstat[i] = np.nan  # no t statistic: it is 0/0
+    if bounds is not None:
+        lo = np.where(np.isnan(lo), lo, np.maximum(lo, bounds[0]))
+        hi = np.where(np.isnan(hi), hi, np.minimum(hi, bounds[1]))
+    return ClusterMeans(est, lo, hi, p, s.astype(np.int64), tstat, method)
+
+
+def cluster_mean_test(
+    values: np.ndarray, cluster: np.ndarray, group: np.ndarray, n_groups: int, ci: float = 0.95
+) -> ClusterMeans:
+    """``scenario_level_test`` with no bounds on the estimand (kept for existing callers)."""
+    return scenario_level_test(values, cluster, group, n_groups, ci)

@@ -13,6 +13,12 @@ matched pairs per scenario, 6 post-fork turns per arm; see ``analysis.testing.ca
 - with planted mean effects of +5 and +10 points: each method's power.
 
 The primary method's false-positive rate must stay at or below 6.5% with 20 or more scenarios.
+
+Then the design grid of issue 38 (``analysis.testing.calibration.calibrate_design``): 5, 8, 10,
+20 and 40 scenarios x scenario sd 0.08 and 0.15 x base failure rates 3% and 30%, with unequal
+pairs per scenario (3 to 21), printing per setting the coverage of the failure-rate interval
+(``failure_rates``; target >= 94%) and the primary contrast test's false-positive rate under an
+exact null (target <= 5.5%). ``--quick`` runs a small grid with few studies (a smoke run).
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from analysis.testing.calibration import Simulation, calibrate
+from analysis.testing.calibration import Design, Simulation, calibrate, calibrate_design
 
 SIZES = (10, 20, 40)
 EFFECTS = (0.05, 0.10)
@@ -35,7 +41,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--studies", type=int, default=2000, help="simulated studies per setting")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--quick", action="store_true", help="smoke run: the design grid only, few studies"
+    )
+    ap.add_argument("--grid-only", action="store_true", help="only the issue-38 design grid")
     args = ap.parse_args()
+    if args.quick or args.grid_only:
+        ok = design_grid(200 if args.quick else args.studies, args.seed, quick=args.quick)
+        sys.exit(0 if ok or args.quick else 1)
     base = Simulation(n_scenarios=10, n_studies=args.studies, seed=args.seed)
     print(
         f"{args.studies} studies per setting; {base.pairs_per_scenario} pairs per scenario, "
@@ -80,6 +93,47 @@ def main() -> None:
         f"Monte Carlo standard error {mc_se:.1%} with {args.studies} studies)"
     )
     print("(power of a pair-level test is not comparable: it is bought with its false positives)")
+    if not design_grid(args.studies, args.seed):
+        sys.exit(1)
+
+
+GRID_SIZES = (5, 8, 10, 20, 40)
+GRID_SDS = (0.08, 0.15)
+GRID_BASES = (0.03, 0.30)
+
+
+def design_grid(studies: int, seed: int, *, quick: bool = False) -> bool:
+    """Rate-interval coverage and primary false-positive rate over the issue-38 grid."""
+    sizes = (5, 10) if quick else GRID_SIZES
+    print(
+        f"\nDesign grid: {studies} studies per setting, unequal pairs per scenario (3-21), "
+        "6 turns per arm, p(applicable) 0.7; alpha 0.05, nominal 95%"
+    )
+    head = (
+        f"{'scenarios':>9} {'sd':>5} {'base':>5} {'true rate':>9} | {'rate cov':>8} | "
+        f"{'primary FPR':>11} {'primary cov':>11} | {'s':>5}"
+    )
+    print(head)
+    print("-" * len(head))
+    worst_cov, worst_fpr = 1.0, 0.0
+    for i, (s, sd, base) in enumerate(
+        (s, sd, b) for s in sizes for sd in GRID_SDS for b in GRID_BASES
+    ):
+        t0 = time.perf_counter()
+        c = calibrate_design(Design(s, sd, base, n_studies=studies, seed=seed + 7919 * (i + 1)))
+        worst_cov, worst_fpr = min(worst_cov, c.cover_rate), max(worst_fpr, c.reject_primary)
+        print(
+            f"{s:>9} {sd:>5.2f} {base:>5.0%} {c.truth:>9.1%} | {c.cover_rate:>8.1%} | "
+            f"{c.reject_primary:>11.1%} {c.cover_primary:>11.1%} | {time.perf_counter() - t0:5.1f}"
+        )
+    ok = worst_cov >= 0.94 and worst_fpr <= 0.055
+    mc = (0.05 * 0.95 / studies) ** 0.5
+    print(
+        f"\nworst rate-interval coverage {worst_cov:.1%} (target >= 94%), worst primary "
+        f"false-positive rate {worst_fpr:.1%} (target <= 5.5%): {'holds' if ok else 'FAILS'} "
+        f"(Monte Carlo standard error {mc:.1%} with {studies} studies)"
+    )
+    return ok
 
 
 if __name__ == "__main__":

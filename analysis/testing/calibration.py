@@ -143,3 +143,128 @@ def calibrate(sim: Simulation, alpha: float = 0.05, n_boot: int = 1000) -> Calib
         cover_pair_t=cover_pair_t,
         cover_bootstrap=float(np.mean((lo <= truth) & (truth <= hi))),
     )
+
+
+# --------------------------------------------------------------------------- rates and designs
+
+
+@dataclass(frozen=True)
+class Design:
+    """One setting of the coverage grid: scenarios, scenario-level spread, base rate, and
+    whether scenarios have unequal numbers of pairs (drawn from 3 to 21, mean 12)."""
+
+    n_scenarios: int
+    scenario_sd: float
+    base: float
+    unequal: bool = True
+    n_studies: int = 1000
+    turns: int = 6
+    p_applicable: float = 0.7
+    seed: int = 0
+
+
+def clipped_mean(base: float, sd: float) -> float:
+    """E[clip(base + sd Z, 0, 1)], Z standard normal: the true mean of the scenario rates."""
+    from scipy import stats
+
+    a, b = (0 - base) / sd, (1 - base) / sd
+    inside = base * (stats.norm.cdf(b) - stats.norm.cdf(a)) + sd * (
+        stats.norm.pdf(a) - stats.norm.pdf(b)
+    )
+    return float(inside + 1.0 * stats.norm.sf(b))
+
+
+def _pairs(d: Design, rng: np.random.Generator) -> np.ndarray:
+    """(studies x scenarios) pairs per scenario."""
+    if not d.unequal:
+        return np.full((d.n_studies, d.n_scenarios), 12)
+    return rng.integers(3, 22, size=(d.n_studies, d.n_scenarios))
+
+
+def _stack(
+    d: Design, rng: np.random.Generator, arms: dict[str, np.ndarray], npairs: np.ndarray
+) -> pd.DataFrame:
+    """Conversation x criterion rows, one criterion per study; ``arms``: arm -> (k x s) rates."""
+    k, s = npairs.shape
+    ks = np.repeat(np.arange(k), s)
+    ss = np.tile(np.arange(s), k)
+    reps = npairs.ravel()
+    kk, sc = np.repeat(ks, reps), np.repeat(ss, reps)
+    mi = np.concatenate([np.arange(r) for r in reps])
+    frames = []
+    for arm, p in arms.items():
+        rated = rng.binomial(d.turns, d.p_applicable, size=len(kk))
+        fails = rng.binomial(rated, p[kk, sc])
+        frames.append(
+            pd.DataFrame(
+                {
+                    "conversation_id": [f"{arm}-{a}-{b}-{c}" for a, b, c in zip(kk, sc, mi)],
+                    "run_id": "calibration",
+                    "scenario_id": [f"scn{x:03d}" for x in sc],
+                    "target": [f"target{x:02d}" for x in mi],
+                    "condition": "none",
+                    "simulator": "sim",
+                    "replicate": 0,
+                    "rubric_id": "calibration",
+                    "criterion_id": [f"study{x:05d}" for x in kk],
+                    "judge": "simulated",
+                    "risk_area": "simulated",
+                    "n_rated": rated,
+                    "n_fail": fails,
+                    "n_partial": 0,
+                    "n_error": 0,
+                    "n_other": 0,
+                    "score_sum": (rated - fails).astype(float),
+                    "n_scored": rated,
+                    "choice:limit": arm,
+                }
+            )
+        )
+    return pd.concat(frames, ignore_index=True)
+
+
+@dataclass(frozen=True)
+class DesignCalibration:
+    truth: float  # the mean scenario failure rate the rate interval should cover
+    cover_rate: float  # failure-rate interval (as ``failure_rates`` gives it) covers ``truth``
+    reject_primary: float  # primary contrast test at alpha under an exact null
+    cover_primary: float  # primary contrast interval covers 0 under that null
+    n_studies: int
+
+
+def calibrate_design(d: Design, alpha: float = 0.05) -> DesignCalibration:
+    """Coverage of the failure-rate interval and size of the primary contrast test at one design.
+
+    Rates: scenario rates ``clip(base + sd Z, 0, 1)``; the interval must cover their mean. The
+    contrast null: both arms of a scenario draw their own rate around the scenario's
+    (``sd / sqrt 2`` each, so the difference varies by scenario with sd about ``sd``), which makes
+    the arms exchangeable: the mean difference is exactly zero, clipping or not.
+    """
+    from analysis.contrasts import matched_contrasts
+    from analysis.rates import failure_rates
+
+    rng = np.random.default_rng(d.seed)
+    k, s = d.n_studies, d.n_scenarios
+    npairs = _pairs(d, rng)
+    p_s = np.clip(d.base + rng.normal(0, d.scenario_sd, (k, s)), 0.0, 1.0)
+    frame = _stack(d, rng, {"accept_limit": p_s}, npairs)
+    rates = failure_rates(frame, by=("criterion_id",), n_boot=1000, seed=d.seed)
+    truth = clipped_mean(d.base, d.scenario_sd)
+    cover_rate = float(np.mean((rates["ci_low"] <= truth) & (truth <= rates["ci_high"])))
+
+    arm_sd = d.scenario_sd / np.sqrt(2)
+    p0 = np.clip(p_s + rng.normal(0, arm_sd, (k, s)), 0.0, 1.0)
+    p1 = np.clip(p_s + rng.normal(0, arm_sd, (k, s)), 0.0, 1.0)
+    pair_frame = _stack(d, rng, {"accept_limit": p0, "push_back": p1}, npairs)
+    # pair arms by (scenario, target): the conversation ids differ only in the arm's name
+    tab = matched_contrasts(pair_frame, {"limit": "accept_limit"}, per_target=False).contrasts
+    p = tab["p_scenario"].to_numpy(float)
+    reject = np.nan_to_num(p, nan=1.0) < alpha
+    cover = (tab["ci_low"] <= 0) & (tab["ci_high"] >= 0)
+    return DesignCalibration(
+        truth=truth,
+        cover_rate=cover_rate,
+        reject_primary=float(np.mean(reject)),
+        cover_primary=float(np.mean(cover)),
+        n_studies=k,
+    )

@@ -479,3 +479,82 @@ def write_ed_store(
         write_judgments(conn, judg, d.run_id, d.rubric_id, d.judge)
     conn.close()
     return {"design": d, "conversations": conv, "judgments": judg}
+
+
+# --------------------------------------------------------------------------- store transformations
+# For the metamorphic tests: each changes a store in a way that must leave every figure unchanged.
+
+
+def _columns(conn: sqlite3.Connection, table: str) -> list[str]:
+    return [r[1] for r in conn.execute(f"PRAGMA table_info({table})")]
+
+
+def _cols(names: Any) -> str:
+    return ", ".join(f'"{c}"' for c in names)
+
+
+def add_unforked_arms(path: str | Path, key: str = "unfired", value: str = "b") -> int:
+    """Add to every conversation an arm that never forked: a branch point ``key`` whose trigger
+    never fired, so the arm is its parent's transcript stored again, as the engine stores it
+    (``parent_id`` the original, ``fork_turn`` NULL, turns naming their ``origin_turn_id``,
+    verdicts copied). Returns the number of arms added."""
+    conn = sqlite3.connect(str(path))
+    with conn:
+        ccols = _columns(conn, "conversations")
+        convs = conn.execute(f"SELECT {_cols(ccols)} FROM conversations").fetchall()
+        tcols = _columns(conn, "turns")
+        jcols = _columns(conn, "judgments")
+        for row in convs:
+            c = dict(zip(ccols, row))
+            old = c["id"]
+            new = f"{old}~{key}"
+            choices = json.loads(c["choices"] or "{}")
+            c.update(id=new, parent_id=old, fork_turn=None,
+                     choices=json.dumps({**choices, key: value}, sort_keys=True))  # fmt: skip
+            conn.execute(
+                f"INSERT INTO conversations ({_cols(c)}) VALUES ({', '.join('?' * len(c))})",
+                list(c.values()),
+            )
+            for trow in conn.execute(
+                f"SELECT {_cols(tcols)} FROM turns WHERE conversation_id = ?", (old,)
+            ).fetchall():
+                t = dict(zip(tcols, trow))
+                t.update(id=f"{t['id']}~{key}", conversation_id=new, origin_turn_id=t["id"])
+                conn.execute(
+                    f"INSERT INTO turns ({_cols(t)}) VALUES ({', '.join('?' * len(t))})",
+                    list(t.values()),
+                )
+            for jrow in conn.execute(
+                f"SELECT {_cols(jcols)} FROM judgments WHERE conversation_id = ?", (old,)
+            ).fetchall():
+                j = dict(zip(jcols, jrow))
+                turn_id = j["turn_id"]
+                j.update(id=f"{j['id']}~{key}", conversation_id=new,
+                         turn_id=None if turn_id is None else f"{turn_id}~{key}")  # fmt: skip
+                conn.execute(
+                    f"INSERT INTO judgments ({_cols(j)}) VALUES ({', '.join('?' * len(j))})",
+                    list(j.values()),
+                )
+    conn.close()
+    return len(convs)
+
+
+def add_error_judge(path: str | Path, judge: str = "broken:judge") -> int:
+    """Add a second judge whose every verdict is ``error`` on every rated unit of the store."""
+    conn = sqlite3.connect(str(path))
+    with conn:
+        jcols = _columns(conn, "judgments")
+        first = conn.execute("SELECT judge FROM judgments LIMIT 1").fetchone()[0]
+        rows = conn.execute(
+            f"SELECT {_cols(jcols)} FROM judgments WHERE judge = ?", (first,)
+        ).fetchall()
+        for jrow in rows:
+            j = dict(zip(jcols, jrow))
+            j.update(id=f"{j['id']}#err", judge=judge, verdict="error", score=None,
+                     applicable=True, error="judge could not answer")  # fmt: skip
+            conn.execute(
+                f"INSERT INTO judgments ({_cols(j)}) VALUES ({', '.join('?' * len(j))})",
+                list(j.values()),
+            )
+    conn.close()
+    return len(rows)

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 
 from analysis.contrasts import matched_contrasts
 from analysis.ed import ed_analysis
@@ -58,11 +59,13 @@ def _rate_frame(n_scenarios: int, fails: list[int], per: int) -> pd.DataFrame:
 def test_twelve_of_twelve_gets_a_wilson_interval_not_a_point() -> None:
     lo, hi = wilson(np.array([12]), np.array([12]))
     assert lo[0] == pytest.approx(0.7575, abs=1e-4) and hi[0] == 1.0
-    # Twelve fails of twelve across four scenarios (too few for a bootstrap).
+    # Twelve fails of twelve across four scenarios: Wilson with t(3) in place of z (the spread
+    # behind the design effect comes from four scenarios), so wider than plain Wilson.
     r = failure_rates(_rate_frame(4, [3, 3, 3, 3], 3), n_boot=200).iloc[0]
     assert (r["rate"], r["ci_high"]) == (1.0, 1.0)
-    assert r["ci_low"] == pytest.approx(0.7575, abs=1e-4)
-    assert r["interval"].startswith("Wilson")
+    t_lo, _ = wilson(np.array([12]), np.array([12]), quantile=stats.t.ppf(0.975, 3))
+    assert r["ci_low"] == pytest.approx(t_lo[0]) and r["ci_low"] < 0.7575
+    assert r["interval"].startswith("Wilson-t")
 
 
 def test_a_one_scenario_group_has_a_labelled_interval_of_nonzero_width() -> None:
@@ -74,20 +77,28 @@ def test_a_one_scenario_group_has_a_labelled_interval_of_nonzero_width() -> None
     assert r["interval"] == "Wilson, one scenario (not cluster-adjusted)"
 
 
-def test_bootstrap_only_above_the_stated_number_of_scenarios() -> None:
+def test_rate_intervals_are_wilson_t_at_every_number_of_scenarios() -> None:
+    """A cluster bootstrap covered 93% at 40 scenarios: rates use Wilson-t throughout."""
     rng = np.random.default_rng(1)
     few = failure_rates(_rate_frame(10, list(rng.integers(0, 5, 10)), 5), n_boot=200).iloc[0]
     many_n = BOOT_MIN_CLUSTERS + 2
     many = failure_rates(_rate_frame(many_n, list(rng.integers(0, 5, many_n)), 5), n_boot=200).iloc[
         0
     ]
-    assert (
-        few["interval"].startswith("Wilson, design effect") and "(10 scenarios)" in few["interval"]
-    )
-    assert many["interval"] == f"cluster bootstrap ({many_n} scenarios)"
-    # The design effect widens Wilson when scenarios differ: never narrower than plain Wilson.
-    lo, hi = wilson(np.array([few["n_fail"]]), np.array([few["n_rated"]]))
-    assert few["ci_high"] - few["ci_low"] >= hi[0] - lo[0] - 1e-12
+    assert few["interval"].startswith("Wilson-t, design effect")
+    assert "(10 scenarios)" in few["interval"]
+    assert many["interval"].startswith("Wilson-t") and f"({many_n} scenarios)" in many["interval"]
+    # The design effect and the t quantile widen Wilson: never narrower than plain Wilson.
+    for r in (few, many):
+        lo, hi = wilson(np.array([r["n_fail"]]), np.array([r["n_rated"]]))
+        assert r["ci_high"] - r["ci_low"] >= hi[0] - lo[0] - 1e-12
+
+
+def test_a_rate_carried_by_one_scenario_gets_about_one_degree_of_freedom() -> None:
+    """Satterthwaite: every failure in one scenario of ten leaves the spread about 1 df."""
+    r = failure_rates(_rate_frame(10, [5] + [0] * 9, 5), n_boot=0).iloc[0]
+    df = float(r["interval"].split(", ")[2].split(" df")[0])
+    assert df < 2.0
 
 
 def test_targets_raised_needs_an_interval_that_excludes_zero() -> None:
@@ -97,7 +108,7 @@ def test_targets_raised_needs_an_interval_that_excludes_zero() -> None:
     row = res.contrasts.iloc[0]
     assert row["n_scenarios"] == 1 and row["diff"] > 0.15
     assert np.isnan(row["ci_low"]) and np.isnan(row["p_scenario"])
-    assert row["interval"] == "none: one scenario (no scenario-level test)"
+    assert row["interval"] == "none: too few scenarios to test (1 of 3 needed)"
     share = res.target_share.iloc[0]
     assert share["share_higher"] > 0.5  # the points are higher ...
     assert share["share_raised"] == 0.0  # ... but no target is "raised" without an interval

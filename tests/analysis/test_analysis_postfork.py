@@ -79,7 +79,7 @@ def test_a_post_fork_effect_of_100_points_is_reported_as_100(judged: tuple[Any, 
     assert sorted(pairs["turn_index"].unique()) == [1, 3, 5, 7, 9]  # every reply was judged ...
     # ... but only the replies at or after the fork (5, 7, 9) count: 3 ratings per arm and pair.
     assert row["discordant_b"] == 2 and row["discordant_a"] == 0
-    assert row["interval"] == "none: one scenario (no scenario-level test)"
+    assert row["interval"] == "none: too few scenarios to test (1 of 3 needed)"
 
 
 def test_the_shared_prefix_would_dilute_the_effect(judged: tuple[Any, str]) -> None:

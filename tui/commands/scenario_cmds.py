@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -160,15 +160,23 @@ def variants(
                 Text(v.id), Text(choices or ("no profile" if s.profile else "-")), Text(diff)
             )
         console.print(table)
-        per_cue = ", ".join(
-            f"{len(vs)} with explicit_cue={str(cue).lower()}"
-            for cue, vs in by_cue.items()
-            if cue is not None
-        )
-        console.print(
-            Text(f"{len(all_variants)} variants" + (f" ({per_cue})" if per_cue else "")),
-            highlight=False,
-        )
+        console.print(Text(_variant_count(len(all_variants), by_cue)), highlight=False)
+
+
+def _variant_count(total: int, by_cue: dict[bool | None, list[Any]]) -> str:
+    """ "33 variants (16 with explicit_cue=false, 16 with explicit_cue=true, 1 in every setting)":
+    a variant that every cue setting shares (the no-profile baseline) is counted once, so the
+    parts add up to the total."""
+    settings = {cue: {v.id for v in vs} for cue, vs in by_cue.items() if cue is not None}
+    if not settings:
+        return f"{total} variants"
+    shared = set.intersection(*settings.values()) if len(settings) > 1 else set()
+    parts = [
+        f"{len(ids - shared)} with explicit_cue={str(cue).lower()}" for cue, ids in settings.items()
+    ]
+    if shared:
+        parts.append(f"{len(shared)} in every setting")
+    return f"{total} variants ({', '.join(parts)})"
 
 
 @import_app.command("kora")
