@@ -173,6 +173,7 @@ def run_once(
     workdir: Path,
     extra: list[str],
     server_pid: int | None = None,
+    env_extra: dict[str, str] | None = None,
 ) -> Figures:
     db = workdir / f"{label.replace(' ', '_').replace(':', '')}.db"
     param = "api_base=" + url
@@ -202,7 +203,7 @@ def run_once(
         str(db),
         *extra,
     ]
-    env = dict(os.environ, OPENAI_API_KEY="sk-benchmark-dummy-key")
+    env = dict(os.environ, OPENAI_API_KEY="sk-benchmark-dummy-key", **(env_extra or {}))
     env.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     server_before = cpu_seconds(server_pid) if server_pid is not None else None
     started = time.time()
@@ -257,6 +258,12 @@ def main() -> None:
     parser.add_argument("--skip-litellm", action="store_true")
     parser.add_argument("--skip-growth", action="store_true")
     parser.add_argument("--only-litellm", action="store_true")
+    parser.add_argument(
+        "--client-ab",
+        action="store_true",
+        help="also run oai: with every request through aiohttp (the proxy route), right after the "
+        "lean client's run at the same concurrency: what the hand-written client buys",
+    )
     parser.add_argument("--extra", action="append", default=[], help="more `run` arguments")
     parser.add_argument(
         "--processes",
@@ -273,19 +280,23 @@ def main() -> None:
     print(f"reference work before: {reference_ms():.0f} ms of CPU")
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
-        jobs: list[tuple[str, str, int, tuple[list[str], int]]] = []
+        jobs: list[tuple[str, str, int, tuple[list[str], int], dict[str, str]]] = []
         n, n_litellm = (
             workload(args.conversations, arms),
             workload(args.litellm_conversations, arms),
         )
         if not args.only_litellm:
-            jobs.append((f"oai @{args.concurrency}", "oai:bench", args.concurrency, n))
+            jobs.append((f"oai @{args.concurrency}", "oai:bench", args.concurrency, n, {}))
+            if args.client_ab:
+                aiohttp = {"BRANCHPOINT_OAI_CLIENT": "aiohttp"}
+                label = f"oai @{args.concurrency} aiohttp"
+                jobs.append((label, "oai:bench", args.concurrency, n, aiohttp))
             if not args.skip_wide:
-                jobs.append((f"oai @{args.wide}", "oai:bench", args.wide, n))
+                jobs.append((f"oai @{args.wide}", "oai:bench", args.wide, n, {}))
         if not args.skip_litellm:
             spec = "litellm:openai/bench"
-            jobs.append((f"litellm @{args.concurrency}", spec, args.concurrency, n_litellm))
-        for label, spec, concurrency, (scenarios, replicates) in jobs:
+            jobs.append((f"litellm @{args.concurrency}", spec, args.concurrency, n_litellm, {}))
+        for label, spec, concurrency, (scenarios, replicates), env_extra in jobs:
             print(f"{label}: {len(scenarios)} of {len(arms)} files x {replicates} replicates")
             server, url = start_server(args.delay_ms)  # a fresh server: its first call is ours
             try:
@@ -301,6 +312,7 @@ def main() -> None:
                     workdir=workdir,
                     extra=args.extra,
                     server_pid=server.pid,
+                    env_extra=env_extra,
                 )
             finally:
                 server.kill()

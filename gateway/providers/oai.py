@@ -42,6 +42,8 @@ class OpenAICompatProvider:
         self._fragments: dict[tuple[str, str], str] = {}  # (role, content) -> its JSON
         self._proxies: dict[str, str | None] = {}  # URL -> the proxy the environment gives it
         self._proxied: ProxiedClient | None = None
+        # every request through aiohttp, proxy or not: for benchmarks/throughput.py --client-ab
+        self._aiohttp_only = os.environ.get("BRANCHPOINT_OAI_CLIENT") == "aiohttp"
 
     def _client(self) -> HTTPClient:
         loop = asyncio.get_running_loop()
@@ -143,7 +145,7 @@ class OpenAICompatProvider:
             self._proxies[url] = proxy_for(url)
         proxy = self._proxies[url]
         try:
-            if proxy is None:
+            if proxy is None and not self._aiohttp_only:
                 response = await self._client().post(url, payload, headers)
             else:
                 if self._proxied is None:

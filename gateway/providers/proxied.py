@@ -59,7 +59,9 @@ class ProxiedClient:
             self._loop = loop
         return self._session
 
-    async def post(self, url: str, body: bytes, headers: dict[str, str], proxy: str) -> Response:
+    async def post(
+        self, url: str, body: bytes, headers: dict[str, str], proxy: str | None
+    ) -> Response:
         import aiohttp
 
         try:
