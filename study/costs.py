@@ -6,9 +6,8 @@ persona call reads its instructions and k-1 exchanges. Summed over a conversatio
 quadratic in its length. Message lengths are assumptions, stated here: low and expected are
 typical lengths, high takes each side's ``max_tokens`` (or a long reply where none is set).
 
-Prices come from litellm's price map (``litellm.model_cost``, read locally) unless the manifest
-gives a price; local models (embedded, hf:, scripted:) cost nothing; a model with neither is
-unpriced (None).
+Prices and the token counts that price themselves are the gateway's (``gateway/pricing.py``):
+the rule for where a price comes from is written there once.
 """
 
 from __future__ import annotations
