@@ -34,7 +34,8 @@ def proxy_for(url: str) -> str | None:
         host = f"{host}:{parts.port}"
     if proxy_bypass_environment(host, proxies):
         return None
-    return proxy
+    # "proxy.lab:3128" without a scheme means an http proxy, as requests and curl read it
+    return proxy if "://" in proxy else f"http://{proxy}"
 
 
 class ProxiedClient:

@@ -137,6 +137,9 @@ def test_the_environment_chooses_the_proxy_per_scheme_and_no_proxy_exempts(
     assert proxy_for("https://api.other.org/v1") == "http://proxy.lab:3128"
     clean_env.setenv("NO_PROXY", "*")
     assert proxy_for("https://api.other.org/v1") is None
+    clean_env.setenv("NO_PROXY", "")
+    clean_env.setenv("HTTP_PROXY", "127.0.0.1:3128")  # no scheme: an http proxy, as curl reads it
+    assert proxy_for("http://api.other.org/v1") == "http://127.0.0.1:3128"
 
 
 def test_http_calls_go_through_the_proxy(
