@@ -87,9 +87,7 @@ def main() -> None:
             done = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True)
             cli.append(time.perf_counter() - t0)
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
-            cli_cpu.append(
-                after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
-            )
+            cli_cpu.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
             if done.returncode != 0:
                 sys.exit(f"analyze failed ({done.returncode}): {done.stderr[-2000:]}")
         best = min(cli)
