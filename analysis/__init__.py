@@ -32,6 +32,9 @@ _EXPORTS = {
     "agreement_report": "analysis.agreement",
     "reasoning_noticed": "analysis.reasoning",
     "holm": "analysis.stats",
+    "scenario_level_test": "analysis.stats",
+    "sign_flip_pvalue": "analysis.stats",
+    "distinct_ratings": "analysis.forks",
     "run_analysis": "analysis.pipeline",
     "write_report": "analysis.report",
 }

@@ -163,8 +163,10 @@ METHODS = (
     "(never pooled) and, in the per-target tables, per target x condition.",
     "Primary test: the scenario is the independent unit. Each pair's difference is averaged within "
     "its scenario and a one-sample t-test runs over the scenario means (df = scenarios - 1); the "
-    "95% interval is the matching t interval. A group from one scenario has no scenario-level "
-    "test or interval. Secondary, pair-level and NOT cluster-adjusted: McNemar's exact test on the "
+    "95% interval is the matching t interval. Degenerate designs by rule: fewer than 3 scenarios, "
+    "no test ('too few scenarios to test'); 3 to 5 scenarios, or scenario means with no spread, "
+    "the exact sign-flip test over the scenario means and its inverted interval. Each row names "
+    "its test. Secondary, pair-level and NOT cluster-adjusted: McNemar's exact test on the "
     "conversation-level outcome and the Wilcoxon signed-rank test on pair scores (differences "
     "rounded before ranking, so equal differences tie exactly). Friedman tests use scenarios as "
     "blocks; in the ED analysis questions play the role of scenarios.",
@@ -172,10 +174,12 @@ METHODS = (
     "kind of p-value separately). Intervals are per comparison, 95%, not adjusted for "
     "multiplicity. 'Targets raised' counts targets whose own scenario-level interval lies above "
     "zero; a target with one scenario has no interval and is never counted as raised.",
-    "Failure-rate intervals: a cluster bootstrap over scenarios only with 30 scenarios or more and "
-    "a rate strictly between 0 and 100%; otherwise a Wilson interval on the effective sample size "
-    "(ratings divided by the design effect estimated from the scenarios), or a plain Wilson "
-    "interval labelled 'one scenario'. Each row names its interval.",
+    "Unit of analysis: a judged chatbot turn, counted once however many arms carry it (a "
+    "shared-prefix turn belongs to the arm that produced it; arms that never forked are copies). "
+    "Failure-rate intervals: a Wilson interval on the effective sample size (distinct ratings "
+    "divided by the design effect estimated from the scenarios) with a t quantile on the "
+    "Satterthwaite degrees of freedom of the scenarios' spread, or a plain Wilson interval "
+    "labelled 'one scenario'. Each row names its interval.",
     "ED safety scores use complete ratings only (every dimension rated; refusals left out per the "
     "rubric's policy); other responses are counted as incomplete. Judgments from different rubric "
     "hashes or judge-prompt versions are analysed apart and named.",

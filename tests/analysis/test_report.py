@@ -261,3 +261,34 @@ def test_chunked_export_equals_the_judgment_table(teen_db: Path, tmp_path: Path)
             )
         assert (got["turn_index"].to_numpy() == ref["turn_index"].to_numpy()).all()
         assert (got["applicable"].astype(bool).to_numpy() == ref["applicable"].to_numpy()).all()
+
+
+def test_analyze_is_readable_at_80_columns(teen_db: Path) -> None:
+    """Was a contrast table squeezed into cells one or two characters wide."""
+    from tui.cli import app
+
+    res = CliRunner().invoke(
+        app, ["analyze", "--all", "--db", str(teen_db), "--n-boot", "100"], env={"COLUMNS": "80"}
+    )
+    assert res.exit_code == 0, res.output
+    assert "limit: accept_limit → push_back" in res.output  # a contrast label kept whole
+    assert "distinct ratings" in res.output
+
+
+def test_analyze_format_json_for_scripts(teen_db: Path) -> None:
+    import json
+
+    from tui.cli import app
+
+    res = CliRunner().invoke(
+        app, ["analyze", "--all", "--db", str(teen_db), "--n-boot", "100", "--format", "json"]
+    )
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert out["n_conversations"] > 0 and out["n_ratings"] > 0
+    rows = out["contrasts"]["contrasts"]
+    assert any(r["contrast"] == "limit: accept_limit → push_back" for r in rows)
+    assert {"diff", "ci_low", "ci_high", "p_scenario", "interval", "test"} <= set(rows[0])
+    assert out["rates"] and "interval" in out["rates"][0]
+    proc = _cli("analyze", "--all", "--db", str(teen_db), "--format", "xml")
+    assert proc.returncode == 2 and "expected text or json" in proc.stderr

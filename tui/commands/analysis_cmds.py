@@ -128,11 +128,21 @@ def register(app: typer.Typer) -> None:
         baseline: BaselineOpt = None,
         db: DbOption = None,
         exclude_retried: ExcludeRetriedOpt = False,
+        fmt: Annotated[
+            str,
+            typer.Option(
+                "--format",
+                help="text: headline tables (one block per row where a table is wider than the "
+                "terminal); json: every analysis table as records, for scripts.",
+            ),
+        ] = "text",
     ) -> None:
         """Print the headline findings: failure rates with intervals, the largest matched contrasts
         (paired differences, McNemar and Wilcoxon with Holm), the prompt-condition contrast, ED
         safety scores and error-verdict counts."""
         selected = _runs(run, all_runs)
+        if fmt not in ("text", "json"):
+            raise UserError(f"--format {fmt!r}: expected text or json")
         from rich.console import Console
 
         from analysis.report import headline_tables, run_analysis
@@ -149,9 +159,17 @@ def register(app: typer.Typer) -> None:
                 examples=0,
                 exclude_retried=exclude_retried,
             )
+        if fmt == "json":
+            typer.echo(analysis_json(a))
+            return
+        copies = (
+            f" ({a.n_copied_conversations} arms that never forked counted once)"
+            if a.n_copied_conversations
+            else ""
+        )
         console.print(
             _text(
-                f"{a.n_conversations} conversations, {a.n_judgments} ratings"
+                f"{a.n_conversations} conversations{copies}, {a.n_judgments} distinct ratings"
                 + (f" (runs: {', '.join(a.runs)})" if a.runs else " (all runs)")
             )  # fmt: skip
         )
@@ -159,7 +177,7 @@ def register(app: typer.Typer) -> None:
         if not tables:
             console.print(_text("no judged conversations to summarise"))
         for caption, frame in tables:
-            console.print(_rich_table(caption, frame))
+            _print_table(console, caption, frame)
         for note in a.notes + (a.contrasts.notes if a.contrasts else []):
             console.print(_text("note: " + note))
 
@@ -221,6 +239,72 @@ def _text(s: str) -> Any:
     from rich.text import Text
 
     return Text(s)  # a Text is never parsed for markup
+
+
+def analysis_json(a: Any) -> str:
+    """Every table of an analysis as JSON records (NaN as null), with its counts and notes."""
+    import json
+
+    def records(frame: Any) -> Any:
+        if frame is None or getattr(frame, "empty", True):
+            return []
+        return json.loads(frame.to_json(orient="records", date_format="iso"))
+
+    def contrast(result: Any) -> Any:
+        if result is None:
+            return None
+        return {
+            "contrasts": records(result.contrasts),
+            "per_target": records(result.per_target),
+            "target_share": records(result.target_share),
+            "friedman": records(result.friedman),
+            "notes": list(result.notes),
+        }
+
+    out = {
+        "runs": a.runs,
+        "n_conversations": a.n_conversations,
+        "n_copied_conversations": a.n_copied_conversations,
+        "n_ratings": a.n_judgments,
+        "unit_of_analysis": "judged chatbot turn, each counted once however many arms carry it",
+        "rates": records(a.rates),
+        "rates_target_condition": records(a.rates_target_condition),
+        "rates_condition": records(a.rates_condition),
+        "rates_condition_conversation": records(a.rates_condition_conversation),
+        "rates_risk_area": records(a.rates_risk_area),
+        "errors": records(a.errors),
+        "contrasts": contrast(a.contrasts),
+        "condition": contrast(a.condition),
+        "simulators": contrast(a.simulators),
+        "simulator_conclusions": records(a.simulator_conclusions),
+        "agreement": None
+        if a.agreement is None
+        else {"pairs": records(a.agreement.pairs), "alpha_all": records(a.agreement.alpha_all)},
+        "notes": list(a.notes),
+    }
+    return json.dumps(out, indent=1, default=str)
+
+
+def _print_table(console: Any, caption: str, frame: Any) -> None:
+    """A table when it fits the terminal; otherwise one block per row ("column: value" lines),
+    since a table squeezed into 80 columns breaks every cell into unreadable pieces."""
+    from rich.measure import Measurement
+
+    table = _rich_table(caption, frame)
+    natural = Measurement.get(console, console.options.update_width(100_000), table).maximum
+    if natural <= console.width:
+        console.print(table)
+        return
+    from rich.text import Text
+
+    console.print(Text(caption, style="bold"))
+    cols = [str(c) for c in frame.columns]
+    width = min(max((len(c) for c in cols), default=0), 28)
+    for i, row in enumerate(frame.head(40).itertuples(index=False)):
+        if i:
+            console.print(Text(""))
+        for col, value in zip(cols, row):
+            console.print(Text(f"  {col:<{width}}  {_printable(value)}"))
 
 
 def _rich_table(caption: str, frame: Any) -> Any:
