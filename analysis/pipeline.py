@@ -18,6 +18,7 @@ from analysis.contrasts import (
     simulator_sensitivity,
 )
 from analysis.ed import EDResult, ed_analysis
+from analysis.judge_choice import check_judge, plotted_judge, several_judges_note
 from analysis.rates import error_counts, failure_rates
 from analysis.realisation import realisation_summary, unrecorded_note
 from analysis.realism import realism_by_simulator, realism_ratings
@@ -63,7 +64,8 @@ class Analysis:
     realism: pd.DataFrame | None = None  # persona realism ratings by simulator (human labels)
     reasoning: pd.DataFrame | None = None
     examples: pd.DataFrame | None = None
-    primary_judge: str | None = None  # the judge plotted when several judged the same runs
+    primary_judge: str | None = None  # the judge whose pass/partial/fail verdicts are plotted
+    ed_judge: str | None = None  # the judge whose ED safety scores are plotted
     notes: list[str] = field(default_factory=list)
 
 
@@ -99,9 +101,13 @@ def run_analysis(
     reference_condition: str = "none",
     examples: int = 5,
     exclude_retried: bool = False,
+    judge: str | None = None,
 ) -> Analysis:
     """``exclude_retried``: leave out the conversations ``--retry-failed`` ran again (those with
-    a ``conversation_attempts`` row), with every judgment and label on them."""
+    a ``conversation_attempts`` row), with every judgment and label on them.
+
+    ``judge``: the judge the plots show (default: the one with the most non-error ratings; see
+    ``analysis.judge_choice``); every table still lists each judge apart."""
     runs = resolve_runs(store_or_db, run)
     refuse_pooled_configs(store_or_db, runs)
     a = Analysis(runs=runs)
@@ -153,14 +159,12 @@ def run_analysis(
     a.n_conversations = int(cc["conversation_id"].nunique()) if not cc.empty else 0
     a.n_judgments = int((cc["n_rated"] + cc["n_error"]).sum()) if not cc.empty else 0
     ppf = cc[cc["rubric_id"].isin(ppf_rubrics)] if not cc.empty else cc
-    if not ppf.empty and ppf["judge"].nunique() > 1:
-        counts = ppf.groupby("judge")["n_rated"].sum().sort_values(ascending=False)
-        model_judges = [j for j in counts.index if j != "heuristic"]
-        a.primary_judge = str(model_judges[0] if model_judges else counts.index[0])
-        a.notes.append(
-            f"Several judges rated these runs ({', '.join(map(str, counts.index))}); every table lists each judge "
-            f"separately and the plots show {a.primary_judge}. Verdicts of different judges are never pooled."
-        )
+    check_judge(judge, cc)
+    a.primary_judge = plotted_judge(ppf, judge)
+    a.ed_judge = plotted_judge(
+        cc[cc["rubric_id"].isin(ed_rubrics)] if ed_rubrics else cc.iloc[0:0], judge
+    )
+    a.notes += several_judges_note(ppf, a.primary_judge)
     if not ppf.empty:
         a.rates = failure_rates(ppf, n_boot=n_boot, seed=seed)
         a.rates_target_condition = failure_rates(

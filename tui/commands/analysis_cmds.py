@@ -160,7 +160,9 @@ def register(app: typer.Typer) -> None:
             console.print(_text("no judged conversations to summarise"))
         for caption, frame in tables:
             console.print(_rich_table(caption, frame))
-        for note in a.notes + (a.contrasts.notes if a.contrasts else []):
+        from analysis.report_sections import printed_notes
+
+        for note in printed_notes(a):  # the report's notes, same text (e.g. an unsuitable judge)
             console.print(_text("note: " + note))
 
     @app.command("report")
@@ -176,6 +178,14 @@ def register(app: typer.Typer) -> None:
         baseline: BaselineOpt = None,
         db: DbOption = None,
         exclude_retried: ExcludeRetriedOpt = False,
+        judge: Annotated[
+            str | None,
+            typer.Option(
+                "--judge",
+                help="Judge spec whose verdicts the plots show (default: the judge with the most "
+                "non-error ratings). Tables list every judge apart.",
+            ),
+        ] = None,
     ) -> None:
         """Write report.md and a self-contained report.html (plots embedded, all text escaped):
         headline findings first, then failure rates, criterion heatmap, matched contrasts, the
@@ -190,17 +200,14 @@ def register(app: typer.Typer) -> None:
             raise UserError(f"--out {out}: exists and is not a directory")
         with err.status("analysing and plotting ..."):
             store = _store(db)
-            analysis = (
-                run_analysis(
-                    store,
-                    selected,
-                    n_boot=n_boot,
-                    seed=seed,
-                    baselines=_baselines(baseline),
-                    exclude_retried=True,
-                )
-                if exclude_retried
-                else None
+            analysis = run_analysis(
+                store,
+                selected,
+                n_boot=n_boot,
+                seed=seed,
+                baselines=_baselines(baseline),
+                exclude_retried=exclude_retried,
+                judge=judge,
             )
             files = write_report(
                 store,
