@@ -7,7 +7,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from analysis.agreement import AgreementResult, agreement_report
@@ -223,7 +222,7 @@ def run_analysis(
         if not labels.empty and n_judges <= 1:
             jt = jt[jt["conversation_id"].isin(set(labels["conversation_id"]))]
         a.agreement = agreement_report(jt, labels)
-    a.reasoning = _reasoning(store_or_db, runs, retried)
+    a.reasoning = _reasoning(store_or_db, runs, retried, judgments)
     if examples and a.contrasts is not None and not a.contrasts.contrasts.empty:
         a.examples = keep(_examples(store_or_db, runs, a.contrasts.contrasts, examples))
     return a
@@ -249,17 +248,23 @@ def _expected_responses(
 
 
 def _reasoning(
-    store_or_db: Any, runs: Sequence[str] | None, leave_out: set[str] | None = None
+    store_or_db: Any,
+    runs: Sequence[str] | None,
+    leave_out: set[str] | None,
+    judgments: Any,
 ) -> pd.DataFrame | None:
+    """The reasoning table, from every judgment row (per judge and rubric, errors kept apart).
+    ``judgments``: a callable giving the judgment table (read only when reasoning is stored)."""
     turns = turn_table(store_or_db, runs, with_reasoning=True)
     if leave_out:
         turns = turns[~turns["conversation_id"].isin(leave_out)]
     if turns.empty:
         return None
-    cids = set(turns["conversation_id"])
-    j = read.turn_failures(store_or_db, runs)
-    j = j[j["conversation_id"].isin(cids)]
-    j["verdict"] = np.where(j["any_fail"] == 1, "fail", "other")
+    jt = judgments()
+    if jt.empty:
+        return None
+    cols = ["conversation_id", "turn_index", "judge", "rubric_id", "verdict"]
+    j = jt.loc[jt["conversation_id"].isin(set(turns["conversation_id"])), cols]
     return reasoning_noticed(j, turns)
 
 
