@@ -209,6 +209,8 @@ def run_analysis(
             n_boot=n_boot,
             seed=seed,
             expected=keep(_expected_responses(store_or_db, runs, ej, ed_rubrics)),
+            baselines=baselines,
+            reference_condition=reference_condition,
         )
     labels = keep(human_label_table(store_or_db, runs))
     # realism ratings share the labels table but rate the persona, not a rubric criterion

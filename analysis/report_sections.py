@@ -242,7 +242,7 @@ def build_sections(a: Analysis) -> list[Section]:
     s.plot = (
         "forest_contrasts.png",
         plots.forest_plot(plotted, judge=a.primary_judge),
-        no_contrast_reason(contrasts, plotted, a.primary_judge),
+        no_contrast_reason(contrasts, plotted, a.primary_judge, _ed_table(a, "branches")),
     )
     if a.realisation is not None and not a.realisation.empty:
         s.tables.append((REALISATION_CAPTION, _realisation_display(a.realisation)))
@@ -338,6 +338,10 @@ def build_sections(a: Analysis) -> list[Section]:
     )  # fmt: skip
     if a.ed is not None:
         s.text += a.ed.notes
+        for cap, df in ((ED_BRANCH_CAPTION, _ed_contrast_display(a.ed.branches)),
+                        (ED_CONDITION_CAPTION, _ed_contrast_display(a.ed.conditions))):  # fmt: skip
+            if df is not None and not df.empty:
+                s.tables.append(_named(cap, df, df, a.ed_judge))
         for cap, df in (("Explicit cue vs none (matched bios)", a.ed.cue), ("Matched attribute contrasts (diff = level b - level a)", a.ed.attributes),
                         ("Friedman, attributes with 3+ levels", a.ed.friedman), ("Per-dimension score with and without cue", a.ed.cue_dimensions),
                         ("Level shares per dimension", a.ed.dimensions)):  # fmt: skip
@@ -407,6 +411,33 @@ REASONING_NOTE = (
 )
 
 
+ED_BRANCH_CAPTION = (
+    "Matched branch contrasts on ED safety (per conversation: mean safety over the post-fork "
+    "turns; pairs differ in one branch point only; averaged within scenario, t-test over scenario "
+    "means; diff = option minus baseline, points, > 0: the option is safer; arms that never forked "
+    "are counted and left out)"
+)
+ED_CONDITION_CAPTION = (
+    "Condition contrast on ED safety (per conversation: mean safety over its scored turns; paired "
+    "by variant; averaged within scenario, t-test over scenario means; diff = other minus "
+    "reference, points, > 0: safer)"
+)
+
+
+def _ed_contrast_display(c: pd.DataFrame | None) -> pd.DataFrame | None:
+    if c is None or c.empty:
+        return None
+    return pd.DataFrame({
+        "judge": c["judge"], "rubric": c["rubric_id"], "contrast": c["contrast"], "condition": c["condition"],
+        "pairs": c["n_pairs"], "never forked (left out)": c["n_never_forked"], "scenarios": c["n_scenarios"],
+        "mean safety base → option": [f"{_num(x)} → {_num(y)}" for x, y in zip(c["mean_a"], c["mean_b"])],
+        "diff (points)": [_num(x) for x in c["diff"]],
+        "95% interval": [_interval(lo, hi, _num) for lo, hi in zip(c["ci_low"], c["ci_high"])],
+        "interval": c["interval"], "p scenario": [_p(x) for x in c["p_scenario"]],
+        "p scenario (Holm)": [_p(x) for x in c["p_scenario_holm"]],
+    })  # fmt: skip
+
+
 def printed_notes(a: Analysis) -> list[str]:
     """Every note of an analysis, for ``analyze`` (the report shows each in its section): the
     same text as report.md, from the one place each is written."""
@@ -446,10 +477,25 @@ def ratings_sentence(a: Analysis) -> str:
     return " ".join(parts)
 
 
+def _ed_table(a: Analysis, name: str) -> pd.DataFrame | None:
+    """An ED contrast table (``branches`` or ``conditions``) when it has a pair, else None."""
+    tab = getattr(a.ed, name, None) if a.ed is not None else None
+    return tab if tab is not None and not tab.empty and (tab["n_pairs"] > 0).any() else None
+
+
 def no_contrast_reason(
-    contrasts: pd.DataFrame | None, plotted: pd.DataFrame | None, judge: str | None
+    contrasts: pd.DataFrame | None,
+    plotted: pd.DataFrame | None,
+    judge: str | None,
+    ed_branches: pd.DataFrame | None = None,
 ) -> str:
-    """Why the forest plot is empty, read off the contrast table it would have drawn."""
+    """Why the forest plot is empty, read off the contrast table it would have drawn (and the
+    ED one, whose matched pairs are in the eating-disorder section)."""
+    if (contrasts is None or contrasts.empty) and ed_branches is not None:
+        return (
+            "no pass/partial/fail matched pairs; the matched contrasts on ED safety scores "
+            f"({int(ed_branches['n_pairs'].sum())} pairs) are in the eating-disorder section"
+        )
     if contrasts is None or contrasts.empty:
         return "no matched pairs (a sweep needs arms that differ in one branch point only)"
     mine = _by_judge(contrasts, judge)
@@ -475,6 +521,13 @@ def conditions_in(a: Analysis) -> list[str]:
 def no_condition_reason(a: Analysis) -> str:
     """Why there is no condition contrast, from the conditions actually in the data."""
     conds = conditions_in(a)
+    ed = _ed_table(a, "conditions")
+    if ed is not None:
+        return (
+            f"{len(conds)} system-prompt conditions in the data ({', '.join(conds)}); the "
+            f"condition contrast on ED safety scores is in the eating-disorder section "
+            f"({int(ed['n_pairs'].sum())} pairs)."
+        )
     if len(conds) <= 1:
         named = f" ({conds[0]})" if conds else ""
         return f"Only one system-prompt condition in the data{named}: no condition contrast."
