@@ -36,6 +36,7 @@ from analysis.versions import keep_versions_apart, run_config_conflicts, version
 from core import read
 from core.errors import UserError
 from core.human_labels import REALISM_RUBRIC
+from judges.reasoning_criterion import REASONING_RUBRIC
 
 
 @dataclass
@@ -266,7 +267,11 @@ def _reasoning(
     if jt.empty:
         return None
     cols = ["conversation_id", "turn_index", "judge", "rubric_id", "verdict"]
-    j = jt.loc[jt["conversation_id"].isin(set(turns["conversation_id"])), cols]
+    # The judged reasoning rubric is the reasoning criterion itself, not a reply outcome.
+    keep = jt["conversation_id"].isin(set(turns["conversation_id"])) & (
+        jt["rubric_id"] != REASONING_RUBRIC
+    )
+    j = jt.loc[keep.to_numpy(), cols]
     return reasoning_noticed(j, turns)
 
 
