@@ -308,10 +308,11 @@ class JudgingRunner:
                     continue  # nothing to rate: the persona's turns, or an empty failed reply
                 seen_by_judge = transcript[: pos + 1]
                 if self.reads_reasoning:
-                    if not (t.reasoning or "").strip():
+                    thought = t.reasoning or ""
+                    if not thought.strip():
                         continue  # no reasoning stored: nothing for this rubric to rate
                     rated = seen_by_judge[-1].model_copy(
-                        update={"content": reasoning_view(t.reasoning, t.content or "")}
+                        update={"content": reasoning_view(thought, t.content or "")}
                     )
                     seen_by_judge = [*seen_by_judge[:-1], rated]
                 unit = JudgingUnit(
