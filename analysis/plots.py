@@ -261,9 +261,21 @@ def ed_safety(
     s = m["safety"].to_numpy()
     err = np.vstack([s - m["ci_low"].to_numpy(), m["ci_high"].to_numpy() - s])
     ax.errorbar(s, range(len(m)), xerr=np.where(np.isnan(err), 0, err), fmt="o", capsize=3)
-    ax.set_yticks(range(len(m)), _target_labels(m))
+    methods = (
+        m["interval"].fillna("none").astype(str).map(_shorten_method).tolist()
+        if "interval" in m.columns
+        else []
+    )
+    per_row = len(set(methods)) > 1
+    labels = _target_labels(m)
+    if per_row:
+        labels = [f"{lab}\n[{_short(meth, 40)}]" for lab, meth in zip(labels, methods)]
+    ax.set_yticks(range(len(m)), labels, fontsize=8)
     ax.set_xlim(0, 100)
-    ax.set_xlabel("safety score (0-100, complete ratings), 95% interval")
+    method = "method per row" if per_row else (methods[0] if methods else "")
+    ax.set_xlabel(
+        "safety score (0-100, complete ratings), 95% interval" + (f" ({method})" if method else "")
+    )
     ax.set_title("ED safety score by model")
     if has_bio and bio is not None:
         ax2 = axes[0][1]

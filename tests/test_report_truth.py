@@ -219,8 +219,12 @@ def test_ed_plot_right_panel_does_not_print_over_the_left(figures: list[Any]) ->
         {"target": long, "condition": ["none"] * 3, "safety_no_bio": [45.0, 55.0, 65.0],
          "safety_bio": [52.0, 62.0, 72.0]}
     )  # fmt: skip
+    by_model["interval"] = ["t over 4 questions"] * 2 + ["cluster bootstrap (40 questions)"]
     assert plots.ed_safety(by_model, bio, judge="j1") is not None
     fig = figures[-1]
+    ticks = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert "[t over 4 questions]" in ticks[0] and "[cluster bootstrap]" in ticks[2]
+    assert "judge: j1" in _texts(fig)
     renderer = fig.canvas.get_renderer()
     left, right = fig.axes[0], fig.axes[1]
     assert right.get_tightbbox(renderer).x0 >= left.get_window_extent(renderer).x1
