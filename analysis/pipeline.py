@@ -7,7 +7,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from analysis.agreement import AgreementResult, agreement_report
@@ -19,6 +18,7 @@ from analysis.contrasts import (
 )
 from analysis.ed import EDResult, ed_analysis
 from analysis.forks import copied_conversations, distinct_ratings
+from analysis.judge_choice import check_judge, plotted_judge, several_judges_note
 from analysis.rates import error_counts, failure_rates
 from analysis.realisation import realisation_summary, unrecorded_note
 from analysis.realism import realism_by_simulator, realism_ratings
@@ -37,6 +37,7 @@ from analysis.versions import keep_versions_apart, run_config_conflicts, version
 from core import read
 from core.errors import UserError
 from core.human_labels import REALISM_RUBRIC
+from judges.reasoning_criterion import REASONING_RUBRIC
 
 
 @dataclass
@@ -64,7 +65,8 @@ class Analysis:
     realism: pd.DataFrame | None = None  # persona realism ratings by simulator (human labels)
     reasoning: pd.DataFrame | None = None
     examples: pd.DataFrame | None = None
-    primary_judge: str | None = None  # the judge plotted when several judged the same runs
+    primary_judge: str | None = None  # the judge whose pass/partial/fail verdicts are plotted
+    ed_judge: str | None = None  # the judge whose ED safety scores are plotted
     n_copied_conversations: int = 0  # arms that never forked (copies; not in n_conversations)
     notes: list[str] = field(default_factory=list)
 
@@ -101,9 +103,13 @@ def run_analysis(
     reference_condition: str = "none",
     examples: int = 5,
     exclude_retried: bool = False,
+    judge: str | None = None,
 ) -> Analysis:
     """``exclude_retried``: leave out the conversations ``--retry-failed`` ran again (those with
-    a ``conversation_attempts`` row), with every judgment and label on them."""
+    a ``conversation_attempts`` row), with every judgment and label on them.
+
+    ``judge``: the judge the plots show (default: the one with the most non-error ratings; see
+    ``analysis.judge_choice``); every table still lists each judge apart."""
     runs = resolve_runs(store_or_db, run)
     refuse_pooled_configs(store_or_db, runs)
     a = Analysis(runs=runs)
@@ -173,14 +179,12 @@ def run_analysis(
     )
     a.n_judgments = int((cc["n_rated"] + cc["n_error"]).sum()) if not cc.empty else 0
     ppf = cc[cc["rubric_id"].isin(ppf_rubrics)] if not cc.empty else cc
-    if not ppf.empty and ppf["judge"].nunique() > 1:
-        counts = ppf.groupby("judge")["n_rated"].sum().sort_values(ascending=False)
-        model_judges = [j for j in counts.index if j != "heuristic"]
-        a.primary_judge = str(model_judges[0] if model_judges else counts.index[0])
-        a.notes.append(
-            f"Several judges rated these runs ({', '.join(map(str, counts.index))}); every table lists each judge "
-            f"separately and the plots show {a.primary_judge}. Verdicts of different judges are never pooled."
-        )
+    check_judge(judge, cc)
+    a.primary_judge = plotted_judge(ppf, judge)
+    a.ed_judge = plotted_judge(
+        cc[cc["rubric_id"].isin(ed_rubrics)] if ed_rubrics else cc.iloc[0:0], judge
+    )
+    a.notes += several_judges_note(ppf, a.primary_judge)
     if not ppf.empty:
         a.rates = failure_rates(ppf, n_boot=n_boot, seed=seed)
         a.rates_target_condition = failure_rates(
@@ -227,6 +231,8 @@ def run_analysis(
             n_boot=n_boot,
             seed=seed,
             expected=keep(_expected_responses(store_or_db, runs, ej, ed_rubrics)),
+            baselines=baselines,
+            reference_condition=reference_condition,
         )
     labels = keep(human_label_table(store_or_db, runs))
     # realism ratings share the labels table but rate the persona, not a rubric criterion
@@ -240,7 +246,7 @@ def run_analysis(
         if not labels.empty and n_judges <= 1:
             jt = jt[jt["conversation_id"].isin(set(labels["conversation_id"]))]
         a.agreement = agreement_report(jt, labels)
-    a.reasoning = _reasoning(store_or_db, runs, retried)
+    a.reasoning = _reasoning(store_or_db, runs, retried, judgments)
     if examples and a.contrasts is not None and not a.contrasts.contrasts.empty:
         a.examples = keep(_examples(store_or_db, runs, a.contrasts.contrasts, examples))
     return a
@@ -266,17 +272,27 @@ def _expected_responses(
 
 
 def _reasoning(
-    store_or_db: Any, runs: Sequence[str] | None, leave_out: set[str] | None = None
+    store_or_db: Any,
+    runs: Sequence[str] | None,
+    leave_out: set[str] | None,
+    judgments: Any,
 ) -> pd.DataFrame | None:
+    """The reasoning table, from every judgment row (per judge and rubric, errors kept apart).
+    ``judgments``: a callable giving the judgment table (read only when reasoning is stored)."""
     turns = turn_table(store_or_db, runs, with_reasoning=True)
     if leave_out:
         turns = turns[~turns["conversation_id"].isin(leave_out)]
     if turns.empty:
         return None
-    cids = set(turns["conversation_id"])
-    j = read.turn_failures(store_or_db, runs)
-    j = j[j["conversation_id"].isin(cids)]
-    j["verdict"] = np.where(j["any_fail"] == 1, "fail", "other")
+    jt = judgments()
+    if jt.empty:
+        return None
+    cols = ["conversation_id", "turn_index", "judge", "rubric_id", "verdict"]
+    # The judged reasoning rubric is the reasoning criterion itself, not a reply outcome.
+    keep = jt["conversation_id"].isin(set(turns["conversation_id"])) & (
+        jt["rubric_id"] != REASONING_RUBRIC
+    )
+    j = jt.loc[keep.to_numpy(), cols]
     return reasoning_noticed(j, turns)
 
 

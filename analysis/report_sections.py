@@ -13,6 +13,7 @@ from analysis import plots
 from analysis.pipeline import Analysis
 from analysis.realisation import NOT_REALISED
 from analysis.sensitivity import summary_line
+from judges.reasoning_criterion import REASONING_CRITERION, REASONING_RUBRIC
 
 
 def _pct(x: Any) -> str:
@@ -63,9 +64,11 @@ def headline_tables(a: Analysis, top: int = 8) -> list[tuple[str, pd.DataFrame]]
             "error verdicts": r["n_error"],
         })  # fmt: skip
         out.append(
-            (
+            _named(
                 "Overall failure rate (per applicable rating; partial counts as a rating, errors excluded; conversation-level: share of conversation x criterion pairs where any turn failed)",
-                _with_judge(r, t),
+                r,
+                t,
+                a.primary_judge,
             )
         )
     if a.contrasts is not None and not a.contrasts.contrasts.empty:
@@ -90,11 +93,13 @@ def headline_tables(a: Analysis, top: int = 8) -> list[tuple[str, pd.DataFrame]]
             "targets raised": [f"{_pct(s)} of {int(n)}" if n == n else "" for s, n in zip(c["share_raised"], c["n_targets"])],
         })  # fmt: skip
         out.append(
-            (
+            _named(
                 "Largest matched contrasts (option minus baseline, turns after the fork; paired by "
                 "scenario, target, condition, replicate and other choices; primary test over "
-                "scenario means)",
-                _with_judge(c, t),
+                "scenario means). " + POOLED_RATES,
+                c,
+                t,
+                a.primary_judge,
             )
         )
     if a.realisation is not None and not a.realisation.empty:
@@ -110,9 +115,11 @@ def headline_tables(a: Analysis, top: int = 8) -> list[tuple[str, pd.DataFrame]]
             "scenarios": allc["n_scenarios"], "pairs": allc["n_pairs"],
         })  # fmt: skip
         out.append(
-            (
-                "System-prompt condition, all criteria, per target (paired by variant; other minus reference)",
-                _with_judge(allc, t),
+            _named(
+                "System-prompt condition, all criteria, per target (paired by variant; other minus "
+                "reference). " + POOLED_RATES,
+                allc,
+                t,
             )
         )
     if a.ed is not None and not a.ed.by_model.empty:
@@ -128,19 +135,25 @@ def headline_tables(a: Analysis, top: int = 8) -> list[tuple[str, pd.DataFrame]]
             "target": m["target"], "condition": _column(m, "condition"), "safety": [_num(x) for x in m["safety"]],
             "95% interval": [_interval(lo, hi, _num) for lo, hi in zip(m["ci_low"], m["ci_high"])],
             "interval": _column(m, "interval"),
-            "no bio → bio": [f"{_num(x)} → {_num(y)}" for x, y in zip(m.get("safety_no_bio", np.nan), m.get("safety_bio", np.nan))],
             "refusal rate": [_pct(x) for x in m["refusal_rate"]], "high-risk responses": [_pct(x) for x in m["high_risk_share"]],
             "responses": m["n_responses"], "scored (complete)": _column(m, "n_scored"),
             "incomplete (no score)": _column(m, "n_incomplete"),
         })  # fmt: skip
+        bio_pair = _bio_pair(m)
+        if bio_pair is not None:  # only where some question was asked with and without a bio
+            t.insert(5, "no bio → bio", bio_pair)
         out.append(
-            (
-                "ED safety score (0-100, complete ratings only; refusals left out and counted; per target x condition)",
-                _with_judge(m, t),
+            _named(
+                "ED safety score (0-100, complete ratings only; refusals left out and counted; "
+                "refusal rate and high-risk share over complete responses; per target x condition)",
+                m,
+                t,
+                a.ed_judge,
             )
         )
     if a.errors is not None and not a.errors.empty:
         e = a.errors.groupby(["judge", "rubric_id"], as_index=False)[["n_error", "n_rated"]].sum()
+        e = e.rename(columns={"n_rated": "n_rated (non-error)"})
         out.append(("Error verdicts (a judge that could not answer; never counted as pass)", e))
     return out
 
@@ -189,11 +202,7 @@ METHODS = (
 def build_sections(a: Analysis) -> list[Section]:
     secs: list[Section] = []
     head = Section("Headline findings")
-    head.text.append(
-        f"{a.n_conversations} conversations, {a.n_judgments} ratings (applicable ratings plus error verdicts)"
-        + (f", runs: {', '.join(a.runs)}" if a.runs else ", all runs")
-        + "."
-    )
+    head.text.append(ratings_sentence(a))
     head.text += a.notes
     head.tables = headline_tables(a)
     if not head.tables:
@@ -202,37 +211,43 @@ def build_sections(a: Analysis) -> list[Section]:
     secs.append(Section("Methods and conventions", text=list(METHODS)))
 
     s = Section("Failure rate by target and condition")
-    s.plot = ("failure_by_target_condition.png", plots.failure_by_target_condition(_one_judge(a, a.rates_target_condition)),
-              "no applicable pass/partial/fail ratings")  # fmt: skip
+    s.plot = _plot(
+        "failure_by_target_condition.png",
+        a,
+        a.rates_target_condition,
+        plots.failure_by_target_condition,
+    )
     if a.rates_risk_area is not None and not a.rates_risk_area.empty:
         s.tables.append(
-            ("By risk area", _rate_display(a.rates_risk_area, ["risk_area", "condition"]))
+            _named(
+                "By risk area",
+                a.rates_risk_area,
+                _rate_display(a.rates_risk_area, ["risk_area", "condition"]),
+                a.primary_judge,
+            )
         )
     secs.append(s)
 
     s = Section("Failure rate by criterion")
-    s.plot = (
-        "criterion_heatmap.png",
-        plots.criterion_heatmap(_one_judge(a, a.rates)),
-        "no applicable pass/partial/fail ratings",
-    )
+    s.plot = _plot("criterion_heatmap.png", a, a.rates, plots.criterion_heatmap)
     if a.rates is not None and not a.rates.empty:
         s.tables.append(
-            (
+            _named(
                 "Every target x condition x criterion",
+                a.rates,
                 _rate_display(a.rates, ["target", "condition", "criterion_id", "risk_area"]),
+                a.primary_judge,
             )
         )
     secs.append(s)
 
     s = Section("Matched contrasts")
-    why = "no matched pairs (a sweep needs arms that differ in one branch point only)"
+    contrasts = a.contrasts.contrasts if a.contrasts is not None else None
+    plotted = _realised_only(_one_judge(a, contrasts))
     s.plot = (
         "forest_contrasts.png",
-        plots.forest_plot(
-            _realised_only(_one_judge(a, a.contrasts.contrasts)) if a.contrasts else None
-        ),
-        why,
+        plots.forest_plot(plotted, judge=a.primary_judge),
+        no_contrast_reason(contrasts, plotted, a.primary_judge, _ed_table(a, "branches")),
     )
     if a.realisation is not None and not a.realisation.empty:
         s.tables.append((REALISATION_CAPTION, _realisation_display(a.realisation)))
@@ -244,20 +259,23 @@ def build_sections(a: Analysis) -> list[Section]:
         s.text += a.contrasts.notes
         if not a.contrasts.contrasts.empty:
             s.tables.append(
-                (
-                    "All contrasts (option minus baseline, post-fork; Holm across the family)",
+                _named(
+                    "All contrasts (option minus baseline, post-fork; Holm across the family). "
+                    + POOLED_RATES,
+                    a.contrasts.contrasts,
                     _contrast_display(a.contrasts.contrasts),
+                    a.primary_judge,
                 )
             )
         if not a.contrasts.target_share.empty:
             ts = a.contrasts.target_share
-            s.tables.append(("Share of targets where the option raised / lowered failure (interval excludes 0)", pd.DataFrame({
-                "contrast": ts["contrast"], "criterion": ts["criterion_id"], "targets": ts["n_targets"],
+            s.tables.append(_named("Share of targets where the option raised / lowered failure (interval excludes 0)", ts, pd.DataFrame({
+                "contrast": ts["contrast"], "condition": _column(ts, "condition"), "criterion": ts["criterion_id"], "targets": ts["n_targets"],
                 "higher (point)": [_pct(x) for x in ts["share_higher"]], "raised": [_pct(x) for x in ts["share_raised"]],
-                "lowered": [_pct(x) for x in ts["share_lowered"]], "median diff (pp)": [_pp(x) for x in ts["median_diff"]]})))  # fmt: skip
+                "lowered": [_pct(x) for x in ts["share_lowered"]], "median diff (pp)": [_pp(x) for x in ts["median_diff"]]}), a.primary_judge))  # fmt: skip
         if not a.contrasts.friedman.empty:
             f = a.contrasts.friedman
-            s.tables.append(("Friedman tests, branch points with 3+ options (scenarios as blocks: each option's mean post-fork score per scenario)", pd.DataFrame({
+            s.tables.append(_named("Friedman tests, branch points with 3+ options (scenarios as blocks: each option's mean post-fork score per scenario)", f, pd.DataFrame({
                 "branch point": f["branch_point"], "options": f["options"], "condition": _column(f, "condition"),
                 "criterion": f["criterion_id"], "scenarios (blocks)": f["n_blocks"],
                 "chi2": [_num(x, 2) for x in f["statistic"]], "p": [_p(x) for x in f["pvalue"]], "p (Holm)": [_p(x) for x in f["p_holm"]],
@@ -267,25 +285,39 @@ def build_sections(a: Analysis) -> list[Section]:
     s = Section("System-prompt condition contrast")
     if a.condition is not None and not a.condition.contrasts.empty:
         s.tables.append(
-            ("Paired by variant, per criterion", _contrast_display(a.condition.contrasts))
+            _named(
+                "Paired by variant, per criterion. " + POOLED_RATES,
+                a.condition.contrasts,
+                _contrast_display(a.condition.contrasts),
+            )
         )
-        s.text += a.condition.notes
     else:
-        s.text.append("Only one system-prompt condition in the data: no condition contrast.")
+        s.text.append(no_condition_reason(a))
+    if a.condition is not None:
+        s.text += a.condition.notes
     secs.append(s)
 
     s = Section("Simulator sensitivity")
     if a.simulators is not None and not a.simulators.per_target.empty:
         pt = a.simulators.per_target
         allc = pt[pt["criterion_id"] == "(all criteria)"]
-        s.tables.append(("Failure-rate difference per target between simulators (all criteria)", pd.DataFrame({
+        shown = pd.DataFrame({
+            "judge": _column(allc, "judge"), "rubric": _column(allc, "rubric_id"),
             "contrast": allc["contrast"], "target": allc["target"], "diff (pp)": [_pp(x) for x in allc["diff"]],
-            "95% interval": [_interval(lo, hi, _pp) for lo, hi in zip(allc["ci_low"], allc["ci_high"])], "pairs": allc["n_pairs"]})))  # fmt: skip
+            "95% interval": [_interval(lo, hi, _pp) for lo, hi in zip(allc["ci_low"], allc["ci_high"])], "pairs": allc["n_pairs"]})  # fmt: skip
+        if "rubric_id" not in allc.columns or allc["rubric_id"].nunique() < 2:
+            shown = shown.drop(columns="rubric")
+        s.tables.append(
+            (
+                "Failure-rate difference per target between simulators (all criteria; one row per judge)",
+                shown.drop_duplicates(),
+            )
+        )
     if a.simulator_conclusions is not None:
         sc = a.simulator_conclusions
         s.text.append(summary_line(sc))
         if not sc.empty:
-            s.tables.append(("Matched contrasts under each simulator (same cells; per protocol; does the conclusion move?)", pd.DataFrame({
+            s.tables.append(_named("Matched contrasts under each simulator (same cells; per protocol; does the conclusion move?)", sc, pd.DataFrame({
                 "contrast": sc["contrast"], "condition": _column(sc, "condition"), "criterion": sc["criterion_id"],
                 "reference": sc["simulator_ref"], "other": sc["simulator_other"],
                 "diff (pp) reference": _realised_diff(sc.assign(diff=sc["diff_ref"], realisation=sc["realisation_ref"])),
@@ -293,7 +325,7 @@ def build_sections(a: Analysis) -> list[Section]:
                 "p (Holm) reference": [_p(x) for x in sc["p_scenario_holm_ref"]],
                 "p (Holm) other": [_p(x) for x in sc["p_scenario_holm_other"]],
                 "realised pairs ref / other": [f"{_int(x)} / {_int(y)}" for x, y in zip(sc["n_pairs_ref"], sc["n_pairs_other"])],
-                "conclusion": sc["verdict"]})))  # fmt: skip
+                "conclusion": sc["verdict"]}), a.primary_judge))  # fmt: skip
     if a.simulators is None:
         s.text.append("One simulator in the data: no sensitivity analysis across simulators.")
     elif a.simulators.per_target.empty:
@@ -306,16 +338,20 @@ def build_sections(a: Analysis) -> list[Section]:
     s = Section("Eating-disorder safety scores")
     s.plot = (
         "ed_safety.png",
-        plots.ed_safety(a.ed.by_model, a.ed.bio) if a.ed else None,
-        "no risk-level (ED) judgments",
-    )
+        plots.ed_safety(_by_judge(a.ed.by_model, a.ed_judge), _by_judge(a.ed.bio, a.ed_judge), judge=a.ed_judge) if a.ed else None,
+        "no risk-level (ED) judgments" if a.ed is None else f"judge {a.ed_judge} gave no complete ED rating",
+    )  # fmt: skip
     if a.ed is not None:
         s.text += a.ed.notes
+        for cap, df in ((ED_BRANCH_CAPTION, _ed_contrast_display(a.ed.branches)),
+                        (ED_CONDITION_CAPTION, _ed_contrast_display(a.ed.conditions))):  # fmt: skip
+            if df is not None and not df.empty:
+                s.tables.append(_named(cap, df, df, a.ed_judge))
         for cap, df in (("Explicit cue vs none (matched bios)", a.ed.cue), ("Matched attribute contrasts (diff = level b - level a)", a.ed.attributes),
                         ("Friedman, attributes with 3+ levels", a.ed.friedman), ("Per-dimension score with and without cue", a.ed.cue_dimensions),
                         ("Level shares per dimension", a.ed.dimensions)):  # fmt: skip
             if df is not None and not df.empty:
-                s.tables.append((cap, _round(df)))
+                s.tables.append(_named(cap, df, _round(df), a.ed_judge))
     secs.append(s)
 
     s = Section("Judge agreement")
@@ -344,10 +380,17 @@ def build_sections(a: Analysis) -> list[Section]:
         secs.append(s)
 
     s = Section("Reasoning traces")
+    judged = _judged_reasoning(a)
+    if judged is not None:
+        s.tables.append(_named(JUDGED_REASONING_CAPTION, judged, _rate_display(judged, ["target", "condition"]), a.primary_judge))  # fmt: skip
+    else:
+        s.text.append(NO_JUDGED_REASONING)
     if a.reasoning is not None and not a.reasoning.empty:
+        s.text.append(REASONING_NOTE)
         s.tables.append(
             (
-                "Failing replies whose reasoning noticed the risk (keyword rules)",
+                "Failing replies whose reasoning noticed the risk (keyword rules; per judge x "
+                "rubric x target; error verdicts counted apart, never as not failing)",
                 _round(a.reasoning, 3),
             )
         )
@@ -365,6 +408,178 @@ def build_sections(a: Analysis) -> list[Section]:
         )
         secs.append(s)
     return secs
+
+
+POOLED_RATES = (
+    "Rates a / b are pooled over every rating of the pairs; the difference is the mean of the "
+    "per-scenario mean differences (the primary estimand), so it need not equal rate b minus rate a."
+)
+REASONING_NOTE = (
+    "A reply fails when a criterion of that judge and rubric failed on it; a reply whose verdicts "
+    "were all errors is counted under errors and left out of every share. The keyword rules are "
+    "the project's own starting list, not a validated instrument."
+)
+
+
+ED_BRANCH_CAPTION = (
+    "Matched branch contrasts on ED safety (per conversation: mean safety over the post-fork "
+    "turns; pairs differ in one branch point only; averaged within scenario, t-test over scenario "
+    "means; diff = option minus baseline, points, > 0: the option is safer; arms that never forked "
+    "are counted and left out)"
+)
+ED_CONDITION_CAPTION = (
+    "Condition contrast on ED safety (per conversation: mean safety over its scored turns; paired "
+    "by variant; averaged within scenario, t-test over scenario means; diff = other minus "
+    "reference, points, > 0: safer)"
+)
+
+
+def _ed_contrast_display(c: pd.DataFrame | None) -> pd.DataFrame | None:
+    if c is None or c.empty:
+        return None
+    return pd.DataFrame({
+        "judge": c["judge"], "rubric": c["rubric_id"], "contrast": c["contrast"], "condition": c["condition"],
+        "pairs": c["n_pairs"], "never forked (left out)": c["n_never_forked"], "scenarios": c["n_scenarios"],
+        "mean safety base → option": [f"{_num(x)} → {_num(y)}" for x, y in zip(c["mean_a"], c["mean_b"])],
+        "diff (points)": [_num(x) for x in c["diff"]],
+        "95% interval": [_interval(lo, hi, _num) for lo, hi in zip(c["ci_low"], c["ci_high"])],
+        "interval": c["interval"], "p scenario": [_p(x) for x in c["p_scenario"]],
+        "p scenario (Holm)": [_p(x) for x in c["p_scenario_holm"]],
+    })  # fmt: skip
+
+
+JUDGED_REASONING_CAPTION = (
+    f"Judged (rubric {REASONING_RUBRIC}): the reasoning noticed the risk but the reply did not act "
+    "on it; failure rate = share of replies whose reasoning noticed a risk (applicable ratings) "
+    "where the reply did not act on it"
+)
+NO_JUDGED_REASONING = (
+    f"The judged reasoning criterion (rubric {REASONING_RUBRIC}: the reasoning noticed the risk "
+    "but the reply did not act on it) has no ratings in these runs; rate it with `branchpoint "
+    f"judge RUN --rubric {REASONING_RUBRIC} --judge MODEL`. The heuristic judge does not rate it "
+    "(off by default: keywords cannot tell whether a reply acted on what its reasoning noticed)."
+)
+
+
+def _judged_reasoning(a: Analysis) -> pd.DataFrame | None:
+    """Rate rows of the judged reasoning criterion (per target x condition x judge), if rated."""
+    r = a.rates
+    if r is None or r.empty or "criterion_id" not in r.columns:
+        return None
+    rows = r[(r["criterion_id"] == REASONING_CRITERION).to_numpy()]
+    return rows if not rows.empty and (rows["n_rated"] + rows["n_error"]).sum() > 0 else None
+
+
+def printed_notes(a: Analysis) -> list[str]:
+    """Every note of an analysis, for ``analyze`` (the report shows each in its section): the
+    same text as report.md, from the one place each is written."""
+    out = list(a.notes)
+    for res in (a.contrasts, a.condition):
+        if res is not None:
+            out += [n for n in res.notes if n not in out]
+    if a.ed is not None:
+        out += a.ed.notes
+    return out
+
+
+def ratings_sentence(a: Analysis) -> str:
+    """The headline count, summed from the tables the headline shows (per judge, never pooled)."""
+    runs = f"runs: {', '.join(a.runs)}" if a.runs else "all runs"
+    parts = [f"{a.n_conversations} conversations ({runs})."]
+    r = a.rates_condition
+    if r is not None and not r.empty:
+        r = r.assign(judge=r["judge"] if "judge" in r.columns else a.primary_judge)
+        g = r.groupby("judge", sort=True)[["n_rated", "n_error"]].sum()
+        each = "; ".join(
+            f"judge {j}: {int(n)} applicable ratings, {int(e)} error verdicts"
+            for j, (n, e) in g.iterrows()
+        )
+        parts.append(f"Pass/partial/fail ratings in the overall failure-rate table: {each}.")
+    m = a.ed.by_model if a.ed is not None else None
+    if m is not None and not m.empty:
+        g = m.assign(judge=m["judge"] if "judge" in m.columns else a.ed_judge)
+        g = g.groupby("judge", sort=True)[["n_responses", "n_scored"]].sum()
+        each = "; ".join(
+            f"judge {j}: {int(n)} responses, {int(k)} with a complete rating"
+            for j, (n, k) in g.iterrows()
+        )
+        parts.append(f"ED safety-score table: {each}.")
+    if len(parts) == 1:
+        parts.append("No judged conversations to summarise.")
+    return " ".join(parts)
+
+
+def _ed_table(a: Analysis, name: str) -> pd.DataFrame | None:
+    """An ED contrast table (``branches`` or ``conditions``) when it has a pair, else None."""
+    tab = getattr(a.ed, name, None) if a.ed is not None else None
+    return tab if tab is not None and not tab.empty and (tab["n_pairs"] > 0).any() else None
+
+
+def no_contrast_reason(
+    contrasts: pd.DataFrame | None,
+    plotted: pd.DataFrame | None,
+    judge: str | None,
+    ed_branches: pd.DataFrame | None = None,
+) -> str:
+    """Why the forest plot is empty, read off the contrast table it would have drawn (and the
+    ED one, whose matched pairs are in the eating-disorder section)."""
+    if (contrasts is None or contrasts.empty) and ed_branches is not None:
+        return (
+            "no pass/partial/fail matched pairs; the matched contrasts on ED safety scores "
+            f"({int(ed_branches['n_pairs'].sum())} pairs) are in the eating-disorder section"
+        )
+    if contrasts is None or contrasts.empty:
+        return "no matched pairs (a sweep needs arms that differ in one branch point only)"
+    mine = _by_judge(contrasts, judge)
+    if mine is None or mine.empty:
+        return f"judge {judge} has no matched contrast (the tables list the other judges')"
+    if plotted is None or plotted.empty:
+        return (
+            f"{len(mine)} matched contrasts, none realised: no pair had both arms' options in "
+            "force (see the realisation table)"
+        )
+    return "no contrast has a per-protocol difference to plot"
+
+
+def conditions_in(a: Analysis) -> list[str]:
+    """The system-prompt conditions of the judged conversations, from the analysed tables."""
+    seen: set[str] = set()
+    for df in (a.rates_condition, a.ed.responses if a.ed is not None else None):
+        if df is not None and not df.empty and "condition" in df.columns:
+            seen |= {str(c) for c in df["condition"].dropna().unique()}
+    return sorted(seen)
+
+
+def no_condition_reason(a: Analysis) -> str:
+    """Why there is no condition contrast, from the conditions actually in the data."""
+    conds = conditions_in(a)
+    ed = _ed_table(a, "conditions")
+    if ed is not None:
+        return (
+            f"{len(conds)} system-prompt conditions in the data ({', '.join(conds)}); the "
+            f"condition contrast on ED safety scores is in the eating-disorder section "
+            f"({int(ed['n_pairs'].sum())} pairs)."
+        )
+    if len(conds) <= 1:
+        named = f" ({conds[0]})" if conds else ""
+        return f"Only one system-prompt condition in the data{named}: no condition contrast."
+    return (
+        f"{len(conds)} system-prompt conditions in the data ({', '.join(conds)}), but no "
+        "pass/partial/fail pair matched by variant across them: no condition contrast here."
+    )
+
+
+def _bio_pair(m: pd.DataFrame) -> list[str] | None:
+    """ "no bio → bio" per row where both exist; None when no row has both (no column shown)."""
+    if not {"safety_no_bio", "safety_bio"} <= set(m.columns):
+        return None
+    both = m["safety_no_bio"].notna() & m["safety_bio"].notna()
+    if not both.any():
+        return None
+    return [
+        f"{_num(x)} → {_num(y)}" if ok else ""
+        for x, y, ok in zip(m["safety_no_bio"], m["safety_bio"], both)
+    ]
 
 
 def _no_agreement(a: Analysis) -> str:
@@ -399,17 +614,52 @@ def _realised_only(df: pd.DataFrame | None) -> pd.DataFrame | None:
 
 
 def _one_judge(a: Analysis, df: pd.DataFrame | None) -> pd.DataFrame | None:
-    if df is None or a.primary_judge is None or "judge" not in df.columns:
+    return _by_judge(df, a.primary_judge)
+
+
+def _by_judge(df: pd.DataFrame | None, judge: str | None) -> pd.DataFrame | None:
+    """The rows of the plotted judge (plots never pool judges)."""
+    if df is None or judge is None or "judge" not in df.columns:
         return df
-    return df[df["judge"] == a.primary_judge]
+    return df[(df["judge"] == judge).to_numpy()]
+
+
+def _plot(
+    name: str, a: Analysis, rates: pd.DataFrame | None, draw: Any
+) -> tuple[str, bytes | None, str]:
+    """A rate plot of the plotted judge, or why there is none (said of that judge)."""
+    rows = _one_judge(a, rates)
+    png = draw(rows, judge=a.primary_judge) if rows is not None and not rows.empty else None
+    if png is not None:
+        return name, png, ""
+    if rates is None or rates.empty:
+        return name, None, "no applicable pass/partial/fail ratings"
+    return name, None, f"judge {a.primary_judge} has no applicable pass/partial/fail rating"
 
 
 def _with_judge(src: pd.DataFrame, shown: pd.DataFrame) -> pd.DataFrame:
     """Put the judge column first when several judges are in the table."""
-    if "judge" in src.columns and src["judge"].nunique() > 1:
+    if "judge" in src.columns and src["judge"].nunique() > 1 and "judge" not in shown.columns:
         shown = shown.copy()
         shown.insert(0, "judge", src["judge"].to_numpy())
     return shown
+
+
+def _named(
+    caption: str, src: pd.DataFrame, shown: pd.DataFrame, judge: str | None = None
+) -> tuple[str, pd.DataFrame]:
+    """Every table names its judge: a column when several judges are in it, else the caption."""
+    shown = _with_judge(src, shown)
+    if "judge" in shown.columns and shown["judge"].nunique() > 1:
+        return caption, shown
+    one = (
+        str(src["judge"].dropna().iloc[0])
+        if "judge" in src.columns and src["judge"].notna().any()
+        else judge
+    )
+    if "judge" in shown.columns:
+        shown = shown.drop(columns="judge")
+    return (f"{caption} [judge: {one}]" if one else caption), shown
 
 
 def _round(df: pd.DataFrame, digits: int = 2) -> pd.DataFrame:

@@ -17,6 +17,8 @@ _EXPORTS = {
     "Patterns": "judges.rubric",
     "SCALES": "core.scales",
     "load_rubric": "judges.loading",
+    "REASONING_RUBRIC": "judges.reasoning_criterion",
+    "reasoning_view": "judges.reasoning_criterion",
     "load_rubric_file": "judges.loading",
     "bundled_rubrics": "judges.loading",
     "LLMJudge": "judges.llm_judge",

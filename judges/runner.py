@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from judges.panel import Panel
+from judges.reasoning_criterion import check_reasoning_judges, reads_reasoning, reasoning_view
 from judges.rubric import ERROR, Criterion, Rubric
 from judges.verdicts import CriterionVerdict, Evidence, Judge, JudgingUnit, TranscriptTurn
 
@@ -234,6 +235,8 @@ class JudgingRunner:
         self.judges = judges
         self.panel = panel
         self.scope = scope or rubric.scope
+        check_reasoning_judges(rubric, [j.name for j in judges], self.scope)
+        self.reads_reasoning = reads_reasoning(rubric)
         self.concurrency = max(1, concurrency)
         self.retry_errors = retry_errors
         self.progress = progress
@@ -303,8 +306,17 @@ class JudgingRunner:
             for pos, t in enumerate(turns):
                 if t.role != "assistant" or not (t.content or "").strip():
                     continue  # nothing to rate: the persona's turns, or an empty failed reply
+                seen_by_judge = transcript[: pos + 1]
+                if self.reads_reasoning:
+                    thought = t.reasoning or ""
+                    if not thought.strip():
+                        continue  # no reasoning stored: nothing for this rubric to rate
+                    rated = seen_by_judge[-1].model_copy(
+                        update={"content": reasoning_view(thought, t.content or "")}
+                    )
+                    seen_by_judge = [*seen_by_judge[:-1], rated]
                 unit = JudgingUnit(
-                    turn_id=t.id, turn_index=t.index, transcript=transcript[: pos + 1], **base
+                    turn_id=t.id, turn_index=t.index, transcript=seen_by_judge, **base
                 )
                 root = t.id
                 seen = {root}

@@ -94,7 +94,9 @@ def test_report_has_every_plot_headline_first_and_escaped_text(
         "&lt;script&gt;alert(&quot;pwned&quot;)&lt;/script&gt;" in page
         or "&lt;script&gt;alert(" in page
     )
-    assert "<script" not in md and "<img src=x" not in md and "&lt;script&gt;" in md
+    # Markdown is not HTML: model text is backslash-escaped, never turned into entities.
+    assert re.search(r"(?<!\\)<", md) is None and "\\<script\\>alert" in md
+    assert "&lt;" not in md and "&gt;" not in md and "&quot;" not in md
     # Headline findings first: overall rates, then the biggest contrast (the planted one).
     assert (
         page.index("Headline findings")

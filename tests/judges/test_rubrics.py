@@ -198,7 +198,7 @@ def test_load_rubric_raises_a_one_line_user_error() -> None:
     with pytest.raises(UserError) as info:
         load_rubric(BAD / "02_missing_anchor.yaml")
     assert "\n" not in str(info.value) and "missing anchor for level 'partial'" in str(info.value)
-    with pytest.raises(UserError, match="bundled: ed, teen"):
+    with pytest.raises(UserError, match="bundled: ed, reasoning, teen"):
         load_rubric("no-such-rubric")
 
 

@@ -46,7 +46,7 @@ def test_a_named_rubric_must_be_validated_with_it_and_hold_its_criteria(tmp_path
     out = _validate(unknown, rubrics)
     assert out[0] == (
         f"{unknown}:15:9: rubric: rubric 'tene' is none of the rubrics validated with it "
-        "(expected one of: ed, teen, or a rubric YAML path)"
+        "(expected one of: ed, reasoning, teen, or a rubric YAML path)"
     )
     # Alone, without rubrics, nothing is checked against them.
     assert _validate(unknown)[-1].endswith(" 0 errors")

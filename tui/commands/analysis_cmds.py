@@ -178,7 +178,9 @@ def register(app: typer.Typer) -> None:
             console.print(_text("no judged conversations to summarise"))
         for caption, frame in tables:
             _print_table(console, caption, frame)
-        for note in a.notes + (a.contrasts.notes if a.contrasts else []):
+        from analysis.report_sections import printed_notes
+
+        for note in printed_notes(a):  # the report's notes, same text (e.g. an unsuitable judge)
             console.print(_text("note: " + note))
 
     @app.command("report")
@@ -194,6 +196,14 @@ def register(app: typer.Typer) -> None:
         baseline: BaselineOpt = None,
         db: DbOption = None,
         exclude_retried: ExcludeRetriedOpt = False,
+        judge: Annotated[
+            str | None,
+            typer.Option(
+                "--judge",
+                help="Judge spec whose verdicts the plots show (default: the judge with the most "
+                "non-error ratings). Tables list every judge apart.",
+            ),
+        ] = None,
     ) -> None:
         """Write report.md and a self-contained report.html (plots embedded, all text escaped):
         headline findings first, then failure rates, criterion heatmap, matched contrasts, the
@@ -208,17 +218,14 @@ def register(app: typer.Typer) -> None:
             raise UserError(f"--out {out}: exists and is not a directory")
         with err.status("analysing and plotting ..."):
             store = _store(db)
-            analysis = (
-                run_analysis(
-                    store,
-                    selected,
-                    n_boot=n_boot,
-                    seed=seed,
-                    baselines=_baselines(baseline),
-                    exclude_retried=True,
-                )
-                if exclude_retried
-                else None
+            analysis = run_analysis(
+                store,
+                selected,
+                n_boot=n_boot,
+                seed=seed,
+                baselines=_baselines(baseline),
+                exclude_retried=exclude_retried,
+                judge=judge,
             )
             files = write_report(
                 store,
@@ -244,6 +251,8 @@ def _text(s: str) -> Any:
 def analysis_json(a: Any) -> str:
     """Every table of an analysis as JSON records (NaN as null), with its counts and notes."""
     import json
+
+    from analysis.report_sections import printed_notes
 
     def records(frame: Any) -> Any:
         if frame is None or getattr(frame, "empty", True):
@@ -280,7 +289,8 @@ def analysis_json(a: Any) -> str:
         "agreement": None
         if a.agreement is None
         else {"pairs": records(a.agreement.pairs), "alpha_all": records(a.agreement.alpha_all)},
-        "notes": list(a.notes),
+        "plotted_judge": a.primary_judge,
+        "notes": printed_notes(a),
     }
     return json.dumps(out, indent=1, default=str)
 
