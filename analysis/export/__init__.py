@@ -20,6 +20,11 @@ _EXPORTS = {
     "read_export": "analysis.export.formats",
     "LEVELS": "analysis.export.tables",
     "export_level": "analysis.export.tables",
+    "TranscriptRecord": "analysis.export.transcripts",
+    "transcript_schema": "analysis.export.transcripts",
+    "iter_transcripts": "analysis.export.transcripts",
+    "write_transcripts": "analysis.export.transcripts",
+    "load_transcripts": "analysis.export.transcripts",
 }
 
 __all__ = sorted(_EXPORTS)
