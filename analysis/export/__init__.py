@@ -25,6 +25,7 @@ _EXPORTS = {
     "iter_transcripts": "analysis.export.transcripts",
     "write_transcripts": "analysis.export.transcripts",
     "load_transcripts": "analysis.export.transcripts",
+    "write_inspect_logs": "analysis.export.inspect_logs",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -73,9 +73,11 @@ class Conversations:
     def columns(self, own: Sequence[str]) -> list[str]:
         return [*CONVERSATION_COLUMNS, *own, *self.choice_columns]
 
-    def batches(self) -> Iterator[list[str]]:
-        for i in range(0, len(self.ids), BATCH):
-            yield self.ids[i : i + BATCH]
+    def batches(self, only: Sequence[str] | None = None) -> Iterator[list[str]]:
+        """The conversation ids (``only``: those of them), ``BATCH`` at a time, in order."""
+        ids = self.ids if only is None else [i for i in self.ids if i in set(only)]
+        for i in range(0, len(ids), BATCH):
+            yield ids[i : i + BATCH]
 
     def joined(self, rows: pd.DataFrame) -> pd.DataFrame:
         keep = [*CONVERSATION_COLUMNS, *self.choice_columns]
@@ -118,7 +120,8 @@ def judgment_chunks(
         rows = read.judgment_export_rows(conv.store, ids, rubric=rubric, judge=judge)
         flags = conv.shared(rows)
         # A verdict on the whole conversation belongs to no turn: neither shared nor own.
-        rows["shared_prefix"] = np.where(rows["turn_index"].isna(), None, flags)
+        whole = rows["turn_index"].isna().to_numpy()
+        rows["shared_prefix"] = pd.Series(flags, dtype=object).where(~whole, None).to_numpy()
         yield conv.joined(rows)
 
 

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Literal[1] = 1
 TRANSCRIPT_FORMATS = ("jsonl", "parquet")
 NESTED_FIELDS = ("choices", "fork", "messages", "verdicts", "realisation")
 
@@ -159,14 +159,17 @@ def iter_transcripts(
     *,
     rubric: str | None = None,
     judge: str | None = None,
+    only: Sequence[str] | None = None,
+    conversations: Any = None,
 ) -> Iterator[TranscriptRecord]:
-    """Every conversation of ``run`` (or all runs) as a record, by conversation id, a batch of
-    conversations at a time. Texts are as stored (not redacted: the writer redacts)."""
+    """Every conversation of ``run`` (or all runs; ``only``: just these ids) as a record, by
+    conversation id, a batch of conversations at a time. Texts are as stored (not redacted: the
+    writers redact). ``conversations``: an ``export.tables.Conversations`` already read."""
     from analysis.export.formats import parse_json
     from analysis.export.tables import Conversations
     from core import read
 
-    conv = Conversations(store_or_db, run)
+    conv = conversations if conversations is not None else Conversations(store_or_db, run)
     raw = read.conversation_export_rows(store_or_db, conv.runs).set_index("conversation_id")
     realisation = read.realisation_rows(store_or_db, conv.runs)
     realised: dict[str, list[Realised]] = {}
@@ -180,7 +183,7 @@ def iter_transcripts(
                 recorded=bool(r.recorded),
             )  # fmt: skip
         )
-    for ids in conv.batches():
+    for ids in conv.batches(only):
         turns = read.turn_export_rows(store_or_db, ids)
         turns["shared_prefix"] = conv.shared(turns)
         judgments = read.judgment_export_rows(store_or_db, ids, rubric=rubric, judge=judge)
