@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analysis.export.pages import example_pages
 from analysis.pipeline import Analysis, refuse_pooled_configs, run_analysis
 from analysis.report_sections import Section, build_sections, headline_tables
 
@@ -81,6 +82,7 @@ def render_markdown(sections: list[Section], title: str) -> str:
             ]
         for cap, df in s.tables:
             out += [f"**{_md_text(cap)}**", "", _md_table(df), ""]
+        out += [f"- [{_md_text(label)}]({href})" for label, href in s.links]
     return "\n".join(out)
 
 
@@ -116,6 +118,12 @@ def render_html(sections: list[Section], title: str) -> str:
         for cap, df in s.tables:
             parts.append(f"<h3>{html.escape(cap)}</h3>")
             parts.append(df.head(500).to_html(index=False, escape=True, na_rep="", border=0))
+        if s.links:
+            items = "".join(
+                f"<li><a href='{html.escape(href)}'>{html.escape(label)}</a></li>"
+                for label, href in s.links
+            )
+            parts.append(f"<ul>{items}</ul>")
     parts.append("</body></html>")
     return "\n".join(parts)
 
@@ -144,6 +152,9 @@ def write_report(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     sections = build_sections(a)
+    pages = example_pages(store_or_db, a.examples, out)  # each failing example's own page
+    if pages is not None:
+        sections.append(pages)
     written, missing = [], []
     for s in sections:
         if s.plot is not None:
