@@ -49,6 +49,7 @@ def test_logs_read_back_equal_the_store(logs: tuple[Path, str, Path]) -> None:
         log = read_eval_log(str(f))
         assert log.status == "success"
         assert log.eval.model == "scripted:bot" and log.eval.run_id == run_id
+        assert log.eval.viewer is not None and log.eval.viewer.trust_content is False
         provenance = log.eval.metadata["branchpoint"]
         assert provenance["run_id"] == run_id and provenance["config"]["config_hash"]
         logs_by_condition[provenance["condition"]] = log

@@ -17,7 +17,9 @@ conversation's chatbot turns (``error`` when none could be rated), its explanati
 turn's verdict with the judge's rationale and evidence quotes, and its metadata holds the per-turn
 verdicts as data. Every assistant message also carries its own verdicts in its metadata. The run's
 provenance (run id, kind, status, branchpoint version, the redacted run config) is in the log's
-spec metadata. Text is redacted (``core.redaction``) like every export.
+spec metadata. The log asks the viewer not to trust its content (``ViewerConfig(trust_content=
+False)``), so Markdown, links or media in a model's reply are shown as plain text. Text is
+redacted (``core.redaction``) like every export.
 """
 
 from __future__ import annotations
@@ -227,6 +229,7 @@ _STATUS: dict[str, Literal["success", "started"]] = {
 def build_log(run: Any, target: str, condition: str, samples: list[EvalSample]) -> EvalLog:
     """One log: the samples of one run x target x condition, the run's provenance in its spec."""
     from inspect_ai.log import EvalConfig, EvalDataset, EvalLog, EvalSpec
+    from inspect_ai.viewer import ViewerConfig
 
     from core.redaction import redact
 
@@ -244,6 +247,8 @@ def build_log(run: Any, target: str, condition: str, samples: list[EvalSample]) 
         ),
         model=target,
         config=EvalConfig(),
+        # Model and persona text is data, never markup: the viewer shows it as plain text.
+        viewer=ViewerConfig(trust_content=False),
         packages={"branchpoint": run.branchpoint_version or "unknown"},
         metadata={
             "branchpoint": redact(
