@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -73,16 +73,30 @@ class Redactor:
     def text(self, value: Any) -> Any:
         return redact_text(value, self.secrets) if isinstance(value, str) else value
 
-    def frame(self, frame: pd.DataFrame) -> pd.DataFrame:
-        out = frame.copy()
-        for col in out.columns:
-            if out[col].dtype == object:  # text and JSON text; numbers and flags hold no key
-                out[col] = out[col].map(self.text).astype(object)
-        return out
+
+def _text(value: Any) -> str | None:
+    return None if _missing(value) else str(value)
 
 
-def typed(frame: pd.DataFrame) -> pd.DataFrame:
-    """The export types: nullable integers, floats, nullable booleans, JSON text, text."""
+def _per_distinct(column: pd.Series, fn: Callable[[Any], Any]) -> np.ndarray:
+    """``fn`` of each cell, computed once per distinct value: a column of a million rows holds a
+    few hundred targets, verdicts or choices, and copied turns repeat their text."""
+    try:
+        codes, uniques = pd.factorize(column, use_na_sentinel=True)
+    except TypeError:  # parsed JSON (lists, dicts) from a database other than SQLite
+        keyed = column.map(lambda v: json.dumps(v, sort_keys=True) if not _missing(v) else None)
+        codes, uniques = pd.factorize(keyed, use_na_sentinel=True)
+    originals = column.to_numpy(dtype=object)
+    first = np.full(len(uniques), -1, np.int64)
+    seen = codes >= 0
+    first[codes[seen][::-1]] = np.flatnonzero(seen)[::-1]  # a row holding each distinct value
+    mapped = np.array([fn(originals[i]) for i in first] + [fn(None)], dtype=object)
+    return mapped[np.where(seen, codes, len(uniques))]
+
+
+def typed(frame: pd.DataFrame, redactor: Redactor | None = None) -> pd.DataFrame:
+    """The export types: nullable integers, floats, nullable booleans, JSON text, text; with a
+    ``redactor``, every text and JSON text cell redacted."""
     out = frame.copy()
     for col in out.columns:
         if col in INT_COLUMNS:
@@ -90,12 +104,17 @@ def typed(frame: pd.DataFrame) -> pd.DataFrame:
         elif col in FLOAT_COLUMNS:
             out[col] = pd.to_numeric(out[col], errors="coerce").astype(float)
         elif col in BOOL_COLUMNS:
-            out[col] = out[col].map(_flag).astype("boolean")
-        elif col in JSON_COLUMNS:
-            out[col] = out[col].map(json_text).astype(object)
+            out[col] = pd.array(_per_distinct(out[col], _flag), dtype="boolean")
         else:
-            out[col] = out[col].map(lambda v: None if _missing(v) else str(v)).astype(object)
+            convert: Callable[[Any], Any] = json_text if col in JSON_COLUMNS else _text
+            if redactor is not None:
+                convert = _redacting(convert, redactor)
+            out[col] = pd.Series(_per_distinct(out[col], convert), index=out.index, dtype=object)
     return out
+
+
+def _redacting(convert: Callable[[Any], str | None], redactor: Redactor) -> Callable[[Any], Any]:
+    return lambda v: redactor.text(convert(v))
 
 
 def _arrow_schema(columns: Sequence[str]) -> Any:
@@ -145,7 +164,7 @@ def write_chunks(
         else:
             path.write_text("", encoding="utf-8")
         for chunk in chunks:
-            frame = redactor.frame(typed(chunk.reindex(columns=columns)))
+            frame = typed(chunk.reindex(columns=columns), redactor)
             if frame.empty:
                 continue
             if fmt == "csv":

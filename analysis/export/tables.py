@@ -75,7 +75,8 @@ class Conversations:
 
     def batches(self, only: Sequence[str] | None = None) -> Iterator[list[str]]:
         """The conversation ids (``only``: those of them), ``BATCH`` at a time, in order."""
-        ids = self.ids if only is None else [i for i in self.ids if i in set(only)]
+        wanted = None if only is None else set(only)
+        ids = self.ids if wanted is None else [i for i in self.ids if i in wanted]
         for i in range(0, len(ids), BATCH):
             yield ids[i : i + BATCH]
 

@@ -113,7 +113,7 @@ def judgment_export_rows(
     """Every judgment of these conversations with the judge's own words: judgment_id,
     conversation_id, turn_id, turn_index, exchange, turn_role, origin_turn_id, rubric_id,
     rubric_hash, criterion_id, risk_area, judge, prompt_version, applicable, verdict, score,
-    rationale, evidence, members, error, raw_output, call_id, created_at."""
+    rationale, evidence, members, error, raw_output, call_id."""
 
     def make(ids: list[str]) -> Query:
         q = (
@@ -140,7 +140,6 @@ def judgment_export_rows(
                 J.error,
                 J.raw_output,
                 J.call_id,
-                J.created_at,
             )
             .outerjoin(TURNS, T.id == J.turn_id)
             .where(J.conversation_id.in_(ids))
