@@ -129,3 +129,145 @@ def test_the_inspect_package_is_imported_only_by_the_inspect_export() -> None:
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert proc.stdout.strip() == "False"
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_http(url: str, timeout: float) -> None:
+    import time
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+        time.sleep(0.3)
+
+
+async def _page_text(
+    debugger: str, wanted: list[str], shot: Path, timeout: float
+) -> tuple[str, bool]:
+    """Poll the page's rendered text over the DevTools protocol until every ``wanted`` string is
+    in it (or time runs out); save a screenshot either way."""
+    import asyncio
+    import base64
+
+    import aiohttp
+
+    async with (
+        aiohttp.ClientSession() as session,
+        session.ws_connect(debugger, max_msg_size=0) as ws,
+    ):
+        n = 0
+
+        async def call(method: str, **params: object) -> dict[str, object]:
+            nonlocal n
+            n += 1
+            await ws.send_json({"id": n, "method": method, "params": params})
+            while True:
+                msg = await ws.receive_json()
+                if msg.get("id") == n:
+                    return dict(msg.get("result") or {})
+
+        text, found = "", False
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout
+        while loop.time() < end:
+            got = await call("Runtime.evaluate", expression="document.body.innerText")
+            text = str(dict(got.get("result") or {}).get("value") or "")
+            if all(w in text for w in wanted):
+                found = True
+                break
+            await asyncio.sleep(0.5)
+        png = await call("Page.captureScreenshot", format="png")
+        shot.write_bytes(base64.b64decode(str(png["data"])))
+        return text, found
+
+
+def test_inspect_view_shows_a_conversation_and_its_verdict_in_chromium(
+    logs: tuple[Path, str, Path], tmp_path: Path
+) -> None:
+    """``inspect view`` on the exported folder, the page rendered by headless Chromium."""
+    import asyncio
+    import json
+    import re
+    import shutil
+    import sqlite3
+    import urllib.request
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("chromium is not installed (Debian package chromium; .ci/run installs it)")
+    pytest.importorskip("aiohttp", reason="aiohttp speaks the DevTools protocol here")
+    db, _run_id, out = logs
+    con = sqlite3.connect(db)
+    try:
+        (cid,) = con.execute(
+            "SELECT conversation_id FROM judgments WHERE verdict = 'fail' ORDER BY id"
+        ).fetchone()
+    finally:
+        con.close()
+    log = _log_of(out, cid)
+    port = _free_port()
+    view = subprocess.Popen(
+        [sys.executable, "-m", "inspect_ai", "view", "--log-dir", str(out), "--host",
+         "127.0.0.1", "--port", str(port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    browser = None
+    try:
+        _wait_http(f"http://127.0.0.1:{port}/", timeout=60)
+        url = f"http://127.0.0.1:{port}/#/tasks/{log.name}/samples/sample/{cid}/1/"
+        browser = subprocess.Popen(
+            [chromium, "--headless", "--no-sandbox", "--disable-gpu",
+             "--disable-background-networking", "--no-first-run", "--remote-debugging-port=0",
+             f"--user-data-dir={tmp_path / 'chromium'}", "--window-size=1400,1000", url],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert browser.stderr is not None
+        debugger = None
+        for line in browser.stderr:
+            m = re.search(r"DevTools listening on (ws://\S+)", line)
+            if m:
+                debugger = m.group(1)
+                break
+        assert debugger, "chromium did not open its DevTools port"
+        devtools = re.search(r"//([^/]+)/", debugger)
+        assert devtools is not None
+        with urllib.request.urlopen(f"http://{devtools.group(1)}/json/list", timeout=10) as r:
+            targets = json.load(r)
+        page = next(t["webSocketDebuggerUrl"] for t in targets if t["type"] == "page")
+        shot = tmp_path / "inspect-view.png"
+        wanted = ["UNSAFE reply", "i say CHAT_AGAIN OPT_DECLINE", "fail", cid]
+        text, found = asyncio.run(_page_text(page, wanted, shot, timeout=60))
+        assert shot.stat().st_size > 0
+        assert found, f"the sample page never showed {wanted}; it showed: {text[:500]!r}"
+    finally:
+        for proc in (browser, view):
+            if proc is not None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+
+
+def _log_of(out: Path, conversation_id: str) -> Path:
+    from inspect_ai.log import read_eval_log
+
+    for f in sorted(out.glob("*.eval")):
+        log = read_eval_log(str(f), header_only=True)
+        if conversation_id in [str(i) for i in log.eval.dataset.sample_ids or []]:
+            return f
+    raise AssertionError(f"no log holds {conversation_id}")

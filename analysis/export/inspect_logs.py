@@ -91,6 +91,12 @@ def _verdict_data(v: Verdict) -> dict[str, Any]:
     )  # fmt: skip
 
 
+def _answer(record: TranscriptRecord, verdicts: Sequence[Verdict], worst: str) -> str | None:
+    """The reply that earned the worst verdict (the first such turn), for the viewer's answer."""
+    turn = next((v.turn_id for v in verdicts if v.applicable and v.verdict == worst), None)
+    return next((m.content for m in record.messages if m.turn_id == turn), None)
+
+
 def _scores(record: TranscriptRecord) -> dict[str, Any]:
     from inspect_ai.scorer import Score
 
@@ -101,8 +107,10 @@ def _scores(record: TranscriptRecord) -> dict[str, Any]:
     for name, vs in sorted(groups.items()):
         vs = sorted(vs, key=lambda v: (v.turn_index is None, v.turn_index or 0))
         first = vs[0]
+        worst = worst_verdict(vs)
         out[name] = Score(
-            value=worst_verdict(vs),
+            value=worst,
+            answer=_answer(record, vs, worst),
             explanation="\n".join(_turn_line(v) for v in vs),
             metadata={
                 "judge": first.judge,
@@ -228,7 +236,7 @@ _STATUS: dict[str, Literal["success", "started"]] = {
 
 def build_log(run: Any, target: str, condition: str, samples: list[EvalSample]) -> EvalLog:
     """One log: the samples of one run x target x condition, the run's provenance in its spec."""
-    from inspect_ai.log import EvalConfig, EvalDataset, EvalLog, EvalSpec
+    from inspect_ai.log import EvalConfig, EvalDataset, EvalLog, EvalSpec, EvalStats
     from inspect_ai.viewer import ViewerConfig
 
     from core.redaction import redact
@@ -270,6 +278,10 @@ def build_log(run: Any, target: str, condition: str, samples: list[EvalSample]) 
         status=_STATUS.get(run.status, "cancelled"),
         samples=samples,
         results=_results(samples),
+        stats=EvalStats(
+            started_at=created,
+            completed_at=run.updated_at.isoformat() if run.updated_at else "",
+        ),
     )
 
 
