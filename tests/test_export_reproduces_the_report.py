@@ -188,7 +188,7 @@ def test_every_format_holds_the_same_table(exported: tuple[Path, str, Path]) -> 
 def test_no_api_key_reaches_an_export(tmp_path: Path, monkeypatch: Any) -> None:
     import sqlite3
 
-    from analysis.export import export_level
+    from analysis.export import export_level, read_export
     from core.store import open_store
 
     key = "sk-test-0123456789abcdefXYZ"
@@ -209,6 +209,9 @@ def test_no_api_key_reaches_an_export(tmp_path: Path, monkeypatch: Any) -> None:
             export_level(tmp_path / "k.db", level, path, fmt, run_id)
             assert key.encode() not in path.read_bytes(), (level, fmt)
             assert "sk-test" not in read_export_text(path)
+    # The judge's error and raw output, which `judge` points the user to, are there, masked.
+    judgments = read_export(tmp_path / "judgment.csv")
+    assert set(judgments["error"]) == {"bad key ***"} and set(judgments["raw_output"]) == {"***"}
 
 
 def read_export_text(path: Path) -> str:
