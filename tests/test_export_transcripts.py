@@ -214,3 +214,50 @@ def test_csv_is_refused_for_transcripts_in_one_line(run: tuple[Path, str], tmp_p
     assert proc.stderr.strip() == (
         "error: --level transcript: expected --format jsonl or parquet (not csv)"
     )
+
+
+def test_sqlite_and_postgresql_stores_export_the_same_files(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    """JSON columns come back as text from SQLite and parsed from PostgreSQL: the exports of
+    the same run are the same either way (PostgreSQL only runs where a server is given)."""
+    import pandas as pd
+
+    from analysis.export import export_level, read_export, write_transcripts
+    from core.store import open_store
+
+    got: dict[str, dict[str, Any]] = {}
+    for name, url in (("sqlite", str(tmp_path / "s.db")), ("pg", postgres_url)):
+        store = open_store(url)
+        try:
+            run_id = judged_run(store, tmp_path / name, run_id="same-run")
+            files: dict[str, Any] = {}
+            for level in ("turn", "judgment", "arm"):
+                path = tmp_path / f"{name}-{level}.parquet"
+                export_level(store, level, path, "parquet", run_id)
+                files[level] = read_export(path)
+            path = tmp_path / f"{name}.jsonl"
+            write_transcripts(store, path, "jsonl", run_id)
+            files["transcript"] = load_transcripts_as_dicts(path)
+            got[name] = files
+        finally:
+            store.close()
+    for level in ("turn", "judgment", "arm"):
+        # where each run kept its scenarios, and how long each call took, are each run's own
+        own = ["scenario_path", "latency_s"]
+        a, b = (got[n][level].drop(columns=own, errors="ignore") for n in ("sqlite", "pg"))
+        pd.testing.assert_frame_equal(a, b, obj=level)
+    assert got["sqlite"]["transcript"] == got["pg"]["transcript"]
+
+
+def load_transcripts_as_dicts(path: Path) -> list[dict[str, Any]]:
+    from analysis.export import load_transcripts
+
+    out = []
+    for r in load_transcripts(path):
+        d = r.model_dump()
+        d.pop("scenario_path")  # each store's run has its own scenario folder
+        for m in d["messages"]:
+            m.pop("latency_s")  # and its own timings
+        out.append(d)
+    return out
