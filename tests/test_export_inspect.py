@@ -271,3 +271,25 @@ def _log_of(out: Path, conversation_id: str) -> Path:
         if conversation_id in [str(i) for i in log.eval.dataset.sample_ids or []]:
             return f
     raise AssertionError(f"no log holds {conversation_id}")
+
+
+def test_without_inspect_ai_the_export_says_how_to_get_it(
+    logs: tuple[Path, str, Path], tmp_path: Path
+) -> None:
+    db, run_id, _out = logs
+    code = (
+        "import sys; sys.modules['inspect_ai'] = None; sys.modules['inspect_ai.log'] = None;"
+        "from tui.cli import main; sys.argv = ['branchpoint'] + sys.argv[1:]; main()"
+    )
+    args = ["export", run_id, "--format", "inspect", "--out", str(tmp_path / "l"), "--db", str(db)]
+    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == (
+        "error: --format inspect needs the inspect-ai package: pip install "
+        "'branchpoint[inspect]' (or: pip install inspect-ai)"
+    )
+    bad = subprocess.run(
+        [sys.executable, "-m", "tui.cli", *args, "--level", "turn"], capture_output=True, text=True
+    )
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert bad.stderr.strip().startswith("error: --level turn: --format inspect writes whole")

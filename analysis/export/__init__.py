@@ -26,6 +26,8 @@ _EXPORTS = {
     "write_transcripts": "analysis.export.transcripts",
     "load_transcripts": "analysis.export.transcripts",
     "write_inspect_logs": "analysis.export.inspect_logs",
+    "render_page": "analysis.export.pages",
+    "write_transcript_pages": "analysis.export.pages",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -118,6 +118,11 @@ def register(app: typer.Typer) -> None:
         if out is None:
             raise UserError("--out FILE is required (a folder for --format inspect)")
         if fmt == "inspect":
+            if level not in ("judgment", "transcript"):  # the default, or what a log holds
+                raise UserError(
+                    f"--level {level}: --format inspect writes whole conversations (leave out "
+                    "--level)"
+                )
             _export_inspect(db, selected, out, rubric=rubric, judge=judge)
             return
         if level == "transcript" and fmt == "csv":
