@@ -209,6 +209,25 @@ def test_no_api_key_reaches_an_export(tmp_path: Path, monkeypatch: Any) -> None:
             export_level(tmp_path / "k.db", level, path, fmt, run_id)
             assert key.encode() not in path.read_bytes(), (level, fmt)
             assert "sk-test" not in read_export_text(path)
+    from analysis.export import load_transcripts, write_transcript_pages, write_transcripts
+
+    for fmt in ("jsonl", "parquet"):
+        path = tmp_path / f"transcripts.{fmt}"
+        write_transcripts(tmp_path / "k.db", path, fmt, run_id)
+        records = load_transcripts(path)
+        assert records and "sk-test" not in str([r.model_dump() for r in records])
+        assert "my key is ***" in records[0].messages[1].content
+    pages = write_transcript_pages(tmp_path / "k.db", [records[0].conversation_id], tmp_path)
+    assert "sk-test" not in next(iter(pages.values())).read_text(encoding="utf-8")
+    try:
+        from inspect_ai.log import read_eval_log
+
+        from analysis.export import write_inspect_logs
+    except ImportError:
+        pass  # the optional extra; its own tests skip too
+    else:
+        for log in write_inspect_logs(tmp_path / "k.db", tmp_path / "logs", run_id):
+            assert "sk-test" not in read_eval_log(str(log)).model_dump_json()
     # The judge's error and raw output, which `judge` points the user to, are there, masked.
     judgments = read_export(tmp_path / "judgment.csv")
     assert set(judgments["error"]) == {"bad key ***"} and set(judgments["raw_output"]) == {"***"}

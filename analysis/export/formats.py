@@ -78,7 +78,7 @@ def _text(value: Any) -> str | None:
     return None if _missing(value) else str(value)
 
 
-def _per_distinct(column: pd.Series, fn: Callable[[Any], Any]) -> np.ndarray:
+def per_distinct(column: pd.Series, fn: Callable[[Any], Any]) -> np.ndarray:
     """``fn`` of each cell, computed once per distinct value: a column of a million rows holds a
     few hundred targets, verdicts or choices, and copied turns repeat their text."""
     try:
@@ -104,12 +104,12 @@ def typed(frame: pd.DataFrame, redactor: Redactor | None = None) -> pd.DataFrame
         elif col in FLOAT_COLUMNS:
             out[col] = pd.to_numeric(out[col], errors="coerce").astype(float)
         elif col in BOOL_COLUMNS:
-            out[col] = pd.array(_per_distinct(out[col], _flag), dtype="boolean")
+            out[col] = pd.array(per_distinct(out[col], _flag), dtype="boolean")
         else:
             convert: Callable[[Any], Any] = json_text if col in JSON_COLUMNS else _text
             if redactor is not None:
                 convert = _redacting(convert, redactor)
-            out[col] = pd.Series(_per_distinct(out[col], convert), index=out.index, dtype=object)
+            out[col] = pd.Series(per_distinct(out[col], convert), index=out.index, dtype=object)
     return out
 
 

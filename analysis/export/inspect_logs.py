@@ -300,7 +300,6 @@ def write_inspect_logs(
     from analysis.export.formats import Redactor
     from analysis.export.tables import Conversations
     from core.read import find_run
-    from core.redaction import redact
     from core.store import Store, open_store
 
     own = not isinstance(store_or_db, Store)
@@ -316,12 +315,9 @@ def write_inspect_logs(
         ):
             records = iter_transcripts(
                 store, rubric=rubric, judge=judge, only=list(group["conversation_id"]),
-                conversations=conv,
+                conversations=conv, redactor=redactor,
             )  # fmt: skip
-            samples = [
-                to_sample(TranscriptRecord.model_validate(redact(r.model_dump(), redactor.secrets)))
-                for r in records
-            ]
+            samples = [to_sample(r) for r in records]
             log = build_log(find_run(store, run_id), redactor.text(target), condition, samples)
             path = out / f"{_slug(run_id)}_{_slug(target)}_{_slug(condition)}.eval"
             write_eval_log(log, path)

@@ -178,7 +178,6 @@ def write_transcript_pages(
     id -> the page's path. Ids that are not in the store get no page."""
     from analysis.export.formats import Redactor
     from analysis.export.tables import Conversations
-    from core.redaction import redact
 
     wanted = list(dict.fromkeys(str(c) for c in conversation_ids))
     if not wanted:
@@ -188,9 +187,8 @@ def write_transcript_pages(
     redactor = Redactor()
     conv = Conversations(store_or_db, None)
     written: dict[str, Path] = {}
-    for record in iter_transcripts(store_or_db, only=wanted, conversations=conv):
-        clean = TranscriptRecord.model_validate(redact(record.model_dump(), redactor.secrets))
+    for record in iter_transcripts(store_or_db, only=wanted, conversations=conv, redactor=redactor):
         path = Path(out_dir) / page_name(record.conversation_id)
-        path.write_text(render_page(clean, back), encoding="utf-8")
+        path.write_text(render_page(record, back), encoding="utf-8")
         written[record.conversation_id] = path
     return written

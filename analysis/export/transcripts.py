@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 SCHEMA_VERSION: Literal[1] = 1
 TRANSCRIPT_FORMATS = ("jsonl", "parquet")
+ID_COLUMNS = frozenset({"conversation_id", "turn_id", "judgment_id", "origin_turn_id"})
 NESTED_FIELDS = ("choices", "fork", "messages", "verdicts", "realisation")
 
 
@@ -153,6 +154,54 @@ def _int(v: Any) -> int | None:
     return None if v is None else int(v)
 
 
+def _rows_by_conversation(frame: Any, redactor: Any) -> dict[str, list[dict[str, Any]]]:
+    """A batch's rows as plain dicts, grouped by conversation, in order; with a ``redactor``,
+    every text (and JSON) value redacted, each distinct value once."""
+    from analysis.export.formats import per_distinct
+    from core.redaction import redact
+
+    frame = frame.astype(object)
+    if redactor is not None:
+        for col in frame.columns:
+            if col in ID_COLUMNS:  # hashes the export is keyed on, never text
+                continue
+            frame[col] = per_distinct(frame[col], lambda v: redact(v, redactor.secrets))
+    out: dict[str, list[dict[str, Any]]] = {}
+    for row in frame.to_dict("records"):
+        out.setdefault(str(row["conversation_id"]), []).append(row)
+    return out
+
+
+def _message(t: dict[str, Any]) -> Message:
+    from analysis.export.formats import parse_json
+
+    return Message(
+        turn_id=t["turn_id"], index=int(t["turn_index"]), exchange=int(t["exchange"]),
+        role=t["role"], content=t["content"] or "", reasoning=_none(t["reasoning"]),
+        stage=_none(t["stage"]), branch_state=parse_json(t["branch_state"], {}),
+        fired=parse_json(t["fired"], []), events=parse_json(t["events"], []),
+        model=t["model"] or "", tokens_in=int(t["tokens_in"] or 0),
+        tokens_out=int(t["tokens_out"] or 0), cost=_none(t["cost"]),
+        latency_s=float(t["latency_s"] or 0.0), finish_reason=_none(t["finish_reason"]),
+        origin_turn_id=_none(t["origin_turn_id"]), shared_prefix=bool(t["shared_prefix"]),
+    )  # fmt: skip
+
+
+def _verdict(j: dict[str, Any]) -> Verdict:
+    from analysis.export.formats import parse_json
+
+    return Verdict(
+        judgment_id=j["judgment_id"], turn_id=_none(j["turn_id"]),
+        turn_index=_int(j["turn_index"]), rubric_id=j["rubric_id"],
+        rubric_hash=j["rubric_hash"], criterion_id=j["criterion_id"],
+        risk_area=_none(j["risk_area"]), judge=j["judge"],
+        prompt_version=j["prompt_version"] or "", applicable=bool(j["applicable"]),
+        verdict=_none(j["verdict"]), score=_none(j["score"]), rationale=j["rationale"] or "",
+        evidence=parse_json(j["evidence"], []), members=parse_json(j["members"], []),
+        error=_none(j["error"]), raw_output=_none(j["raw_output"]),
+    )  # fmt: skip
+
+
 def iter_transcripts(
     store_or_db: Any,
     run: str | Sequence[str] | None = None,
@@ -161,16 +210,19 @@ def iter_transcripts(
     judge: str | None = None,
     only: Sequence[str] | None = None,
     conversations: Any = None,
+    redactor: Any = None,
 ) -> Iterator[TranscriptRecord]:
     """Every conversation of ``run`` (or all runs; ``only``: just these ids) as a record, by
-    conversation id, a batch of conversations at a time. Texts are as stored (not redacted: the
-    writers redact). ``conversations``: an ``export.tables.Conversations`` already read."""
+    conversation id, a batch of conversations at a time. ``redactor`` (``formats.Redactor``):
+    texts redacted, as every writer does; without it, texts as stored. ``conversations``: an
+    ``export.tables.Conversations`` already read."""
     from analysis.export.formats import parse_json
     from analysis.export.tables import Conversations
     from core import read
 
     conv = conversations if conversations is not None else Conversations(store_or_db, run)
-    raw = read.conversation_export_rows(store_or_db, conv.runs).set_index("conversation_id")
+    raw = read.conversation_export_rows(store_or_db, conv.runs)
+    by_id = {cid: rows[0] for cid, rows in _rows_by_conversation(raw, redactor).items()}
     realisation = read.realisation_rows(store_or_db, conv.runs)
     realised: dict[str, list[Realised]] = {}
     for r in realisation.itertuples(index=False):
@@ -186,38 +238,15 @@ def iter_transcripts(
     for ids in conv.batches(only):
         turns = read.turn_export_rows(store_or_db, ids)
         turns["shared_prefix"] = conv.shared(turns)
+        turns_of = _rows_by_conversation(turns, redactor)
         judgments = read.judgment_export_rows(store_or_db, ids, rubric=rubric, judge=judge)
+        verdicts_of = _rows_by_conversation(judgments, redactor)
         prompts = read.system_prompts(store_or_db, ids)
-        by_conv_turns = {k: g for k, g in turns.groupby("conversation_id", sort=False)}
-        by_conv_judg = {k: g for k, g in judgments.groupby("conversation_id", sort=False)}
         for cid in ids:
-            c = raw.loc[cid]
-            messages = [
-                Message(
-                    turn_id=t.turn_id, index=int(t.turn_index), exchange=int(t.exchange),
-                    role=t.role, content=t.content or "", reasoning=_none(t.reasoning),
-                    stage=_none(t.stage), branch_state=parse_json(t.branch_state, {}),
-                    fired=parse_json(t.fired, []), events=parse_json(t.events, []),
-                    model=t.model or "", tokens_in=int(t.tokens_in or 0),
-                    tokens_out=int(t.tokens_out or 0), cost=_none(t.cost),
-                    latency_s=float(t.latency_s or 0.0), finish_reason=_none(t.finish_reason),
-                    origin_turn_id=_none(t.origin_turn_id), shared_prefix=bool(t.shared_prefix),
-                )  # fmt: skip
-                for t in by_conv_turns[cid].itertuples(index=False)
-            ] if cid in by_conv_turns else []  # fmt: skip
-            verdicts = [
-                Verdict(
-                    judgment_id=j.judgment_id, turn_id=_none(j.turn_id),
-                    turn_index=_int(j.turn_index), rubric_id=j.rubric_id,
-                    rubric_hash=j.rubric_hash, criterion_id=j.criterion_id,
-                    risk_area=_none(j.risk_area), judge=j.judge,
-                    prompt_version=j.prompt_version or "", applicable=bool(j.applicable),
-                    verdict=_none(j.verdict), score=_none(j.score), rationale=j.rationale or "",
-                    evidence=parse_json(j.evidence, []), members=parse_json(j.members, []),
-                    error=_none(j.error), raw_output=_none(j.raw_output),
-                )  # fmt: skip
-                for j in by_conv_judg[cid].itertuples(index=False)
-            ] if cid in by_conv_judg else []  # fmt: skip
+            c = by_id[cid]
+            prompt = prompts.get(cid)
+            if prompt is not None and redactor is not None:
+                prompt = redactor.text(prompt)
             yield TranscriptRecord(
                 conversation_id=cid, run_id=c["run_id"], scenario_id=c["scenario_id"],
                 scenario_path=_none(c["scenario_path"]), variant_id=c["variant_id"],
@@ -227,18 +256,14 @@ def iter_transcripts(
                 status=c["conversation_status"], stop_reason=_none(c["stop_reason"]),
                 n_turns=int(c["n_turns"]),
                 fork=Fork(parent_id=_none(c["parent_id"]), fork_turn=_int(c["fork_turn"])),
-                system_prompt=prompts.get(cid), messages=messages, verdicts=verdicts,
+                system_prompt=prompt,
+                messages=[_message(t) for t in turns_of.get(cid, [])],
+                verdicts=[_verdict(j) for j in verdicts_of.get(cid, [])],
                 realisation=realised.get(cid, []),
             )  # fmt: skip
 
 
 # --------------------------------------------------------------------------- files
-
-
-def _redacted(record: TranscriptRecord, redactor: Any) -> dict[str, Any]:
-    from core.redaction import redact
-
-    return dict(redact(record.model_dump(mode="json"), redactor.secrets))
 
 
 def _row(data: dict[str, Any]) -> dict[str, Any]:
@@ -278,13 +303,13 @@ def write_transcripts(
     if fmt not in TRANSCRIPT_FORMATS:
         raise ValueError(f"format must be jsonl or parquet, not {fmt!r}")
     redactor = Redactor()
-    records = iter_transcripts(store_or_db, run, rubric=rubric, judge=judge)
+    records = iter_transcripts(store_or_db, run, rubric=rubric, judge=judge, redactor=redactor)
     path = Path(out)
     n = 0
     if fmt == "jsonl":
         with path.open("w", encoding="utf-8") as fh:
             for record in records:
-                fh.write(json.dumps(_redacted(record, redactor), ensure_ascii=False) + "\n")
+                fh.write(json.dumps(record.model_dump(mode="json"), ensure_ascii=False) + "\n")
                 n += 1
         return n
     import pyarrow as pa
@@ -294,7 +319,7 @@ def write_transcripts(
     with pq.ParquetWriter(str(path), schema) as writer:
         rows: list[dict[str, Any]] = []
         for record in records:
-            rows.append(_row(_redacted(record, redactor)))
+            rows.append(_row(record.model_dump(mode="json")))
             n += 1
             if len(rows) >= batch_rows:
                 writer.write_table(pa.Table.from_pylist(rows, schema=schema))
