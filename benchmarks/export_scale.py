@@ -73,6 +73,7 @@ def main() -> None:
         print(
             f"{level:<11} {fmt:<8} {n:>9,} {seconds:>8.2f} {n / seconds:>9,.0f} {size:>7.1f} {peak:>8.0f}"
         )
+    shutil.rmtree(folder)
 
 
 if __name__ == "__main__":
