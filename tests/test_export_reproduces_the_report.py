@@ -237,3 +237,21 @@ def read_export_text(path: Path) -> str:
     from analysis.export import read_export
 
     return read_export(path).to_csv()
+
+
+def test_the_summary_levels_write_json_lines_too(exported: tuple[Path, str, Path]) -> None:
+    from tui.cli import app
+
+    db, run_id, out = exported
+    for level in ("conversation", "realisation"):
+        rows = {}
+        for fmt in ("csv", "jsonl"):
+            path = out / f"{level}-summary.{fmt}"
+            res = CliRunner().invoke(
+                app, ["export", run_id, "--level", level, "--format", fmt, "--out", str(path),
+                      "--db", str(db)],
+            )  # fmt: skip
+            assert res.exit_code == 0, res.output
+            rows[fmt] = _read(path)
+        assert len(rows["jsonl"]) == len(rows["csv"]) > 0
+        assert list(rows["jsonl"].columns) == list(rows["csv"].columns)

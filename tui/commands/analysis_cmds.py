@@ -127,8 +127,6 @@ def register(app: typer.Typer) -> None:
             return
         if level == "transcript" and fmt == "csv":
             raise UserError("--level transcript: expected --format jsonl or parquet (not csv)")
-        if fmt == "jsonl" and level in ("conversation", "realisation"):
-            raise UserError(f"--level {level}: expected --format csv or parquet")
         store = _store(db)
         if out.parent and not out.parent.exists():
             raise UserError(f"{out.parent}: no such directory")
@@ -144,16 +142,15 @@ def register(app: typer.Typer) -> None:
             return
         elif level == "realisation":
             from analysis.realisation import realisation_table
-            from analysis.tables import export_table
 
             table = realisation_table(store, selected)
-            export_table(table, out, fmt)
+            _write_table(table, out, fmt)
             n = len(table)
         else:
-            from analysis.tables import conversation_criterion_table, export_table
+            from analysis.tables import conversation_criterion_table
 
             table = conversation_criterion_table(store, selected, rubric=rubric, judge=judge)
-            export_table(table, out, fmt)
+            _write_table(table, out, fmt)
             n = len(table)
         typer.echo(f"wrote {n} rows to {out}")
 
@@ -253,6 +250,16 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"no data for plot {name} (the report says so)")
         typer.echo(f"report: {files.html}")
         typer.echo(f"report: {files.markdown}")
+
+
+def _write_table(table: Any, out: Path, fmt: str) -> None:
+    """A summary table (counts, realisation n of N) as csv, parquet or JSON lines."""
+    if fmt == "jsonl":
+        table.to_json(out, orient="records", lines=True, force_ascii=False)
+        return
+    from analysis.tables import export_table
+
+    export_table(table, out, fmt)
 
 
 def _export_inspect(
