@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analysis.export.pages import example_pages
 from analysis.pipeline import Analysis, refuse_pooled_configs, run_analysis
 from analysis.report_sections import Section, build_sections, headline_tables
 
@@ -96,6 +97,7 @@ def render_markdown(
             ]
         for cap, df in s.tables:
             out += [f"**{_md_text(cap)}**", "", _md_table(df, full_tables.get(cap)), ""]
+        out += [f"- [{_md_text(label)}]({href})" for label, href in s.links]
     return "\n".join(out)
 
 
@@ -142,6 +144,12 @@ def render_html(
             if len(df) > HTML_MAX_ROWS:
                 note = _cut_note(len(df), HTML_MAX_ROWS, full_tables.get(cap))
                 parts.append(f"<p class='note'>{html.escape(note)}</p>")
+        if s.links:
+            items = "".join(
+                f"<li><a href='{html.escape(href)}'>{html.escape(label)}</a></li>"
+                for label, href in s.links
+            )
+            parts.append(f"<ul>{items}</ul>")
     parts.append("</body></html>")
     return "\n".join(parts)
 
@@ -197,6 +205,9 @@ def write_report(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     sections = build_sections(a)
+    pages = example_pages(store_or_db, a.examples, out)  # each failing example's own page
+    if pages is not None:
+        sections.append(pages)
     written, missing = [], []
     for s in sections:
         if s.plot is not None:

@@ -47,6 +47,7 @@ class Section:
     text: list[str] = field(default_factory=list)  # plain text paragraphs (escaped when rendered)
     tables: list[tuple[str, pd.DataFrame]] = field(default_factory=list)  # caption, display frame
     plot: tuple[str, bytes | None, str] | None = None  # file name, png, why missing
+    links: list[tuple[str, str]] = field(default_factory=list)  # label, relative href
 
 
 def headline_tables(a: Analysis, top: int = 8) -> list[tuple[str, pd.DataFrame]]:

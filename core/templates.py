@@ -74,6 +74,16 @@ _ENV = _BoundedSandbox(
 )
 
 
+# Pages for people (the report's transcript pages): the same sandbox, every value HTML-escaped
+# unless the template marks it safe, so model text can never become markup or script.
+_HTML_ENV = _BoundedSandbox(undefined=StrictUndefined, autoescape=True)
+
+
+def html_template(source: str) -> Any:
+    """A compiled HTML template (sandboxed, autoescaping, strict about undefined names)."""
+    return _HTML_ENV.from_string(source)
+
+
 class TemplateRenderError(UserError):
     """A template failed to parse or render; the message says which and why, on one line."""
 

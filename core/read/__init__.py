@@ -70,6 +70,11 @@ _EXPORTS = {
     "tree_arms": "core.read.browse",
     "shared_prefix": "core.read.browse",
     "run_progress": "core.read.browse",
+    # exports: every column an outside analyst needs, a batch of conversations at a time
+    "conversation_export_rows": "core.read.exports",
+    "turn_export_rows": "core.read.exports",
+    "judgment_export_rows": "core.read.exports",
+    "system_prompts": "core.read.exports",
     # fast: the SQLite path for counting millions of judgments
     "sqlite_criterion_counts": "core.read.fast",
 }
@@ -98,6 +103,12 @@ if TYPE_CHECKING:  # for type checkers and editors
         select_conversations,
     )
     from core.read.costs import run_costs
+    from core.read.exports import (
+        conversation_export_rows,
+        judgment_export_rows,
+        system_prompts,
+        turn_export_rows,
+    )
     from core.read.fast import sqlite_criterion_counts
     from core.read.judgments import (
         JudgedUnit,

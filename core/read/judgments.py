@@ -172,7 +172,8 @@ def failing_examples(
     limit: int,
 ) -> pd.DataFrame:
     """Up to ``limit`` failing verdicts on one criterion, by judgment id: target, condition,
-    scenario_id, criterion_id, turn_index, the turn's content and the judge's rationale."""
+    scenario_id, criterion_id, turn_index, the turn's content, the judge's rationale and the
+    conversation_id (the report links each to a page of its transcript)."""
     q = (
         select(
             C.target,
@@ -182,6 +183,7 @@ def failing_examples(
             J.turn_index,
             T.content,
             J.rationale,
+            J.conversation_id,
         )
         .join_from(JUDGMENTS, CONVERSATIONS, C.id == J.conversation_id)
         .join(TURNS, T.id == J.turn_id)

@@ -203,7 +203,7 @@ def test_bad_input_is_one_line_without_traceback(teen_db: Path, tmp_path: Path) 
                 "--db",
                 str(teen_db),
             ],
-            "expected csv or parquet",
+            "expected csv, parquet, jsonl or inspect",
         ),
         (["report", "--all", "--db", str(tmp_path / "missing.db")], "no such store"),
         (

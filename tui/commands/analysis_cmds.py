@@ -76,46 +76,81 @@ def register(app: typer.Typer) -> None:
     def export(
         run: RunArg = None,
         all_runs: AllOpt = False,
-        fmt: Annotated[str, typer.Option("--format", help="csv or parquet.")] = "csv",
-        out: Annotated[Path | None, typer.Option("--out", help="File to write.")] = None,
+        fmt: Annotated[
+            str,
+            typer.Option(
+                "--format",
+                help="csv, parquet or jsonl; for --level transcript jsonl or parquet; inspect: "
+                "Inspect AI eval logs into the --out folder (needs branchpoint[inspect]).",
+            ),
+        ] = "csv",
+        out: Annotated[
+            Path | None, typer.Option("--out", help="File to write (a folder for inspect).")
+        ] = None,
         level: Annotated[
             str,
             typer.Option(
                 "--level",
-                help="judgment: one row per judgment; conversation: per conversation x criterion "
-                "counts; realisation: per branch point x option x target x condition x simulator, "
-                "how many arms realised their option (n of N).",
+                help="judgment: one row per judgment (verdict, rationale, evidence, error, raw "
+                "output); turn: one row per message (text, role, exchange, fork, shared-prefix "
+                "flag, fired branch points, events); arm: one row per conversation x branch "
+                "point (realised or not); transcript: one record per conversation (messages, "
+                "arm, fork, verdicts); conversation: per conversation x criterion counts; "
+                "realisation: per branch point x option x target x condition x simulator, how "
+                "many arms realised their option (n of N).",
             ),
         ] = "judgment",
         rubric: Annotated[str | None, typer.Option("--rubric", help="Only this rubric id.")] = None,
         judge: Annotated[str | None, typer.Option("--judge", help="Only this judge spec.")] = None,
         db: DbOption = None,
     ) -> None:
-        """Write the tidy judgment table (one row per judgment, joined with conversation, turn and
-        one column per variant choice) as CSV or Parquet. No API keys are in these tables."""
+        """Write the store's data for other tools: tidy tables (judgments, turns, arms, counts),
+        whole transcripts, or Inspect AI eval logs. Every table is joined with its conversation
+        and one column per variant choice. No API keys are in these files."""
         selected = _runs(run, all_runs)
-        if fmt not in ("csv", "parquet"):
-            raise UserError(f"--format {fmt!r}: expected csv or parquet")
-        if level not in ("judgment", "conversation", "realisation"):
-            raise UserError(f"--level {level!r}: expected judgment, conversation or realisation")
+        flat = ("judgment", "turn", "arm")
+        levels = (*flat, "transcript", "conversation", "realisation")
+        if level not in levels:
+            raise UserError(f"--level {level!r}: expected {', '.join(levels)}")
+        formats = ("csv", "parquet", "jsonl", "inspect")
+        if fmt not in formats:
+            raise UserError(f"--format {fmt!r}: expected csv, parquet, jsonl or inspect")
         if out is None:
-            raise UserError("--out FILE is required")
-        from analysis.tables import conversation_criterion_table, export_judgments, export_table
-
+            raise UserError("--out FILE is required (a folder for --format inspect)")
+        if fmt == "inspect":
+            if level not in ("judgment", "transcript"):  # the default, or what a log holds
+                raise UserError(
+                    f"--level {level}: --format inspect writes whole conversations (leave out "
+                    "--level)"
+                )
+            _export_inspect(db, selected, out, rubric=rubric, judge=judge)
+            return
+        if level == "transcript" and fmt == "csv":
+            raise UserError("--level transcript: expected --format jsonl or parquet (not csv)")
         store = _store(db)
         if out.parent and not out.parent.exists():
             raise UserError(f"{out.parent}: no such directory")
-        if level == "judgment":
-            n = export_judgments(store, out, fmt, selected, rubric=rubric, judge=judge)
+        if level in flat:
+            from analysis.export import export_level
+
+            n = export_level(store, level, out, fmt, selected, rubric=rubric, judge=judge)
+        elif level == "transcript":
+            from analysis.export import write_transcripts
+
+            n = write_transcripts(store, out, fmt, selected, rubric=rubric, judge=judge)
+            typer.echo(f"wrote {n} transcripts to {out}")
+            return
         elif level == "realisation":
             from analysis.realisation import realisation_table
 
             table = realisation_table(store, selected)
-            export_table(table, out, fmt)
+            _write_table(table, out, fmt)
             n = len(table)
         else:
+            from analysis.tables import conversation_criterion_table
+
             table = conversation_criterion_table(store, selected, rubric=rubric, judge=judge)
-            export_table(table, out, fmt)
+            _write_table(table, out, fmt)
             n = len(table)
         typer.echo(f"wrote {n} rows to {out}")
 
@@ -240,6 +275,29 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"no data for plot {name} (the report says so)")
         typer.echo(f"report: {files.html}")
         typer.echo(f"report: {files.markdown}")
+
+
+def _write_table(table: Any, out: Path, fmt: str) -> None:
+    """A summary table (counts, realisation n of N) as csv, parquet or JSON lines."""
+    if fmt == "jsonl":
+        table.to_json(out, orient="records", lines=True, force_ascii=False)
+        return
+    from analysis.tables import export_table
+
+    export_table(table, out, fmt)
+
+
+def _export_inspect(
+    db: str | None, runs: str | None, out: Path, *, rubric: str | None, judge: str | None
+) -> None:
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out}: exists and is not a folder (inspect writes one log a file)")
+    from analysis.export import write_inspect_logs
+
+    logs = write_inspect_logs(_store(db), out, runs, rubric=rubric, judge=judge)
+    typer.echo(
+        f"wrote {len(logs)} Inspect logs to {out} (browse them: inspect view --log-dir {out})"
+    )
 
 
 def _text(s: str) -> Any:

@@ -137,7 +137,8 @@ def judge_command(
         )
     if summary.errors:
         console.print(
-            f"{summary.errors} verdict(s) are error: see the judgments' error and raw_output fields"
+            f"{summary.errors} verdict(s) are error: their error and raw_output columns are in "
+            + escape(f"`branchpoint export {run_id} --out judgments.csv`")
         )
         raise typer.Exit(1)  # verdicts failed: a script must not take it for success
 

@@ -66,7 +66,8 @@ def schema(
     kind: Annotated[
         str,
         typer.Argument(
-            help="Which format: scenario, prompt, crisis_resources or sweep (a sweep manifest)."
+            help="Which format: scenario, prompt, crisis_resources, sweep (a sweep manifest) or "
+            "transcript (a record of `export --level transcript`)."
         ),
     ] = "scenario",
     write: Annotated[
@@ -93,9 +94,17 @@ def schema(
             raise UserError("--write only applies to the scenario schema")
         typer.echo(dumps(manifest_json_schema()), nl=False)
         return
+    if kind == "transcript":  # an export's record: the analysis layer's
+        from analysis.export.transcripts import transcript_schema
+
+        if write:
+            raise UserError("--write only applies to the scenario schema")
+        typer.echo(dumps(transcript_schema()), nl=False)
+        return
     if kind not in ("scenario", "prompt", "crisis_resources"):
         raise UserError(
-            f"unknown schema '{kind}' (expected scenario, prompt, crisis_resources or sweep)"
+            f"unknown schema '{kind}' (expected scenario, prompt, crisis_resources, sweep or "
+            "transcript)"
         )
     typer.echo(dumps(model_schema(kind)), nl=False)
     if write:
