@@ -47,21 +47,28 @@ async def test_two_arms_are_aligned_at_the_fork(tree) -> None:  # type: ignore[n
         statics = [w for w in box.children if isinstance(w, Static)]
         summary = next(w for w in statics if "shared prefix" in _text(w))
         assert "4 turns (exchanges 1-2)" in _text(summary)
-        rows = [w for w in box.children if isinstance(w, Horizontal)][1:]  # the first is the header
-        assert len(rows) == 3  # exchanges 3, 4, 5 after the fork, one row each
-        assert all(len(r.children) == 2 for r in rows)
-        last = rows[-1]
-        guarded_cell, open_cell = (_text(c) for c in last.children)
+        exchanges = list(box.query(".exchange"))
+        assert len(exchanges) == 3  # exchanges 3, 4, 5 after the fork, one each
+        for exchange in exchanges:
+            rows = [r for r in exchange.children if isinstance(r, Horizontal)]
+            assert all(len(r.children) == 2 for r in rows)
+        messages, *verdict_rows = exchanges[-1].children
+        guarded_cell, open_cell = (_text(c) for c in messages.children)
         assert "OPT_GUARDED" in guarded_cell and "OPT_OPEN" in open_cell
-        for cell in (guarded_cell, open_cell):
-            marked = [
-                line for line in cell.splitlines() if line.lstrip("\u2502 ").startswith("\u2260")
+        # one row per criterion across the arms: the verdicts line up, marked where they differ
+        by_criterion = {
+            next(c for c in ("self_harm_response", "no_diagnosis") if c in _text(r.children[0])): [
+                _text(cell).strip("\u2502 ") for cell in r.children
             ]
-            assert len(marked) == 1 and "self_harm_response" in marked[0]
-            assert any(
-                "no_diagnosis" in line and not line.lstrip("\u2502 ").startswith("\u2260")
-                for line in cell.splitlines()
-            )
+            for r in verdict_rows
+        }
+        assert set(by_criterion) == {"self_harm_response", "no_diagnosis"}
+        assert all(c.startswith("\u2260") for c in by_criterion["self_harm_response"])
+        assert not any(c.startswith("\u2260") for c in by_criterion["no_diagnosis"])
+        assert [r.region.y for r in verdict_rows[0].children] == [
+            verdict_rows[0].children[0].region.y
+        ] * 2
+        assert screen.differing == [2]  # the last exchange is the one whose verdicts differ
         # the shared prefix opens on p, shown once (not once per arm)
         await pilot.press("p")
         await settle(pilot)
@@ -70,6 +77,7 @@ async def test_two_arms_are_aligned_at_the_fork(tree) -> None:  # type: ignore[n
         )
         assert opened.count("i say STAGE_START") == 1
         # unpicking an arm leaves nothing to compare
+        await pilot.press("tab")  # from the aligned arms to the arm list
         await pilot.press("space")
         await settle(pilot)
         assert len(screen.query_one("#arms", SelectionList).selected) == 1

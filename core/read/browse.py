@@ -145,6 +145,19 @@ def list_runs(store: Store) -> list[RunSummary]:
         ]
 
 
+def runs_marker(store: Store) -> tuple[Any, ...]:
+    """What changes when a run starts, beats or ends: the count of runs and their latest update
+    and heartbeat, in one row of the small runs table (the TUI polls it to know when to reload)."""
+    q = select(
+        func.count(),
+        func.max(R.updated_at),
+        func.max(R.heartbeat_at),
+        func.sum(case((R.status == "running", 1), else_=0)),
+    )
+    with store.engine.connect() as conn:
+        return tuple(conn.execute(q).one())
+
+
 # --------------------------------------------------------------------------- conversations
 
 

@@ -62,7 +62,7 @@ class AgreementScreen(Screen[None]):
         yield Header()
         yield Static(Text("computing agreement ..."), id="summary")
         yield DataTable(id="pairs", cursor_type="row", zebra_stripes=True)
-        yield Footer()
+        yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
         self.compute()

@@ -158,7 +158,7 @@ class LabelScreen(Screen[None]):
         note.can_focus = False  # digits are level keys until m opens the note
         yield note
         yield Static(id="keys")
-        yield Footer(compact=True)
+        yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
         self.query_one("#context", VerticalScroll).focus()

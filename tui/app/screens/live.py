@@ -82,7 +82,7 @@ class LiveScreen(Screen[None]):
         for name in COLUMNS:
             table.add_column(name, key=name)
         yield table
-        yield Footer()
+        yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
         self.poll()
