@@ -399,6 +399,12 @@ def run_progress(store: Store, run_id: str, now: datetime) -> list[TargetProgres
         ]
 
 
+def run_ids(store: Store) -> list[str]:
+    """Every run's id, newest first (the live view's choice of run)."""
+    with store.engine.connect() as conn:
+        return list(conn.execute(select(R.id).order_by(R.created_at.desc(), R.id)).scalars())
+
+
 def latest_running_run(store: Store) -> str | None:
     """The most recently updated run still marked running, else the most recent run."""
     q = select(R.id).order_by(R.status != "running", R.updated_at.desc())
