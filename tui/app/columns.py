@@ -19,21 +19,32 @@ def fit_widths(
     natural: Sequence[int],
     available: int,
     *,
-    fixed: Sequence[bool] = (),
+    keep: Sequence[int] = (),
+    wants: Sequence[int] = (),
     min_width: int = MIN_WIDTH,
 ) -> list[int]:
-    """Widths no wider than ``natural`` whose sum (with padding) fits ``available`` columns: the
-    widest flexible column loses a column at a time until the row fits (or all are at
-    ``min_width``)."""
+    """Widths no wider than ``natural`` whose sum (with padding) fits ``available`` columns.
+
+    ``keep`` ranks the columns (default 0; higher gives way later; -1 never shrinks): the widest
+    column of the lowest rank loses a column at a time, down to ``min_width``, before the next
+    rank gives any (so the distinguishing columns stay readable at 80 columns). Room left over
+    then widens the columns that ``wants`` wider (a long heading), in order."""
     widths = list(natural)
+    ranks = [keep[i] if i < len(keep) else 0 for i in range(len(widths))]
     room = available - SCROLLBAR - CELL_PADDING * len(widths)
-    flexible = [i for i in range(len(widths)) if not (fixed[i] if i < len(fixed) else False)]
-    while sum(widths) > room:
-        shrinkable = [i for i in flexible if widths[i] > min_width]
-        if not shrinkable:
-            break
-        widest = max(shrinkable, key=lambda i: widths[i])
-        widths[widest] -= 1
+    for rank in sorted({r for r in ranks if r >= 0}):
+        while sum(widths) > room:
+            shrinkable = [
+                i for i in range(len(widths)) if ranks[i] == rank and widths[i] > min_width
+            ]
+            if not shrinkable:
+                break
+            widest = max(shrinkable, key=lambda i: widths[i])
+            widths[widest] -= 1
+    for i, want in enumerate(wants):
+        spare = room - sum(widths)
+        if i < len(widths) and want > widths[i] and spare > 0:
+            widths[i] += min(spare, want - widths[i])
     return widths
 
 

@@ -36,15 +36,17 @@ from tui.app.safe_text import one_line
 
 SORT_LABEL = {"id": "scenario, arm, target", "failures": "failures"}
 LOADING_AFTER_S = 0.2
-# (heading, fixed width?) of the conversations table, failures first: at 80 columns they matter most
+# (heading, rank) of the conversations table, failures first: at 80 columns they matter most.
+# The rank says which columns give way first when the terminal is narrow (tui.app.columns): the
+# id first, the choices and the target (what tells rows apart) last; -1 never shrinks.
 COLUMNS = (
-    ("fails", True),
-    ("scenario", False),
-    ("choices", False),
-    ("target", False),
-    ("cond", False),
-    ("status", True),
-    ("id", False),
+    ("fails", -1),
+    ("scenario", 1),
+    ("choices", 3),
+    ("target", 2),
+    ("cond", 1),
+    ("status", -1),
+    ("id", 0),
 )
 
 
@@ -191,10 +193,15 @@ class BrowseScreen(Screen[None]):
         if dropped:
             headings[3] = f"target {dropped}\u2026"
         if usual:
-            headings[2] = "choices (\u2260 most)"
-        natural = [max([len(h), *(c[i].cell_len for c in cells)]) for i, h in enumerate(headings)]
+            headings[2] = "choices \u2260 most"
+        # a heading's own name counts, not the prefix it names (that may be cut)
+        natural = [
+            max([len(name), *(c[i].cell_len for c in cells)]) for i, (name, _) in enumerate(COLUMNS)
+        ]
         width = table.size.width or self.app.size.width
-        widths = fit_widths(natural, width, fixed=[fixed for _, fixed in COLUMNS])
+        widths = fit_widths(
+            natural, width, keep=[rank for _, rank in COLUMNS], wants=[len(h) for h in headings]
+        )
         table.clear(columns=True)
         for heading, w in zip(headings, widths):
             table.add_column(one_line(heading, w), width=w)

@@ -73,7 +73,7 @@ class LabelScreen(Screen[None]):
         Binding("c", "confidence", "confidence"),
         Binding("m", "note", "note"),
         Binding("right,s", "move(1)", "skip"),
-        Binding("left", "move(-1)", "prev", tooltip="previous item"),
+        Binding("left,p", "move(-1)", "prev", tooltip="previous item"),
         Binding("t", "show_current", "the labelled turn", show=False),
         Binding("j", "scroll_context(1)", "scroll context down", show=False),
         Binding("k", "scroll_context(-1)", "scroll context up", show=False),
