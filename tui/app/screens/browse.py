@@ -147,7 +147,17 @@ class BrowseScreen(Screen[None]):
         marker = runs_marker(self.bp_app.store)
         running = any(r.status == "running" for r in self.runs)
         if marker != self.marker or running:
-            self.app.call_from_thread(self.action_refresh)
+            self.app.call_from_thread(self._refresh_if_idle)
+
+    def _refresh_if_idle(self) -> None:
+        # a reload still in flight is not cancelled by the next tick (on a slow store they would
+        # cancel each other for ever); it is simply not repeated
+        busy = any(
+            w.node is self and w.group in ("runs", "page") and not w.is_finished
+            for w in self.workers
+        )
+        if not busy:
+            self.action_refresh()
 
     def action_refresh(self) -> None:
         self.refreshes += 1

@@ -13,12 +13,14 @@ The aligned pane has the focus when the screen opens: j/k, PageUp/PageDown, Home
 
 from __future__ import annotations
 
+from rich.box import MINIMAL
 from rich.console import Group, RenderableType
+from rich.table import Table
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Header, SelectionList, Static
 
@@ -46,16 +48,21 @@ def arm_label(t: Transcript, keys: list[str]) -> str:
     return " ".join(f"{k}={c.get(k)}" for k in shown) or t.conversation.variant_id
 
 
+def _arm_table(n_arms: int) -> Table:
+    """A column per arm, of equal widths: the header and every exchange use the same, so that
+    they line up."""
+    table = Table(box=MINIMAL, expand=True, show_header=False, padding=(0, 1), show_edge=False)
+    for _ in range(n_arms):
+        table.add_column(ratio=1, overflow="fold")
+    return table
+
+
 class CompareScreen(Screen[None]):
     DEFAULT_CSS = """
     CompareScreen #arms { height: auto; max-height: 5; }
     CompareScreen #aligned { height: 1fr; }
     CompareScreen #aligned:focus { background-tint: $foreground 3%; }
     CompareScreen .exchange { height: auto; margin: 0 0 1 0; }
-    CompareScreen .row { height: auto; }
-    CompareScreen .cell { width: 1fr; height: auto; padding: 0 1; border-left: solid $panel; }
-    CompareScreen .verdicts .cell { padding: 0 1; }
-    CompareScreen .differ { background: $boost; }
     CompareScreen .marker { padding: 0 1; }
     CompareScreen .fork { color: magenta; text-style: bold; }
     """
@@ -89,7 +96,7 @@ class CompareScreen(Screen[None]):
         self.prefix_open = False
         self.expanded = False
         self.fork_at: int | None = None  # turn index of the first turn not shared by all
-        self.exchanges: list[Vertical] = []  # one per exchange after the fork, in order
+        self.exchanges: list[Static] = []  # one per exchange after the fork, in order
         self.differing: list[int] = []  # positions in ``exchanges`` whose verdicts differ
 
     @property
@@ -199,9 +206,10 @@ class CompareScreen(Screen[None]):
         turns = [t.turns for t in arms]
         k = shared_prefix(turns)
         self.fork_at = turns[0][k].index if k < len(turns[0]) else None
-        widgets: list[Static | Horizontal | Vertical] = []
-        header = [Static(one_line(arm_label(t, keys), style="bold"), classes="cell") for t in arms]
-        widgets.append(Horizontal(*header, classes="row"))
+        widgets: list[Static] = []
+        header = _arm_table(len(arms))
+        header.add_row(*(one_line(arm_label(t, keys), style="bold") for t in arms))
+        widgets.append(Static(header, classes="marker"))
         if k:
             last = turns[0][k - 1].exchange
             summary = Text(
@@ -227,9 +235,10 @@ class CompareScreen(Screen[None]):
                 widgets.append(row)
         await box.mount_all(widgets)
 
-    def _exchange(self, arms: list[Transcript], exchange: int, k: int) -> tuple[Vertical, bool]:
-        """The messages of one exchange side by side, then one row per criterion rated in any
-        arm (so that the verdicts line up), ``≠`` where they differ."""
+    def _exchange(self, arms: list[Transcript], exchange: int, k: int) -> tuple[Static, bool]:
+        """One exchange as one table: the arms' messages side by side, then one row per criterion
+        rated in any arm, so that the verdicts line up by construction; ``≠`` where they differ.
+        (One widget per exchange: a 35k-store tree draws in a blink.)"""
         own = [[t for t in arm.turns[k:] if t.exchange == exchange] for arm in arms]
         verdicts = [
             {crit: j for turn in turns for crit, j in self._verdicts(arm, turn.index).items()}
@@ -239,7 +248,8 @@ class CompareScreen(Screen[None]):
         differ = {
             c for c in criteria if len({(v[c].verdict if c in v else None) for v in verdicts}) > 1
         }
-        cells = []
+        table = _arm_table(len(arms))
+        cells: list[RenderableType] = []
         for arm_verdicts, turns in zip(verdicts, own):
             body: list[RenderableType] = []
             for turn in turns:
@@ -249,10 +259,10 @@ class CompareScreen(Screen[None]):
                 ]
             if not turns:
                 body.append(Text("(ended before this exchange)", style="dim"))
-            cells.append(Static(Group(*body), classes="cell"))
-        rows: list[Horizontal] = [Horizontal(*cells, classes="row")]
+            cells.append(Group(*body))
+        table.add_row(*cells)
         for crit in criteria:
-            line_cells = []
+            row: list[RenderableType] = []
             for arm_verdicts in verdicts:
                 j = arm_verdicts.get(crit)
                 line = Text("\u2260 " if crit in differ else "  ", style="bold red")
@@ -262,7 +272,6 @@ class CompareScreen(Screen[None]):
                 parts: list[RenderableType] = [line]
                 if self.expanded and j is not None:
                     parts += verdict_lines([j], expanded=True)[1:]  # its rationale and evidence
-                line_cells.append(Static(Group(*parts), classes="cell"))
-            classes = "row verdicts differ" if crit in differ else "row verdicts"
-            rows.append(Horizontal(*line_cells, classes=classes))
-        return Vertical(*rows, classes="exchange"), bool(differ)
+                row.append(Group(*parts))
+            table.add_row(*row, style="on grey15" if crit in differ else "")
+        return Static(table, classes="exchange"), bool(differ)
