@@ -205,3 +205,36 @@ async def test_browse_refreshes_itself_when_a_run_ends(
         await settle(pilot)
         assert screen.refreshes == before + 1
     store.close()
+
+
+async def test_a_labelled_item_shows_the_earlier_label(tmp_path: Path) -> None:
+    store = small_teen_store(tmp_path / "t.db")
+    app = BranchpointApp(store, annotator="ann", sample_size=4, seed=4)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("L")
+        await settle(pilot)
+        assert "earlier label" not in screen_text(app)
+        await pilot.press("3")  # fail, then back to it
+        await settle(pilot)
+        await pilot.press("left")
+        await settle(pilot)
+        shown = screen_text(app)
+        assert "your earlier label:  fail" in shown
+    store.close()
+
+
+async def test_capital_e_opens_the_evidence_of_every_turn(tmp_path: Path) -> None:
+    store = hand_store(
+        tmp_path / "h.db",
+        ["fine", "skip meals"],
+        [[("no_diagnosis", "pass", "fine")], [("self_harm_response", "fail", "skip meals")]],
+    )
+    app = BranchpointApp(store, conversation="c1")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("E")
+        assert all(v.expanded for v in app.screen.views)
+        await pilot.press("E")
+        assert not any(v.expanded for v in app.screen.views)
+    store.close()

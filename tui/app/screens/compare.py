@@ -106,7 +106,8 @@ class CompareScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Header()
         yield SelectionList[str](id="arms")
-        yield VerticalScroll(id="aligned")
+        # shown until the arms are read (a tree of a big store may take a moment)
+        yield VerticalScroll(Static(Text("loading the arms ..."), classes="marker"), id="aligned")
         yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:

@@ -60,6 +60,7 @@ class TranscriptScreen(Screen[None]):
         Binding("n", "failure('next')", "failure", tooltip="next failure"),
         Binding("N", "failure('previous')", "prev failure", show=False),
         Binding("e", "expand", "evidence", tooltip="rationale and evidence of this turn"),
+        Binding("E", "expand_all", "evidence of every turn", show=False),
         Binding("r", "reasoning", "reasoning", show=False),
         Binding("J", "switch_judge", "judge", tooltip="the next judge's verdicts"),
         Binding("home", "jump(0)", "first turn", show=False),
@@ -193,6 +194,13 @@ class TranscriptScreen(Screen[None]):
     def action_expand(self) -> None:
         if self.views:
             self.views[self.current].toggle_expanded()
+
+    def action_expand_all(self) -> None:
+        # all open if any is closed, else all closed
+        opened = not all(view.expanded for view in self.views)
+        for view in self.views:
+            if view.expanded != opened:
+                view.toggle_expanded()
 
     def action_reasoning(self) -> None:
         if self.views:
