@@ -101,3 +101,47 @@ async def test_the_live_view_shows_only_the_selected_run(tmp_path: Path) -> None
         await settle(pilot)
         assert screen.shown_run == "old-run" and table.row_count == 2
     store.close()
+
+
+async def test_following_the_latest_run_replaces_the_finished_runs_rows(tmp_path: Path) -> None:
+    import sqlite3
+    from datetime import UTC, datetime, timedelta
+
+    from core.records import Conversation, Run
+
+    db = tmp_path / "follow.db"
+    store = open_store(db)
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def add_run(run_id: str, target: str, at: datetime) -> None:
+        with store.session() as s:
+            s.add(Run(id=run_id, status="running", created_at=at, updated_at=at))
+            s.flush()
+            s.add(
+                Conversation(
+                    id=f"{run_id}:c",
+                    run_id=run_id,
+                    scenario_id="scn",
+                    scenario_hash="h",
+                    variant_id="v",
+                    target=target,
+                    status="running",
+                )
+            )
+            s.commit()
+
+    add_run("first", "scripted:first", t0)
+    app = BranchpointApp(store, live_run="")  # follow whichever run is running
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        screen = app.screen
+        assert set(screen.cells) == {"scripted:first"}
+        with sqlite3.connect(db) as conn:  # the first run ends, a second starts
+            conn.execute("UPDATE runs SET status = 'completed' WHERE id = 'first'")
+        add_run("second", "scripted:second", t0 + timedelta(hours=1))
+        await pilot.pause(screen.INTERVAL_S + 0.3)
+        await settle(pilot)
+        assert screen.shown_run == "second"
+        assert set(screen.cells) == {"scripted:second"}
+        assert screen.query_one("#targets", DataTable).row_count == 1
+    store.close()

@@ -48,6 +48,7 @@ class AgreementScreen(Screen[None]):
     AgreementScreen #pairs { height: 1fr; }
     """
     BINDINGS = [Binding("escape,q", "app.pop_screen", "back")]
+    WIDGET_KEYS = (("up, down, pageup, pagedown, home, end", "move in the table"),)
 
     def __init__(self, run_id: str | None = None) -> None:
         super().__init__()
