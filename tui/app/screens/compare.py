@@ -13,6 +13,8 @@ The aligned pane has the focus when the screen opens: j/k, PageUp/PageDown, Home
 
 from __future__ import annotations
 
+import asyncio
+
 from rich.box import MINIMAL
 from rich.console import Group, RenderableType
 from rich.table import Table
@@ -98,6 +100,7 @@ class CompareScreen(Screen[None]):
         self.fork_at: int | None = None  # turn index of the first turn not shared by all
         self.exchanges: list[Static] = []  # one per exchange after the fork, in order
         self.differing: list[int] = []  # positions in ``exchanges`` whose verdicts differ
+        self._rendering = asyncio.Lock()
 
     @property
     def bp_app(self) -> AppContext:
@@ -192,6 +195,12 @@ class CompareScreen(Screen[None]):
         }
 
     async def render_aligned(self) -> None:
+        # the arm list's SelectedChanged and the load both render: one at a time, or the second
+        # would mount beside the first's widgets
+        async with self._rendering:
+            await self._render_aligned()
+
+    async def _render_aligned(self) -> None:
         box = self.query_one("#aligned", VerticalScroll)
         await box.remove_children()
         self.exchanges, self.differing = [], []
