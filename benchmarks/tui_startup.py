@@ -137,11 +137,67 @@ async def _step_time(db: Path) -> tuple[float, float]:
     return step, idle
 
 
+async def _screen_times(db: Path) -> dict[str, float]:
+    """Seconds from each key to its screen drawn with its data, through the pilot at 80x24."""
+    from core.store import open_store
+    from tui.app.app import BranchpointApp
+
+    store = open_store(db, create=False)
+    app = BranchpointApp(store, annotator="tui-startup-benchmark", sample_size=30, seed=0)
+    out: dict[str, float] = {}
+
+    async def settled(pilot) -> None:  # type: ignore[no-untyped-def]
+        for _ in range(3):
+            await pilot.pause()
+            await app.workers.wait_for_complete()
+        await pilot.pause()
+
+    async def timed(name: str, pilot, *keys: str) -> None:  # type: ignore[no-untyped-def]
+        t0 = time.perf_counter()
+        await pilot.press(*keys)
+        await settled(pilot)
+        out[name] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    async with app.run_test(size=(80, 24)) as pilot:
+        while getattr(app.screen, "page", None) is None:
+            await pilot.pause(0.005)
+        await pilot.pause()
+        out["first screen (app start to first page, in process)"] = time.perf_counter() - t0
+        await timed("next page (])", pilot, "right_square_bracket")
+        await timed("sort by failures (s)", pilot, "s")
+        await pilot.press("slash")
+        for ch in "fails:no_diagnosis":
+            await pilot.press(ch)
+        await timed("filter by failing criterion (fails:no_diagnosis)", pilot, "enter")
+        await timed("open transcript (enter)", pilot, "enter")
+        await pilot.press("escape")
+        await settled(pilot)
+        await timed("compare (c)", pilot, "c")
+        await pilot.press("escape")
+        await settled(pilot)
+        await timed("L (blind labelling sample of 30)", pilot, "L")
+        for key in "11111":  # five labels, for the agreement screen
+            await pilot.press(key)
+            await settled(pilot)
+        await pilot.press("escape")
+        await settled(pilot)
+        await timed("R (realism sample of 30)", pilot, "R")
+        await pilot.press("escape")
+        await settled(pilot)
+        await timed("A (agreement)", pilot, "A")
+    store.close()
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", type=Path, default=DEFAULT_DB)
     parser.add_argument("--rebuild", action="store_true")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--screens-only", action="store_true", help="only the pilot timings of the screens"
+    )
     parser.add_argument("--child", nargs=2, metavar=("DB", "STARTED"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -150,6 +206,12 @@ def main() -> None:
     if args.rebuild or not args.db.exists():
         args.db.unlink(missing_ok=True)
         build(args.db)
+    if args.screens_only:
+        import asyncio
+
+        for name, seconds in asyncio.run(_screen_times(args.db)).items():
+            print(f"{name}: {seconds:.3f} s")
+        return
     env = dict(os.environ, LITELLM_LOCAL_MODEL_COST_MAP="True", HF_HUB_OFFLINE="1")
     figures = []
     for _ in range(args.repeat):
@@ -178,6 +240,9 @@ def main() -> None:
             print(f"  {name}: {seconds:.3f}")
     import asyncio
 
+    print("through the pilot at 80x24, key to screen drawn with its data (target < 1 s each):")
+    for name, seconds in asyncio.run(_screen_times(args.db)).items():
+        print(f"  {name}: {seconds:.3f} s")
     step, idle = asyncio.run(_step_time(args.db))
     print(
         f"step one turn (j) through the pilot: {step * 1000:.0f} ms; an unbound key: "

@@ -17,7 +17,7 @@ from sqlalchemy import and_, case, exists, func, literal, select
 from sqlalchemy.sql import ColumnElement, Select
 from sqlmodel import select as orm_select
 
-from core.human_labels import REALISM_RUBRIC
+from core.human_labels import REALISM_RUBRIC, LabelItem, label_id
 from core.records import Conversation, HumanLabel, Judgment, Run, Turn
 from core.scales import WORST_LEVELS
 from core.store import Store
@@ -143,6 +143,19 @@ def list_runs(store: Store) -> list[RunSummary]:
             )
             for r in conn.execute(q)
         ]
+
+
+def runs_marker(store: Store) -> tuple[Any, ...]:
+    """What changes when a run starts, beats or ends: the count of runs and their latest update
+    and heartbeat, in one row of the small runs table (the TUI polls it to know when to reload)."""
+    q = select(
+        func.count(),
+        func.max(R.updated_at),
+        func.max(R.heartbeat_at),
+        func.sum(case((R.status == "running", 1), else_=0)),
+    )
+    with store.engine.connect() as conn:
+        return tuple(conn.execute(q).one())
 
 
 # --------------------------------------------------------------------------- conversations
@@ -386,11 +399,42 @@ def run_progress(store: Store, run_id: str, now: datetime) -> list[TargetProgres
         ]
 
 
+def run_ids(store: Store) -> list[str]:
+    """Every run's id, newest first (the live view's choice of run)."""
+    with store.engine.connect() as conn:
+        return list(conn.execute(select(R.id).order_by(R.created_at.desc(), R.id)).scalars())
+
+
 def latest_running_run(store: Store) -> str | None:
     """The most recently updated run still marked running, else the most recent run."""
     q = select(R.id).order_by(R.status != "running", R.updated_at.desc())
     with store.engine.connect() as conn:
         return conn.execute(q.limit(1)).scalar_one_or_none()
+
+
+# --------------------------------------------------------------------------- earlier labels
+
+
+class EarlierLabel(BaseModel):
+    """What an annotator gave an item before (shown when the item comes round again)."""
+
+    verdict: str | None  # None: not applicable
+    blind: bool | None
+
+
+def earlier_labels(
+    store: Store, annotator: str, items: list[LabelItem]
+) -> dict[LabelItem, EarlierLabel]:
+    """This annotator's labels on ``items``, by item: a primary-key lookup per 500 items."""
+    ids = {label_id(annotator, it): it for it in items}
+    keys = list(ids)
+    out: dict[LabelItem, EarlierLabel] = {}
+    with store.engine.connect() as conn:
+        for i in range(0, len(keys), 500):
+            q = select(H.id, H.verdict, H.blind).where(H.id.in_(keys[i : i + 500]))
+            for key, verdict, blind in conn.execute(q):
+                out[ids[key]] = EarlierLabel(verdict=verdict, blind=blind)
+    return out
 
 
 # --------------------------------------------------------------------------- agreement inputs

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 from fixtures.tui.helpers import settle, tree_store
-from textual.containers import Horizontal
 from textual.widgets import SelectionList, Static
 
 from core.read.browse import shared_prefix, tree_arms
@@ -47,21 +46,30 @@ async def test_two_arms_are_aligned_at_the_fork(tree) -> None:  # type: ignore[n
         statics = [w for w in box.children if isinstance(w, Static)]
         summary = next(w for w in statics if "shared prefix" in _text(w))
         assert "4 turns (exchanges 1-2)" in _text(summary)
-        rows = [w for w in box.children if isinstance(w, Horizontal)][1:]  # the first is the header
-        assert len(rows) == 3  # exchanges 3, 4, 5 after the fork, one row each
-        assert all(len(r.children) == 2 for r in rows)
-        last = rows[-1]
-        guarded_cell, open_cell = (_text(c) for c in last.children)
-        assert "OPT_GUARDED" in guarded_cell and "OPT_OPEN" in open_cell
-        for cell in (guarded_cell, open_cell):
-            marked = [
-                line for line in cell.splitlines() if line.lstrip("\u2502 ").startswith("\u2260")
-            ]
-            assert len(marked) == 1 and "self_harm_response" in marked[0]
-            assert any(
-                "no_diagnosis" in line and not line.lstrip("\u2502 ").startswith("\u2260")
-                for line in cell.splitlines()
-            )
+        exchanges = list(box.query(".exchange"))
+        assert len(exchanges) == 3  # exchanges 3, 4, 5 after the fork, one each
+        last = _text(exchanges[-1])
+        guarded_col, open_col = zip(
+            *(line.split("\u2502") for line in last.splitlines() if "\u2502" in line)
+        )
+        assert "OPT_GUARDED" in "".join(guarded_col) and "OPT_OPEN" in "".join(open_col)
+        # one line per criterion across the arms: the verdicts line up, marked where they differ
+        lines = {
+            crit: line
+            for line in last.splitlines()
+            for crit in ("self_harm_response", "no_diagnosis")
+            if crit in line
+        }
+        assert lines["self_harm_response"].count("self_harm_response") == 2
+        assert lines["self_harm_response"].count("\u2260") == 2
+        assert (
+            lines["self_harm_response"].count("pass") == 1 and "fail" in lines["self_harm_response"]
+        )
+        assert (
+            lines["no_diagnosis"].count("no_diagnosis") == 2
+            and "\u2260" not in lines["no_diagnosis"]
+        )
+        assert screen.differing == [2]  # the last exchange is the one whose verdicts differ
         # the shared prefix opens on p, shown once (not once per arm)
         await pilot.press("p")
         await settle(pilot)
@@ -70,6 +78,7 @@ async def test_two_arms_are_aligned_at_the_fork(tree) -> None:  # type: ignore[n
         )
         assert opened.count("i say STAGE_START") == 1
         # unpicking an arm leaves nothing to compare
+        await pilot.press("tab")  # from the aligned arms to the arm list
         await pilot.press("space")
         await settle(pilot)
         assert len(screen.query_one("#arms", SelectionList).selected) == 1

@@ -53,16 +53,20 @@ def tui_command(
         raise UserError("--annotator: empty name (expected who labels, e.g. --annotator alice)")
     store = open_store(db, create=False)
     try:
-        BranchpointApp(
+        app = BranchpointApp(
             store,
             annotator=name,
             conversation=conversation,
             live_run=live,
             sample_size=sample,
             seed=seed,
-        ).run()
+        )
+        app.run()
     finally:
         store.close()
+    # Textual prints the traceback of a crash and returns; the exit status must say it failed
+    if app.return_code:
+        raise typer.Exit(app.return_code)
 
 
 def register(app: typer.Typer) -> None:

@@ -48,6 +48,7 @@ class AgreementScreen(Screen[None]):
     AgreementScreen #pairs { height: 1fr; }
     """
     BINDINGS = [Binding("escape,q", "app.pop_screen", "back")]
+    WIDGET_KEYS = (("up, down, pageup, pagedown, home, end", "move in the table"),)
 
     def __init__(self, run_id: str | None = None) -> None:
         super().__init__()
@@ -62,7 +63,7 @@ class AgreementScreen(Screen[None]):
         yield Header()
         yield Static(Text("computing agreement ..."), id="summary")
         yield DataTable(id="pairs", cursor_type="row", zebra_stripes=True)
-        yield Footer()
+        yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
         self.compute()

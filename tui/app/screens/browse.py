@@ -1,7 +1,15 @@
 """The first screen: runs with their counts, and a paged, filterable list of conversations.
 
 Each page is one SQL query (``core.read.browse.conversations_page``) run in a worker thread, so a
-store of tens of thousands of conversations opens as fast as a small one and the UI never waits.
+store of tens of thousands of conversations opens as fast as a small one and the UI never waits;
+a query that takes over 200 ms shows a loading indicator.
+
+The screen stays fresh: ``r`` reloads it, and a timer every ``REFRESH_S`` seconds reads a marker of
+the runs table (a one-row query); when that changes (a run started, beat, ended), or while a run
+is running, the run counts and the current page are read again.
+
+Columns are sized to the terminal and to their cells (``tui.app.columns``): choices show only the
+options that set a row apart from most rows of the page, targets lose the prefix they all share.
 """
 
 from __future__ import annotations
@@ -19,33 +27,57 @@ from core.read.browse import (
     RunSummary,
     conversations_page,
     list_runs,
+    runs_marker,
 )
-from tui.app.choices import choices_summary
+from tui.app.columns import common_prefix, distinguishing_choices, fit_widths, usual_choices
 from tui.app.context import AppContext
 from tui.app.filter_query import HELP, FilterError, parse_filter
 from tui.app.safe_text import one_line
 
+SORT_LABEL = {"id": "scenario, arm, target", "failures": "failures"}
+LOADING_AFTER_S = 0.2
+# (heading, rank) of the conversations table, failures first: at 80 columns they matter most.
+# The rank says which columns give way first when the terminal is narrow (tui.app.columns): the
+# id first, the choices and the target (what tells rows apart) last; -1 never shrinks.
+COLUMNS = (
+    ("fails", -1),
+    ("scenario", 1),
+    ("choices", 3),
+    ("target", 2),
+    ("cond", 1),
+    ("status", -1),
+    ("id", 0),
+)
+
 
 class BrowseScreen(Screen[None]):
     DEFAULT_CSS = """
-    BrowseScreen #runs { height: 5; }
+    BrowseScreen #runs { height: auto; max-height: 5; }
     BrowseScreen #conversations { height: 1fr; }
     BrowseScreen #pager { height: 1; background: $panel; }
     BrowseScreen #filter { margin: 0; }
     """
     BINDINGS = [
         Binding("enter", "open_current", "open transcript", show=False),
-        Binding("slash", "focus_filter", "filter"),
-        Binding("s", "toggle_sort", "sort"),
-        Binding("right_square_bracket", "page(1)", "next page"),
-        Binding("left_square_bracket", "page(-1)", "prev page"),
-        Binding("c", "compare", "compare arms"),
-        Binding("L", "label_sample", "label sample"),
-        Binding("R", "rate_realism", "rate realism"),
-        Binding("A", "agreement", "agreement"),
-        Binding("w", "live", "live"),
+        Binding("slash", "focus_filter", "filter", tooltip="filter the conversations"),
+        Binding("escape", "leave_filter", "leave the filter", show=False),
+        Binding("s", "toggle_sort", "sort", tooltip="sort by failures / by scenario, arm, target"),
+        Binding("right_square_bracket", "page(1)", "next page", show=False),
+        Binding("left_square_bracket", "page(-1)", "previous page", show=False),
+        Binding("r", "refresh", "refresh", tooltip="read the runs and the page again"),
+        Binding("c", "compare", "compare", tooltip="compare the arms of this conversation's tree"),
+        Binding("L", "label_sample", "label", tooltip="label a blind sample of chatbot turns"),
+        Binding("R", "rate_realism", "realism", tooltip="rate persona realism (blind)"),
+        Binding("A", "agreement", "agreement of people and judges", show=False),
+        Binding("w", "live", "live", tooltip="watch a run (the live view)"),
         Binding("q", "app.quit", "quit"),
     ]
+    WIDGET_KEYS = (
+        ("tab, shift+tab", "move between the runs, the filter and the conversations"),
+        ("up, down, pageup, pagedown, home, end", "move in the focused table"),
+        ("enter", "on a run: show only its conversations (again: all); on a conversation: open it"),
+    )
+    REFRESH_S = 2.0
 
     def __init__(self) -> None:
         super().__init__()
@@ -53,6 +85,8 @@ class BrowseScreen(Screen[None]):
         self.page_offset = 0
         self.page: Page | None = None
         self.runs: list[RunSummary] = []
+        self.marker: object = None
+        self.refreshes = 0
 
     @property
     def bp_app(self) -> AppContext:
@@ -64,71 +98,133 @@ class BrowseScreen(Screen[None]):
         runs.add_columns("run", "kind", "status", "convs", "done", "failed", "name")
         yield runs
         yield Input(placeholder="filter: " + HELP, id="filter")
-        table: DataTable[Text] = DataTable(
-            id="conversations", cursor_type="row", zebra_stripes=True
-        )
-        # failures first: at 80 columns the last ones are off screen
-        table.add_column("fails", width=5)
-        table.add_column("scenario", width=14)
-        table.add_column("choices", width=24)
-        table.add_column("target", width=14)
-        table.add_column("cond", width=8)
-        table.add_column("status", width=9)
-        table.add_column("id", width=16)
-        yield table
+        yield DataTable(id="conversations", cursor_type="row", zebra_stripes=True)
         yield Static(id="pager")
-        yield Footer()
+        yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
         self.query_one("#conversations", DataTable).focus()
         self.load_runs()
         self.load_page()
+        self.set_interval(self.REFRESH_S, self.check_fresh)
+
+    def on_resize(self) -> None:
+        if self.page is not None:
+            self._show_page(self.page)
 
     # ------------------------------------------------------------------ data
 
     @work(thread=True, exclusive=True, group="runs")
     def load_runs(self) -> None:
-        runs = list_runs(self.bp_app.store)
-        self.app.call_from_thread(self._show_runs, runs)
+        store = self.bp_app.store
+        marker = runs_marker(store)
+        runs = list_runs(store)
+        self.app.call_from_thread(self._show_runs, runs, marker)
 
-    def _show_runs(self, runs: list[RunSummary]) -> None:
-        self.runs = runs
+    def _show_runs(self, runs: list[RunSummary], marker: object) -> None:
+        self.runs, self.marker = runs, marker
         table = self.query_one("#runs", DataTable)
+        row = table.cursor_row
         table.clear()
         for r in runs:
             table.add_row(
-                one_line(r.id, 24),
+                one_line(r.id),  # never cut: it is what --run and the CLI take
                 Text(r.kind),
-                Text(r.status),
+                Text(r.status, style="yellow" if r.status == "running" else ""),
                 Text(str(r.n_conversations)),
                 Text(str(r.n_completed)),
                 Text(str(r.n_failed)),
                 one_line(r.name or "", 40),
                 key=r.id,
             )
+        if runs:
+            table.move_cursor(row=min(row, len(runs) - 1))
+
+    @work(thread=True, exclusive=True, group="fresh")
+    def check_fresh(self) -> None:
+        """Reload when the runs changed, and keep reloading while one is running (cheap: the
+        marker is one row of the small runs table)."""
+        marker = runs_marker(self.bp_app.store)
+        running = any(r.status == "running" for r in self.runs)
+        if marker != self.marker or running:
+            self.app.call_from_thread(self._refresh_if_idle)
+
+    def _refresh_if_idle(self) -> None:
+        # a reload still in flight is not cancelled by the next tick (on a slow store they would
+        # cancel each other for ever); it is simply not repeated
+        busy = any(
+            w.node is self and w.group in ("runs", "page") and not w.is_finished
+            for w in self.workers
+        )
+        if not busy:
+            self.action_refresh()
+
+    def action_refresh(self) -> None:
+        self.refreshes += 1
+        self.load_runs()
+        self.load_page(keep_cursor=True)
 
     @work(thread=True, exclusive=True, group="page")
-    def load_page(self) -> None:
-        page = conversations_page(
-            self.bp_app.store, self.filter, self.page_offset, self.bp_app.page_size
+    def load_page(self, keep_cursor: bool = False) -> None:
+        timer = self.app.call_from_thread(
+            self.set_timer, LOADING_AFTER_S, lambda: self._loading(True)
         )
-        self.app.call_from_thread(self._show_page, page)
+        try:
+            page = conversations_page(
+                self.bp_app.store, self.filter, self.page_offset, self.bp_app.page_size
+            )
+        finally:
+            self.app.call_from_thread(timer.stop)
+        self.app.call_from_thread(self._show_page, page, keep_cursor)
 
-    def _show_page(self, page: Page) -> None:
+    def _loading(self, on: bool) -> None:
+        self.query_one("#conversations", DataTable).loading = on
+
+    def _show_page(self, page: Page, keep_cursor: bool = True) -> None:
         self.page = page
         table = self.query_one("#conversations", DataTable)
-        table.clear()
-        for row in page.rows:
-            table.add_row(
-                Text(str(row.n_fail), style="bold red" if row.n_fail else "dim"),
-                one_line(row.scenario_id, 14),
-                one_line(choices_summary(row.choices), 24),
-                one_line(row.target, 14),
-                one_line(row.condition, 8),
-                one_line(row.status, 9),
-                Text(row.id, style="dim"),
-                key=row.id,
+        self._loading(False)
+        row = table.cursor_row if keep_cursor else 0
+        usual = usual_choices([r.choices for r in page.rows])
+        dropped = common_prefix([r.target for r in page.rows])
+        cells = [
+            (
+                Text(str(r.n_fail), style="bold red" if r.n_fail else "dim"),
+                one_line(r.scenario_id),
+                one_line(distinguishing_choices(r.choices, usual)),
+                one_line(r.target[len(dropped) :]),
+                one_line(r.condition),
+                one_line(r.status),
+                Text(r.id, style="dim"),
             )
+            for r in page.rows
+        ]
+        headings = [name for name, _ in COLUMNS]
+        if dropped:
+            headings[3] = f"target {dropped}\u2026"
+        if usual:
+            headings[2] = "choices \u2260 most"
+        # a heading's own name counts, not the prefix it names (that may be cut)
+        natural = [
+            max([len(name), *(c[i].cell_len for c in cells)]) for i, (name, _) in enumerate(COLUMNS)
+        ]
+        width = table.size.width or self.app.size.width
+        widths = fit_widths(
+            natural, width, keep=[rank for _, rank in COLUMNS], wants=[len(h) for h in headings]
+        )
+        table.clear(columns=True)
+        for heading, w in zip(headings, widths):
+            table.add_column(one_line(heading, w), width=w)
+        for r, row_cells in zip(page.rows, cells):
+            table.add_row(
+                *(
+                    c if c.cell_len <= w else one_line(c.plain, w, style=str(c.style))
+                    for c, w in zip(row_cells, widths)
+                ),
+                key=r.id,
+            )
+        if page.rows:
+            table.move_cursor(row=min(row, len(page.rows) - 1))
         self._show_pager()
 
     def _show_pager(self, problem: str | None = None) -> None:
@@ -137,7 +233,7 @@ class BrowseScreen(Screen[None]):
         if page is not None:
             first = page.offset + 1 if page.rows else 0
             text.append(f"{first}-{page.offset + len(page.rows)} of {page.total}", style="bold")
-            text.append(f"  sort: {self.filter.sort}")
+            text.append(f"  sort: {SORT_LABEL[self.filter.sort]}")
         if self.filter.run_id:
             text.append("  run: ")
             text.append_text(one_line(self.filter.run_id, 24))
@@ -185,6 +281,11 @@ class BrowseScreen(Screen[None]):
 
     def action_focus_filter(self) -> None:
         self.query_one("#filter", Input).focus()
+
+    def action_leave_filter(self) -> None:
+        """Escape leaves the filter box (its text stays; enter applies it)."""
+        if self.query_one("#filter", Input).has_focus:
+            self.query_one("#conversations", DataTable).focus()
 
     def action_toggle_sort(self) -> None:
         sort = "failures" if self.filter.sort == "id" else "id"

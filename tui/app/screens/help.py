@@ -1,4 +1,9 @@
-"""``?``: every key of the screen underneath and of the app, in a dialog that any key closes."""
+"""``?``: every key of the screen underneath and of the app, in a dialog that any key closes.
+
+A binding's tooltip, where it has one, is its long description (the footer shows the short one);
+a screen's ``WIDGET_KEYS`` lists the keys its panes handle themselves (space in a list, Tab between
+panes, scrolling), so that the dialog names every key that does something on that screen.
+"""
 
 from __future__ import annotations
 
@@ -31,7 +36,10 @@ def bindings_table(screen: Screen[object]) -> Table:
             if binding.key in seen or not binding.description:
                 continue
             seen.add(binding.key)
-            table.add_row(Text(_key_name(screen, binding), style="bold"), Text(binding.description))
+            does = binding.tooltip or binding.description
+            table.add_row(Text(_key_name(screen, binding), style="bold"), Text(does))
+    for keys, does in getattr(screen, "WIDGET_KEYS", ()):
+        table.add_row(Text(keys, style="bold"), Text(does))
     return table
 
 
@@ -48,7 +56,7 @@ class HelpScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
-            yield Static(Text("Keys (the mouse is optional)", style="bold"))
+            yield Static(Text("Keys of this screen (any key closes this)", style="bold"))
             yield Static(bindings_table(self.below), id="keys")
 
     def bindings_text(self) -> str:

@@ -1,7 +1,13 @@
 """Blind labelling: one queue item at a time, a single key per level, stored at once.
 
-The judge's verdict, the target and the arm are hidden until ``v`` reveals them; a label given
-after revealing is stored as not blind. Each label records its annotator, the seconds spent on the
+Blind means blind: nothing that names the arm or the model is drawn (no fired branch points,
+branch state, events or persona retries in the turn headers; no target, condition, simulator,
+variant choices or judge verdicts) until ``v`` reveals them, and a label given after revealing the
+item (even once, then moving away and back) is stored as not blind. The queue of one conversation
+opened from its transcript (``l``) is never blind: that screen showed all of it.
+
+The labelled turn is marked and scrolled into view whenever an item is shown; the context turns
+before it scroll with j/k, PageUp/PageDown and Home/End (the context pane takes the focus). Each label records its annotator, the seconds spent on the
 item, the blind flag and an optional confidence. Queues are deterministic (``core.human_labels``),
 so reopening one resumes at the first item this annotator has not labelled.
 """
@@ -26,12 +32,11 @@ from core.human_labels import (
     LabelItem,
     LabelRow,
     conversation_queue,
-    labelled,
     realism_queue,
     sample_queue,
     save_label,
 )
-from core.read.browse import Transcript, get_transcript
+from core.read.browse import EarlierLabel, Transcript, earlier_labels, get_transcript
 from tui.app.choices import choices_summary
 from tui.app.context import AppContext
 from tui.app.label_scales import criterion_definition, levels_for
@@ -43,6 +48,7 @@ if TYPE_CHECKING:
 
 QueueBuilder = Callable[[AppContext], list[LabelItem]]
 CONTEXT_TURNS = 4  # turns shown before the one being labelled
+CURRENT_MARK = "\u25b6 the turn you label"
 
 
 class LabelScreen(Screen[None]):
@@ -50,6 +56,9 @@ class LabelScreen(Screen[None]):
     LabelScreen #progress { height: 1; background: $panel; padding: 0 1; }
     LabelScreen #criterion { height: auto; max-height: 4; padding: 0 1; }
     LabelScreen #context { height: 1fr; padding: 0 1; }
+    LabelScreen #context:focus { background-tint: $foreground 3%; }
+    LabelScreen #context .current { border-left: thick yellow; }
+    LabelScreen #context .context { color: $text-muted; }
     LabelScreen #reveal { height: auto; padding: 0 1; color: $text-muted; }
     LabelScreen #keys { height: auto; padding: 0 1; background: $panel; }
     LabelScreen #note { margin: 0; }
@@ -60,22 +69,33 @@ class LabelScreen(Screen[None]):
         Binding("3", "label(3)", "level 3", show=False),
         Binding("4", "label(4)", "level 4", show=False),
         Binding("0", "label(0)", "not applicable", show=False),
-        Binding("v", "reveal", "reveal"),
+        Binding("v", "reveal", "reveal", tooltip="reveal verdict, target and arm (not blind)"),
         Binding("c", "confidence", "confidence"),
         Binding("m", "note", "note"),
         Binding("right,s", "move(1)", "skip"),
-        Binding("left", "move(-1)", "previous"),
+        Binding("left,p", "move(-1)", "prev", tooltip="previous item"),
+        Binding("t", "show_current", "the labelled turn", show=False),
+        Binding("j", "scroll_context(1)", "scroll context down", show=False),
+        Binding("k", "scroll_context(-1)", "scroll context up", show=False),
         Binding("escape,q", "app.pop_screen", "back"),
     ]
+    # keys that the focused pane handles (listed by ?)
+    WIDGET_KEYS = (
+        ("pagedown, pageup", "scroll the context a page"),
+        ("home, end", "top of the context, the labelled turn"),
+        ("tab", "focus the context pane (or the note while writing one)"),
+        ("enter, escape", "keep the note and leave it (while writing one)"),
+    )
 
-    def __init__(self, build: QueueBuilder, title: str) -> None:
+    def __init__(self, build: QueueBuilder, title: str, *, blind: bool = True) -> None:
         super().__init__()
         self.build = build
         self.queue_title = title
+        self.blind_queue = blind
         self.items: list[LabelItem] = []
-        self.done: set[LabelItem] = set()
+        self.earlier: dict[LabelItem, EarlierLabel] = {}
+        self.revealed_items: set[LabelItem] = set()
         self.position = 0
-        self.revealed = False
         self.confidence: str | None = None
         self.shown_at = time.monotonic()
         self.transcripts: dict[str, Transcript | None] = {}
@@ -93,7 +113,12 @@ class LabelScreen(Screen[None]):
 
     @classmethod
     def conversations(cls, ids: list[str]) -> LabelScreen:
-        return cls(lambda app: conversation_queue(app.store, ids), "every turn of the conversation")
+        # opened from a transcript that showed the verdicts and the arm: never blind
+        return cls(
+            lambda app: conversation_queue(app.store, ids),
+            "every turn of the conversation (not blind: opened from its transcript)",
+            blind=False,
+        )
 
     @classmethod
     def realism(cls, *, run_id: str | None) -> LabelScreen:
@@ -114,37 +139,49 @@ class LabelScreen(Screen[None]):
     def item(self) -> LabelItem | None:
         return self.items[self.position] if 0 <= self.position < len(self.items) else None
 
+    @property
+    def done(self) -> set[LabelItem]:
+        return set(self.earlier)
+
+    @property
+    def revealed(self) -> bool:
+        """Whether what identifies the arm is shown for the current item."""
+        return not self.blind_queue or self.item in self.revealed_items
+
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static(Text("building the queue ..."), id="progress")
         yield Static(id="criterion")
-        context = VerticalScroll(id="context")
-        context.can_focus = False
-        yield context
+        yield VerticalScroll(id="context")
         yield Static(id="reveal")
         note = Input(placeholder="note (m to write, enter to keep)", id="note")
         note.can_focus = False  # digits are level keys until m opens the note
         yield note
         yield Static(id="keys")
-        yield Footer()
+        yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
+        self.query_one("#context", VerticalScroll).focus()
         self.load_queue()
 
     @work(thread=True, exclusive=True, group="queue")
     def load_queue(self) -> None:
         items = self.build(self.bp_app)
-        done = labelled(self.store, self.bp_app.annotator, items)
-        first = next((i for i, it in enumerate(items) if it not in done), len(items))
+        earlier = earlier_labels(self.store, self.bp_app.annotator, items)
+        first = next((i for i, it in enumerate(items) if it not in earlier), len(items))
         transcript = (
             get_transcript(self.store, items[first].conversation_id) if first < len(items) else None
         )
-        self.app.call_from_thread(self._start, items, done, first, transcript)
+        self.app.call_from_thread(self._start, items, earlier, first, transcript)
 
     def _start(
-        self, items: list[LabelItem], done: set[LabelItem], first: int, t: Transcript | None
+        self,
+        items: list[LabelItem],
+        earlier: dict[LabelItem, EarlierLabel],
+        first: int,
+        t: Transcript | None,
     ) -> None:
-        self.items, self.done, self.position = items, done, first
+        self.items, self.earlier, self.position = items, earlier, first
         if t is not None:
             self.transcripts[t.conversation.id] = t
         self.shown_at = time.monotonic()
@@ -173,10 +210,10 @@ class LabelScreen(Screen[None]):
 
     def _show(self) -> None:
         progress = Text()
-        progress.append(f"{len(self.done)}/{len(self.items)} labelled", style="bold")
+        progress.append(f"{len(self.earlier)}/{len(self.items)} labelled", style="bold")
         progress.append(f"  item {min(self.position + 1, len(self.items))}  annotator ")
         progress.append_text(one_line(self.bp_app.annotator, 20))
-        progress.append("  BLIND" if not self.revealed else "  REVEALED", style="bold")
+        progress.append("  REVEALED" if self.revealed else "  BLIND", style="bold")
         progress.append_text(one_line(f"  {self.queue_title}", 40, style="dim"))
         self.query_one("#progress", Static).update(progress)
         item = self.item
@@ -190,8 +227,11 @@ class LabelScreen(Screen[None]):
             return
         crit = Text("criterion ", style="bold")
         crit.append_text(one_line(item.criterion_id, 40, style="bold"))
-        if item in self.done:
-            crit.append("  (labelled already; a new label replaces it)", style="dim")
+        before = self.earlier.get(item)
+        if before is not None:
+            crit.append("  your earlier label: ", style="dim")
+            crit.append_text(verdict_badge(before.verdict))
+            crit.append(" (a new label replaces it)", style="dim")
         definition = criterion_definition(item.rubric_id, item.criterion_id)
         self.query_one("#criterion", Static).update(
             Group(crit, untrusted(definition, style="italic")) if definition else crit
@@ -201,6 +241,7 @@ class LabelScreen(Screen[None]):
         t = self.transcripts.get(item.conversation_id)
         if t is not None:
             context.mount_all(self._context_widgets(t, item))
+            self.call_after_refresh(self.action_show_current)
         self.query_one("#reveal", Static).update(self._reveal_text(t, item))
         keys = Text()
         for key, level in self._levels(item):
@@ -212,16 +253,17 @@ class LabelScreen(Screen[None]):
     def _context_widgets(self, t: Transcript, item: LabelItem) -> list[Static]:
         target = item.turn_index if item.turn_index is not None else len(t.turns) - 1
         start = max(0, target - CONTEXT_TURNS)
+        blind = not self.revealed
         widgets: list[Static] = []
         for turn in t.turns[start : target + 1]:
-            body: list[RenderableType] = [turn_header(turn), untrusted(turn.content or "")]
-            classes = "current" if turn.index == item.turn_index else "context"
-            widget = Static(Group(*body), classes=classes)
-            if classes == "current":
-                widget.styles.border_left = ("thick", "yellow")
-            else:
-                widget.styles.color = "gray"
-            widgets.append(widget)
+            current = turn.index == item.turn_index
+            body: list[RenderableType] = []
+            if current:
+                body.append(Text(CURRENT_MARK, style="bold black on yellow"))
+            body += [turn_header(turn, blind=blind), untrusted(turn.content or "")]
+            widgets.append(
+                Static(Group(*body), classes="current" if current else "context", id=None)
+            )
         return widgets
 
     def _reveal_text(self, t: Transcript | None, item: LabelItem) -> Text:
@@ -233,6 +275,8 @@ class LabelScreen(Screen[None]):
         c = t.conversation
         out = Text("target ")
         out.append_text(one_line(c.target, 30))
+        out.append("  condition ")
+        out.append_text(one_line(c.condition, 16))
         out.append("  arm ")
         out.append_text(one_line(choices_summary(c.choices) or "-", 40))
         out.append("  simulator ")
@@ -247,6 +291,18 @@ class LabelScreen(Screen[None]):
 
     # Actions -------------------------------------------------------------------------------
 
+    def action_show_current(self) -> None:
+        """Scroll the context so that the labelled turn starts at its top."""
+        for widget in self.query("#context .current"):
+            widget.scroll_visible(top=True, animate=False, immediate=True)
+
+    def action_scroll_context(self, step: int) -> None:
+        context = self.query_one("#context", VerticalScroll)
+        if step > 0:
+            context.scroll_down(animate=False)
+        else:
+            context.scroll_up(animate=False)
+
     def action_label(self, key: int) -> None:
         item = self.item
         if item is None:
@@ -256,6 +312,7 @@ class LabelScreen(Screen[None]):
             self.notify(f"{key}: not a level of this scale", markup=False, severity="warning")
             return
         note = self.query_one("#note", Input)
+        blind = not self.revealed
         save_label(
             self.store,
             LabelRow(
@@ -268,10 +325,10 @@ class LabelScreen(Screen[None]):
                 note=note.value,
                 confidence=self.confidence,
                 time_spent_s=round(time.monotonic() - self.shown_at, 3),
-                blind=not self.revealed,
+                blind=blind,
             ),
         )
-        self.done.add(item)
+        self.earlier[item] = EarlierLabel(verdict=levels[str(key)], blind=blind)
         note.value = ""
         self.confidence = None
         self.action_move(1)
@@ -280,12 +337,13 @@ class LabelScreen(Screen[None]):
         if not self.items:
             return
         self.position = max(0, min(len(self.items), self.position + step))
-        self.revealed = False
         self.shown_at = time.monotonic()  # time spent counts from when the item is shown
         self._show()
 
     def action_reveal(self) -> None:
-        self.revealed = True
+        item = self.item
+        if item is not None:
+            self.revealed_items.add(item)  # for good: a later label on it is not blind
         self._show()
 
     def action_confidence(self) -> None:
@@ -302,7 +360,7 @@ class LabelScreen(Screen[None]):
     def keep_note(self) -> None:
         note = self.query_one("#note", Input)
         note.can_focus = False
-        self.set_focus(None)
+        self.query_one("#context", VerticalScroll).focus()
 
     def on_key(self, event: events.Key) -> None:
         note = self.query_one("#note", Input)

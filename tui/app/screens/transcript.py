@@ -55,17 +55,18 @@ class TranscriptScreen(Screen[None]):
     TranscriptScreen .fork { color: magenta; }
     """
     BINDINGS = [
-        Binding("j,down", "step(1)", "next turn"),
-        Binding("k,up", "step(-1)", "prev turn"),
-        Binding("n", "failure('next')", "next failure"),
-        Binding("N", "failure('previous')", "prev failure"),
-        Binding("e", "expand", "evidence"),
-        Binding("r", "reasoning", "reasoning"),
-        Binding("J", "switch_judge", "judge"),
+        Binding("j,down", "step(1)", "next", tooltip="next turn"),
+        Binding("k,up", "step(-1)", "previous turn", show=False),
+        Binding("n", "failure('next')", "failure", tooltip="next failure"),
+        Binding("N", "failure('previous')", "prev failure", show=False),
+        Binding("e", "expand", "evidence", tooltip="rationale and evidence of this turn"),
+        Binding("E", "expand_all", "evidence of every turn", show=False),
+        Binding("r", "reasoning", "reasoning", show=False),
+        Binding("J", "switch_judge", "judge", tooltip="the next judge's verdicts"),
         Binding("home", "jump(0)", "first turn", show=False),
         Binding("end", "jump(-1)", "last turn", show=False),
-        Binding("c", "compare", "compare arms"),
-        Binding("l", "label", "label turns"),
+        Binding("c", "compare", "compare", tooltip="compare the arms of this tree"),
+        Binding("l", "label", "label", tooltip="label every turn (not blind)"),
         Binding("escape,q", "app.pop_screen", "back"),
     ]
 
@@ -87,7 +88,7 @@ class TranscriptScreen(Screen[None]):
         turns = VerticalScroll(id="turns")
         turns.can_focus = False  # the screen's keys step through turns; the wheel still scrolls
         yield turns
-        yield Footer()
+        yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
         self.load()
@@ -193,6 +194,13 @@ class TranscriptScreen(Screen[None]):
     def action_expand(self) -> None:
         if self.views:
             self.views[self.current].toggle_expanded()
+
+    def action_expand_all(self) -> None:
+        # all open if any is closed, else all closed
+        opened = not all(view.expanded for view in self.views)
+        for view in self.views:
+            if view.expanded != opened:
+                view.toggle_expanded()
 
     def action_reasoning(self) -> None:
         if self.views:

@@ -54,13 +54,17 @@ def highlight_evidence(content: str, judgments: Sequence[Judgment]) -> Text:
     return text
 
 
-def turn_header(turn: Turn, *, shared: bool = False) -> Text:
+def turn_header(turn: Turn, *, shared: bool = False, blind: bool = False) -> Text:
+    """``blind``: only who spoke and when, for the labelling screens. Fired branch points, the
+    branch state, events and persona retries name the arm or the simulator, so they are left out."""
     who = "persona" if turn.role == "user" else "chatbot"
     head = Text()
     head.append(
         f"[{turn.index}] exchange {turn.exchange} {who}",
         style="bold blue" if turn.role == "user" else "bold green",
     )
+    if blind:
+        return head
     if shared:
         head.append("  (shared prefix)", style="dim")
     if turn.fired:

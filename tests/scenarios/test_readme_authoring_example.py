@@ -1,0 +1,69 @@
+"""The README's authoring example validates, runs and judges exactly as written: it is taken
+from README.md itself, so the example and the program cannot drift apart."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def authoring_example() -> str:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Authoring a scenario", 1)[1]
+    match = re.search(r"```yaml\n(.*?)```", section, re.S)
+    assert match, "README.md: no yaml block under 'Authoring a scenario'"
+    return match.group(1)
+
+
+def test_the_readme_authoring_example_validates_runs_and_judges(tmp_path: Path) -> None:
+    from tui.cli import app
+
+    text = authoring_example()
+    scenario_id = re.search(r"^id: (\S+)", text, re.M).group(1)  # type: ignore[union-attr]
+    path = tmp_path / f"{scenario_id}.yaml"
+    path.write_text(text, encoding="utf-8")
+    db = tmp_path / "readme.db"
+    runner = CliRunner()
+
+    def ok(*args: str) -> str:
+        result = runner.invoke(app, list(args), env={"COLUMNS": "200"})
+        assert result.exit_code == 0, f"{' '.join(args)}:\n{result.output}"
+        return result.output
+
+    ok("validate", str(path))
+    ok(
+        "run",
+        str(path),
+        "--target",
+        "scripted:echo",
+        "--simulator",
+        "scripted:echo",
+        "--db",
+        str(db),
+        "--max-turns",
+        "5",
+    )
+    ok("judge", "--all", "--judge", "heuristic", "--db", str(db))  # no --rubric: the file names it
+    with sqlite3.connect(db) as conn:
+        (n_conversations,) = conn.execute("SELECT count(*) FROM conversations").fetchone()
+        rubrics = {r for (r,) in conn.execute("SELECT DISTINCT rubric_id FROM judgments")}
+    assert n_conversations == 3  # the baseline and the two single deviations the README names
+    assert rubrics == {"teen"}
+
+
+def test_the_readme_quotes_the_error_that_validate_gives(tmp_path: Path) -> None:
+    from tui.cli import app
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    quoted = re.search(r"`(teen-exam-hopeless\.yaml:\d+:\d+: [^`]+)`", readme)
+    assert quoted, "README.md should quote validate's error on the example"
+    path = tmp_path / "teen-exam-hopeless.yaml"
+    path.write_text(authoring_example().replace("{at_turn: 4}", "{at_turn: 24}"), encoding="utf-8")
+    result = CliRunner().invoke(app, ["validate", str(path)], env={"COLUMNS": "300"})
+    assert result.exit_code != 0
+    assert quoted.group(1) in result.output, result.output
