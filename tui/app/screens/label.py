@@ -269,6 +269,7 @@ class LabelScreen(Screen[None]):
                 confidence=self.confidence,
                 time_spent_s=round(time.monotonic() - self.shown_at, 3),
                 blind=not self.revealed,
+                design_id=item.design_id,
             ),
         )
         self.done.add(item)
