@@ -144,6 +144,9 @@ def write_report(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     sections = build_sections(a)
+    from analysis.judge_correction_report import judge_correction_section
+
+    sections.append(judge_correction_section(store_or_db, a.runs))
     written, missing = [], []
     for s in sections:
         if s.plot is not None:

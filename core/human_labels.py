@@ -501,7 +501,7 @@ def drawn_items(store: Store, designs: Iterable[str]) -> set[tuple[str, str, int
         return set()
     q = select(LI.design_id, LI.conversation_id, LI.turn_index, LI.rubric_id, LI.criterion_id)
     with store.engine.connect() as conn:
-        return {tuple(r) for r in conn.execute(q.where(LI.design_id.in_(ids)))}  # type: ignore[misc]
+        return {tuple(r) for r in conn.execute(q.where(LI.design_id.in_(ids)))}
 
 
 def design_settings(store: Store, design: str) -> DesignSettings | None:

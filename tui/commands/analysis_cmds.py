@@ -84,7 +84,9 @@ def register(app: typer.Typer) -> None:
                 "--level",
                 help="judgment: one row per judgment; conversation: per conversation x criterion "
                 "counts; realisation: per branch point x option x target x condition x simulator, "
-                "how many arms realised their option (n of N).",
+                "how many arms realised their option (n of N); corrected: judge-corrected failure "
+                "rates (PPI++) per judge x target x condition x criterion and per target, beside "
+                "the judge-only and people-only rates and the judge's sensitivity and specificity.",
             ),
         ] = "judgment",
         rubric: Annotated[str | None, typer.Option("--rubric", help="Only this rubric id.")] = None,
@@ -96,8 +98,10 @@ def register(app: typer.Typer) -> None:
         selected = _runs(run, all_runs)
         if fmt not in ("csv", "parquet"):
             raise UserError(f"--format {fmt!r}: expected csv or parquet")
-        if level not in ("judgment", "conversation", "realisation"):
-            raise UserError(f"--level {level!r}: expected judgment, conversation or realisation")
+        if level not in ("judgment", "conversation", "realisation", "corrected"):
+            raise UserError(
+                f"--level {level!r}: expected judgment, conversation, realisation or corrected"
+            )
         if out is None:
             raise UserError("--out FILE is required")
         from analysis.tables import conversation_criterion_table, export_judgments, export_table
@@ -107,6 +111,14 @@ def register(app: typer.Typer) -> None:
             raise UserError(f"{out.parent}: no such directory")
         if level == "judgment":
             n = export_judgments(store, out, fmt, selected, rubric=rubric, judge=judge)
+        elif level == "corrected":
+            from analysis.judge_correction import judge_corrected
+
+            corrected = judge_corrected(store, selected)
+            for note in corrected.notes:
+                typer.echo(note)
+            export_table(corrected.table, out, fmt)
+            n = len(corrected.table)
         elif level == "realisation":
             from analysis.realisation import realisation_table
 
@@ -162,6 +174,15 @@ def register(app: typer.Typer) -> None:
             console.print(_rich_table(caption, frame))
         for note in a.notes + (a.contrasts.notes if a.contrasts else []):
             console.print(_text("note: " + note))
+        from analysis.judge_correction import ALL, judge_corrected
+        from analysis.judge_correction_report import TITLE, display_table
+
+        corrected = judge_corrected(_store(db), selected)
+        if corrected.empty:
+            console.print(_text(f"{TITLE}: {corrected.notes[0]}"))
+        else:
+            per_target = corrected.table[corrected.table["condition"] == ALL]
+            console.print(_rich_table(f"{TITLE} (PPI++, per target)", display_table(per_target)))
 
     @app.command("report")
     def report(

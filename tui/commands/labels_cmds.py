@@ -298,5 +298,62 @@ def import_command(
     typer.echo(f"imported {n} labels from {file}")
 
 
+@labels_app.command("plan")
+def plan_command(
+    width: Annotated[
+        float,
+        typer.Option(
+            "--width",
+            min=0.1,
+            max=50,
+            metavar="PP",
+            help="Target half-width of each stratum's corrected failure rate, in percentage points.",
+        ),
+    ] = 5.0,
+    run: Annotated[
+        str | None, typer.Option("--run", metavar="RUN", help="Only this run's conversations.")
+    ] = None,
+    by_criterion: Annotated[
+        bool,
+        typer.Option(
+            "--by-criterion",
+            help="Strata target x condition x criterion (before any design; a design keeps its own).",
+        ),
+    ] = False,
+    db: DbOption = None,
+) -> None:
+    """How many blind design labels each stratum (judge x target x condition) needs for a
+    judge-corrected failure rate of +/- WIDTH points at 95%, from the judge's disagreement with
+    the labels so far (before any label: a stated prior of 15% disagreement)."""
+    from analysis.judge_correction import label_plan
+    from core.store import open_store
+
+    store = open_store(db, create=False)
+    try:
+        table, notes = label_plan(store, run, width=width, by_criterion=by_criterion)
+    finally:
+        store.close()
+    for note in notes:
+        typer.echo(note)
+    if table.empty:
+        typer.echo("no judged turns to label")
+        return
+    typer.echo(f"labels for a half-width of {width:g} points (95%):")
+    head = f"{'judge':24} {'stratum':44} {'judged':>8} {'labelled':>8} {'disagree':>8} {'needed':>7} {'more':>6}"
+    typer.echo(head)
+    for r in table.itertuples():
+        typer.echo(
+            f"{_cell(r.judge, 24)} {_cell(r.stratum, 44)} {r.judged:>8} {r.labelled:>8} "
+            f"{r.disagreement:>8.1%} {r.needed:>7} {r.more:>6}"
+        )
+    typer.echo(f"total more labels: {int(table['more'].sum())}")
+
+
+def _cell(value: object, width: int) -> str:
+    """A column of plain text: control characters dropped, cut to ``width``."""
+    text = "".join(ch for ch in str(value) if ch.isprintable())
+    return (text if len(text) <= width else text[: width - 1] + "~").ljust(width)
+
+
 def register(app: typer.Typer) -> None:
     app.add_typer(labels_app, name="labels")
