@@ -50,7 +50,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from core.scales import WORST_LEVELS
+from core.human_labels import STRATUM_SEP
+from core.scales import RISK_LEVELS, WORST_LEVELS
 
 ALL = "(all)"  # the condition / criterion of a per-target row
 MIN_LABELS_PER_STRATUM = 2  # below this a stratum's residual spread cannot be estimated
@@ -260,6 +261,14 @@ GROUP_LEVELS: tuple[tuple[str, ...], ...] = (
 )
 
 
+def _joined(frame: pd.DataFrame, columns: list[str]) -> pd.Series:
+    """Each row's stratum key, as ``core.human_labels.stratum_key`` writes it."""
+    out = frame[columns[0]].astype(str)
+    for col in columns[1:]:
+        out = out + STRATUM_SEP + frame[col].astype(str)
+    return out
+
+
 def _blind(labels: pd.DataFrame) -> pd.Series:
     """Labels stored as blind (true); unknown (empty) is not blind."""
     return labels["blind"].astype(float).eq(1.0)
@@ -271,8 +280,11 @@ def _usable_labels(labels: pd.DataFrame, design: str, drawn: pd.DataFrame) -> pd
     key = ["conversation_id", "turn_index", "rubric_id", "criterion_id"]
     mine = labels[(labels["design_id"] == design) & _blind(labels)]
     mine = mine.merge(drawn[key].drop_duplicates(), on=key, how="inner")
-    mine = mine.assign(y=mine["verdict"].isin(WORST_LEVELS).astype(float))
-    return mine.groupby(key, as_index=False)["y"].mean()
+    mine = mine.assign(
+        y=mine["verdict"].isin(WORST_LEVELS).astype(float),
+        y_score=mine["verdict"].map(RISK_LEVELS.scores).astype(float),  # off the scale: NaN
+    )
+    return mine.groupby(key, as_index=False)[["y", "y_score"]].mean()
 
 
 def _population_at_draw(
@@ -284,7 +296,7 @@ def _population_at_draw(
     for col, name in (("run_id", "run_id"), ("judge", "judge"), ("rubric_id", "rubric_id")):
         if settings.get(name) is not None:
             keep &= judged[col] == settings[name]
-    at = pd.to_datetime(judged["created_at"], utc=True, format="mixed")
+    at = pd.to_datetime(judged["created_at"], utc=True, format="ISO8601")
     drawn_at = pd.Timestamp(created)
     drawn_at = drawn_at.tz_localize("UTC") if drawn_at.tzinfo is None else drawn_at
     key = ["conversation_id", "turn_index", "rubric_id", "criterion_id"]
@@ -355,7 +367,7 @@ def design_data(
         )
     data["labelled"] = data["y"].notna()
     data["yhat"] = data["verdict"].isin(WORST_LEVELS).astype(float)
-    data["stratum"] = data[strata_cols].astype(str).agg(" | ".join, axis=1)
+    data["stratum"] = _joined(data, strata_cols)
     return DesignData(data, notes, design, strata_cols)
 
 
@@ -383,6 +395,62 @@ def correct_frames(
                 rec.update(dict(zip(level, values)))
                 rows.append({**rec, **_row(group, alpha, width)})
     return Correction(pd.DataFrame(rows), d.notes, d.design_id)
+
+
+def correct_score_frames(
+    judged: pd.DataFrame,
+    labels: pd.DataFrame,
+    designs: pd.DataFrame,
+    items: pd.DataFrame,
+    *,
+    alpha: float = 0.05,
+) -> Correction:
+    """The corrected mean of an ordinal outcome: the risk-level score (high 0, medium 1, low 2;
+    higher is safer, ``core.scales.RISK_LEVELS``) per judge x target x condition x criterion and
+    per judge x target, over the turns the judge put on that scale.
+
+    A turn the judge scored but a person called a refusal or not applicable has no human score:
+    its label is left out (the labelled items of a stratum are then a random sample only if such
+    answers are unrelated to the score; the notes count them)."""
+    d = design_data(judged, labels, designs, items)
+    if d.data is None:
+        return Correction(pd.DataFrame(), d.notes)
+    data = d.data.assign(yhat=d.data["verdict"].map(RISK_LEVELS.scores).astype(float))
+    data = data[data["yhat"].notna()]
+    if data.empty:
+        return Correction(pd.DataFrame(), ["no turns judged on the risk-level scale", *d.notes])
+    off = int((data["labelled"] & data["y_score"].isna()).sum())
+    data = data.assign(labelled=data["y_score"].notna(), y=data["y_score"])
+    notes = list(d.notes)
+    if off:
+        notes.append(f"{off} labels off the risk scale (refusal, not applicable) left out")
+    rows: list[dict[str, Any]] = []
+    for judge, by_judge in data.groupby("judge", sort=True):
+        for level in GROUP_LEVELS:
+            for values, group in by_judge.groupby(list(level), sort=True):
+                values = values if isinstance(values, tuple) else (values,)
+                rec: dict[str, Any] = {"judge": judge, "condition": ALL, "criterion_id": ALL}
+                rec.update(dict(zip(level, values)))
+                lab = group["labelled"].to_numpy()
+                est = ppi_design(
+                    group["yhat"].to_numpy(), group["y"].fillna(0).to_numpy(), lab,
+                    group["stratum"].to_numpy(), group["scenario_id"].to_numpy(), alpha=alpha,
+                )  # fmt: skip
+                rec.update(n_judged=len(group), n_labelled=int(lab.sum()))
+                if isinstance(est, str):
+                    rec.update(judge_mean=float(group["yhat"].mean()), note=est)
+                else:
+                    for name, iv in (
+                        ("judge_mean", est.judge_only),
+                        ("human_mean", est.human_only),
+                        ("corrected_mean", est.corrected),
+                    ):
+                        rec.update(
+                            {name: iv.estimate, f"{name}_low": iv.low, f"{name}_high": iv.high}
+                        )
+                    rec.update(lam=est.lam, note="")
+                rows.append(rec)
+    return Correction(pd.DataFrame(rows), notes, d.design_id)
 
 
 def labels_needed(
@@ -427,7 +495,7 @@ def plan_frames(
         cols = ["target", "condition", "criterion_id"] if by_criterion else ["target", "condition"]
         data["labelled"], data["y"] = False, math.nan
         data["yhat"] = data["verdict"].isin(WORST_LEVELS).astype(float)
-        data["stratum"] = data[cols].astype(str).agg(" | ".join, axis=1)
+        data["stratum"] = _joined(data, cols)
         notes = [n for n in notes if n != NO_LABELS]
         notes.insert(
             0,
@@ -499,6 +567,23 @@ def _row(group: pd.DataFrame, alpha: float, width: float) -> dict[str, Any]:
     return out
 
 
+def store_frames(
+    store_or_db: Any, run: str | Sequence[str] | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(judged items, labels, designs, design items) of a store: what the estimators read. The
+    judged items (every rated turn) are read only when some design label exists."""
+    from analysis.tables import resolve_runs
+    from core import read
+
+    runs = resolve_runs(store_or_db, run)
+    labels = read.design_label_rows(store_or_db, runs)
+    designs = read.label_design_rows(store_or_db)
+    if labels.empty or designs.empty or labels["design_id"].isna().all():
+        return pd.DataFrame(), labels, designs, pd.DataFrame()
+    items = read.label_design_item_rows(store_or_db, list(designs["id"]))
+    return read.judged_items(store_or_db, runs), labels, designs, items
+
+
 def judge_corrected(
     store_or_db: Any,
     run: str | Sequence[str] | None = None,
@@ -509,17 +594,14 @@ def judge_corrected(
     """Judge-corrected failure rates per judge x target x condition x criterion and per judge x
     target, from a store, with the judge-only and human-only rates and the judge's sensitivity
     and specificity beside them."""
-    from analysis.tables import resolve_runs
-    from core import read
+    return correct_frames(*store_frames(store_or_db, run), alpha=alpha, width=width)
 
-    runs = resolve_runs(store_or_db, run)
-    labels = read.design_label_rows(store_or_db, runs)
-    designs = read.label_design_rows(store_or_db)
-    if labels.empty or designs.empty:
-        return correct_frames(pd.DataFrame(), labels, designs, pd.DataFrame(), alpha=alpha)
-    items = read.label_design_item_rows(store_or_db, list(designs["id"]))
-    judged = read.judged_items(store_or_db, runs)
-    return correct_frames(judged, labels, designs, items, alpha=alpha, width=width)
+
+def judge_corrected_scores(
+    store_or_db: Any, run: str | Sequence[str] | None = None, *, alpha: float = 0.05
+) -> Correction:
+    """``correct_score_frames`` from a store: the corrected mean risk-level score."""
+    return correct_score_frames(*store_frames(store_or_db, run), alpha=alpha)
 
 
 def label_plan(

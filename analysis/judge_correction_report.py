@@ -10,7 +10,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis.judge_correction import ALL, Correction, judge_corrected
+from analysis.judge_correction import (
+    ALL,
+    Correction,
+    correct_frames,
+    correct_score_frames,
+    store_frames,
+)
 from analysis.report_sections import Section
 
 TITLE = "Judge-corrected failure rates"
@@ -66,6 +72,36 @@ def display_table(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _num(row: pd.Series, est: str) -> str:
+    value, lo, hi = row.get(est), row.get(f"{est}_low"), row.get(f"{est}_high")
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    if lo is None or (isinstance(lo, float) and math.isnan(lo)):
+        return f"{value:.2f}"
+    return f"{value:.2f} ({lo:.2f} to {hi:.2f})"
+
+
+def score_table(table: pd.DataFrame) -> pd.DataFrame:
+    rows = []
+    for _, r in table.iterrows():
+        rows.append(
+            {
+                "judge": r["judge"],
+                "target": r["target"],
+                "condition": r["condition"],
+                "criterion": r["criterion_id"],
+                "judged": int(r["n_judged"]),
+                "labelled": int(r["n_labelled"]),
+                "judge only": _num(r, "judge_mean"),
+                "people only": _num(r, "human_mean"),
+                "corrected": _num(r, "corrected_mean")
+                if not r.get("note")
+                else f"n/a: {r['note']}",
+            }
+        )
+    return pd.DataFrame(rows)
+
+
 def corrected_plot(table: pd.DataFrame) -> bytes | None:
     """Judge-only and corrected rate per target (one row each, with intervals)."""
     per_target = table[(table["condition"] == ALL) & table["corrected"].notna()]
@@ -103,7 +139,8 @@ def judge_correction_section(
     store_or_db: Any, runs: Sequence[str] | None = None, correction: Correction | None = None
 ) -> Section:
     """The report section; one line when there are no design-sampled labels."""
-    c = correction if correction is not None else judge_corrected(store_or_db, runs)
+    frames = store_frames(store_or_db, runs) if correction is None else None
+    c = correction if correction is not None else correct_frames(*frames)  # type: ignore[misc]
     s = Section(TITLE)
     if c.empty:
         s.text.append(c.notes[0])
@@ -116,6 +153,15 @@ def judge_correction_section(
     cells = c.table[c.table["condition"] != ALL]
     s.tables.append(("Per target (all conditions and criteria)", display_table(per_target)))
     s.tables.append(("Per target x condition x criterion", display_table(cells)))
+    scores = correct_score_frames(*frames) if frames is not None else None
+    if scores is not None and not scores.empty:
+        s.tables.append(
+            (
+                "Mean risk-level score (high 0, medium 1, low 2; higher is safer), corrected",
+                score_table(scores.table),
+            )
+        )
+        s.text += [n for n in scores.notes if n not in c.notes]
     png = corrected_plot(c.table)
     s.plot = (PLOT, png, "" if png else "no corrected rate to plot")
     return s

@@ -28,7 +28,7 @@ from core.records import (
 )
 from core.store import open_store
 
-NEW_COLUMNS = ("time_spent_s", "blind", "confidence")
+NEW_COLUMNS = ("time_spent_s", "blind", "confidence", "design_id")
 
 
 def test_a_store_of_schema_2_gains_the_label_columns_and_index_and_keeps_its_labels(store) -> None:  # type: ignore[no-untyped-def]

@@ -7,6 +7,7 @@ import sqlite3
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from fixtures.tui.helpers import small_teen_store
 
@@ -162,3 +163,51 @@ def test_only_blind_labels_from_the_design_are_used(tmp_path: Path) -> None:
     assert "11 labels made outside a labelling design" in joined
     assert "5 design labels made after revealing" in joined
     store.close()
+
+
+def _frames(seed: int) -> tuple[pd.DataFrame, ...]:
+    """An ED-like study as the store's frames: risk levels, a judge that calls a third of the
+    truly 'medium' turns 'high' (over-states risk), a design of 200 labels in two strata."""
+    rng = np.random.default_rng(seed)
+    n_scen, per = 80, 25
+    rows = []
+    for target in ("m1", "m2"):
+        for g in range(n_scen):
+            for t in range(per):
+                truth = rng.choice(["high", "medium", "low", "refusal"], p=[0.3, 0.4, 0.25, 0.05])
+                judge = "high" if truth == "medium" and rng.random() < 1 / 3 else truth
+                rows.append({
+                    "conversation_id": f"{target}-{g}", "turn_index": 2 * t + 1, "rubric_id": "ed",
+                    "criterion_id": "diet_guidance", "judge": "j", "verdict": judge, "truth": truth,
+                    "created_at": "2026-01-01 00:00:00", "run_id": "r", "scenario_id": f"s{g}",
+                    "target": target, "condition": "none",
+                })  # fmt: skip
+    judged = pd.DataFrame(rows)
+    drawn = pd.concat(
+        [grp.sample(100, random_state=seed) for _, grp in judged.groupby("target")]
+    ).assign(design_id="d1")
+    labels = drawn.assign(annotator="a", verdict=drawn["truth"], blind=1.0)
+    designs = pd.DataFrame([{
+        "id": "d1", "kind": "criterion", "settings": {"by_criterion": False},
+        "strata": {}, "created_at": "2026-02-01 00:00:00",
+    }])  # fmt: skip
+    return judged.drop(columns="truth"), labels, designs, drawn, judged
+
+
+def test_the_corrected_mean_risk_score_removes_a_judge_that_over_states_risk() -> None:
+    from analysis.judge_correction import correct_score_frames
+
+    covered, reps = 0, 20
+    for seed in range(reps):
+        judged, labels, designs, items, truth = _frames(seed)
+        result = correct_score_frames(judged, labels, designs, items)
+        row = result.table[(result.table["target"] == "m1") & (result.table["condition"] == ALL)]
+        row = row.iloc[0]
+        on_scale = truth[
+            (truth["target"] == "m1") & truth["verdict"].isin(["high", "medium", "low"])
+        ]
+        # the people's score on the turns the judge scored (refusals judged as refusals drop out)
+        scores = on_scale["truth"].map({"high": 0.0, "medium": 1.0, "low": 2.0})
+        assert row["judge_mean"] < scores.mean()  # the judge over-states risk
+        covered += row["corrected_mean_low"] <= scores.mean() <= row["corrected_mean_high"]
+    assert covered / reps >= 0.9
