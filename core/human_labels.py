@@ -226,10 +226,13 @@ def _eligible(settings: DesignSettings) -> list[Any]:
     return where
 
 
-def _keys_select(settings: DesignSettings) -> Select[Any]:
-    """Every item of the population once (two judges may rate one key), with its stratum columns."""
+def _keys_select(settings: DesignSettings, before: Any = None) -> Select[Any]:
+    """Every item of the population once (two judges may rate one key), with its stratum columns;
+    ``before``: only what was written by then."""
     if settings.kind == "realism":
         where = [T.role == "user"]
+        if before is not None:
+            where.append(T.created_at <= before)
         if settings.run_id is not None:
             where.append(C.run_id == settings.run_id)
         return (
@@ -241,9 +244,12 @@ def _keys_select(settings: DesignSettings) -> Select[Any]:
             .select_from(Turn.__table__.join(Conversation.__table__, T.conversation_id == C.id))  # type: ignore[attr-defined]
             .where(*where)
         )
+    eligible = _eligible(settings)
+    if before is not None:
+        eligible.append(J.created_at <= before)
     keys = (
         select(J.conversation_id, J.turn_index, J.rubric_id, J.criterion_id)
-        .where(*_eligible(settings))
+        .where(*eligible)
         .distinct()
         .subquery()
     )
@@ -267,32 +273,39 @@ def _row_key(settings: DesignSettings, row: Any) -> tuple[Key, str]:
     return key, stratum_key(values[c] for c in settings.stratum_columns)
 
 
-def _population(conn: Connection, settings: DesignSettings) -> dict[str, int]:
-    """Stratum -> number of items in it: one grouped query."""
-    keys = _keys_select(settings).subquery()
+def _population(conn: Connection, settings: DesignSettings, before: Any = None) -> dict[str, int]:
+    """Stratum -> number of items in it (``before``: only judgments, or turns, made by then):
+    one grouped query over every judgment, so it is run when counts are asked for
+    (``design_population``), not when a queue opens."""
+    keys = _keys_select(settings, before).subquery()
     cols = [keys.c[c] for c in settings.stratum_columns]
     q = select(*cols, func.count()).group_by(*cols).order_by(*cols)
     return {stratum_key(r[:-1]): int(r[-1]) for r in conn.execute(q)}
 
 
-def _allocation(population: dict[str, int], n: int) -> dict[str, int]:
+def _strata(conn: Connection, settings: DesignSettings) -> list[str]:
+    """The strata a design draws from, from the conversations (and the judgments' criterion
+    index): no pass over the judgments."""
+    cols = {"simulator": C.simulator, "target": C.target, "condition": C.condition}
+    base = [cols[c] for c in settings.stratum_columns if c in cols]
+    q = select(*base).distinct().order_by(*base)
+    if settings.run_id is not None:
+        q = q.where(C.run_id == settings.run_id)
+    found = [tuple(r) for r in conn.execute(q)]
+    if "criterion_id" in settings.stratum_columns:
+        cq = select(J.criterion_id).distinct().order_by(J.criterion_id)
+        if settings.rubric_id is not None:
+            cq = cq.where(J.rubric_id == settings.rubric_id)
+        criteria = [c for (c,) in conn.execute(cq)]
+        found = [(*r, c) for r in found for c in criteria]
+    return [stratum_key(r) for r in found]
+
+
+def _allocation(strata: list[str], n: int) -> dict[str, int]:
     """Equal shares per stratum (each target x condition gets as many labels), the remainder to
-    the first strata in order, never more than a stratum holds; what a small stratum cannot
-    take goes to the others."""
-    want = dict.fromkeys(population, 0)
-    left = n
-    while left > 0:
-        open_ = [s for s in population if want[s] < population[s]]
-        if not open_:
-            break
-        share, extra = divmod(left, len(open_))
-        for i, s in enumerate(open_):
-            take = min(population[s] - want[s], share + (1 if i < extra else 0))
-            want[s] += take
-            left -= take
-        if share == 0 and extra == 0:
-            break
-    return want
+    the first strata in order. A stratum holding fewer items gives all it has."""
+    share, extra = divmod(n, len(strata)) if strata else (0, 0)
+    return {s: share + (1 if i < extra else 0) for i, s in enumerate(strata)}
 
 
 class _RowidSampler:
@@ -306,6 +319,21 @@ class _RowidSampler:
         self.table = "turns" if settings.kind == "realism" else "judgments"
         lo, hi = conn.exec_driver_sql(f"SELECT min(rowid), max(rowid) FROM {self.table}").one()
         self.lo, self.hi = lo, hi
+        # rows sharing a key (two judges): plain SQL, so each try costs no statement compilation
+        where = [
+            "applicable",
+            "verdict IS NOT NULL",
+            "verdict != 'error'",
+            "conversation_id = ?",
+            "turn_index = ?",
+            "rubric_id = ?",
+            "criterion_id = ?",
+        ]
+        for column in ("run_id", "judge", "rubric_id"):
+            value = getattr(settings, column)
+            if value is not None:
+                where.append(f"{column} = '{str(value).replace(chr(39), chr(39) * 2)}'")
+        self.shared_sql = f"SELECT count(*) FROM judgments WHERE {' AND '.join(where)}"
         self.strata_of: dict[str, tuple[Any, ...]] = {}
 
     def _conversation(self, cid: str) -> tuple[Any, ...]:
@@ -350,15 +378,7 @@ class _RowidSampler:
         values = {"target": target, "condition": condition, "criterion_id": crit}
         stratum = stratum_key(values[c] for c in s.stratum_columns)
         key: Key = (cid, turn, rubric, crit)
-        shared = self.conn.execute(
-            select(func.count()).where(
-                *_eligible(s),
-                J.conversation_id == cid,
-                J.turn_index == turn,
-                J.rubric_id == rubric,
-                J.criterion_id == crit,
-            )
-        ).scalar_one()
+        shared = self.conn.exec_driver_sql(self.shared_sql, (cid, turn, rubric, crit)).scalar_one()
         if shared > 1 and rng.random() >= 1 / shared:
             return None
         return key, stratum
@@ -371,7 +391,7 @@ def _draw(
     rng = random.Random(settings.seed)
     drawn: dict[Key, str] = {}
     short = {s: k for s, k in want.items() if k > 0}
-    if conn.dialect.name == "sqlite" and short:
+    if conn.dialect.name == "sqlite" and short and TRIES_PER_ITEM > 0:
         sampler = _RowidSampler(conn, settings)
         for _ in range(TRIES_PER_ITEM * sum(short.values()) + 1000):
             if not short:
@@ -416,20 +436,24 @@ def _stored(conn: Connection, design: str) -> list[LabelItem] | None:
 
 def design_queue(store: Store, settings: DesignSettings) -> list[LabelItem]:
     """The queue of a labelling design: the stored draw when these settings were drawn before
-    (one indexed lookup), else a new seeded draw, stored with its strata and inclusion
-    probabilities before it is returned."""
+    (one indexed lookup), else a new seeded draw, stored before it is returned.
+
+    The draw itself reads no more than it keeps: the strata come from the conversations, items
+    from random rowids. The strata's sizes, hence each item's inclusion probability (drawn / size),
+    are counted by ``design_population`` over what existed when the draw began (one pass over the
+    judgments: seconds on a large store, so not while a labeller waits)."""
     design = settings.id
     with store.engine.connect() as conn:
         items = _stored(conn, design)
         if items is not None:
             return items
-        population = _population(conn, settings)
-        want = _allocation(population, settings.n)
+        started = utcnow()
+        want = _allocation(_strata(conn, settings), settings.n)
         drawn = _draw(conn, settings, want)
     got: dict[str, int] = {}
     for _, stratum in drawn:
         got[stratum] = got.get(stratum, 0) + 1
-    strata = {s: {"population": population[s], "drawn": got.get(s, 0)} for s in population}
+    strata = {s: {"population": None, "drawn": got.get(s, 0)} for s in want}
     rows = [
         {
             "design_id": design,
@@ -439,7 +463,7 @@ def design_queue(store: Store, settings: DesignSettings) -> list[LabelItem]:
             "rubric_id": key[2],
             "criterion_id": key[3],
             "stratum": stratum,
-            "inclusion_probability": got[stratum] / population[stratum],
+            "inclusion_probability": None,
         }
         for i, (key, stratum) in enumerate(drawn)
     ]
@@ -453,16 +477,55 @@ def design_queue(store: Store, settings: DesignSettings) -> list[LabelItem]:
                         "kind": settings.kind,
                         "settings": settings.model_dump(),
                         "strata": strata,
-                        "created_at": utcnow(),
+                        "created_at": started,
                     }
                 ],
             )
             if rows:
                 conn.execute(LabelDesignItem.__table__.insert(), rows)  # type: ignore[attr-defined]
     except IntegrityError:  # another labeller drew the same design a moment ago: theirs stands
-        pass
+        with store.engine.connect() as conn:
+            if _stored(conn, design) is None:
+                raise
     with store.engine.connect() as conn:
         return _stored(conn, design) or []
+
+
+def designs_of(store: Store) -> list[str]:
+    """The ids of every stored labelling design."""
+    with store.engine.connect() as conn:
+        return [d for (d,) in conn.execute(select(LD.id).order_by(LD.created_at))]
+
+
+def design_population(store: Store, design: str) -> dict[str, dict[str, Any]]:
+    """Count each stratum of a stored design as it was when drawn (judgments, or persona turns,
+    made before the draw began), store the counts and every item's inclusion probability
+    (drawn / stratum size), and return the strata. Counted once: later calls read them."""
+    with store.engine.connect() as conn:
+        row = conn.execute(
+            select(LD.settings, LD.strata, LD.created_at).where(LD.id == design)
+        ).one()
+        strata: dict[str, dict[str, Any]] = dict(row.strata)
+        if all(v.get("population") is not None for v in strata.values()):
+            return strata
+        counts = _population(conn, DesignSettings(**row.settings), row.created_at)
+    for stratum, size in counts.items():
+        entry = strata.setdefault(stratum, {"drawn": 0})
+        entry["population"] = size
+    for entry in strata.values():
+        entry.setdefault("population", 0)
+        if entry["population"] is None:
+            entry["population"] = 0
+    with store.engine.begin() as conn:
+        conn.execute(LabelDesign.__table__.update().where(LD.id == design).values(strata=strata))  # type: ignore[attr-defined]
+        for stratum, entry in strata.items():
+            if entry["drawn"] and entry["population"]:
+                conn.execute(
+                    LabelDesignItem.__table__.update()  # type: ignore[attr-defined]
+                    .where(LI.design_id == design, LI.stratum == stratum)
+                    .values(inclusion_probability=entry["drawn"] / entry["population"])
+                )
+    return strata
 
 
 def sample_queue(

@@ -270,9 +270,10 @@ class LabelDesign(SQLModel, table=True):
     id: str = Field(primary_key=True)  # hash of kind and settings (core.human_labels.design_id)
     kind: str  # criterion | realism
     settings: dict[str, Any] = _json()  # run_id, judge, rubric_id, by_criterion, n, seed
-    # stratum key -> {"population": N_h, "drawn": n_h}; inclusion probability n_h / N_h
+    # stratum key -> {"population": N_h, "drawn": n_h}; inclusion probability n_h / N_h. N_h is
+    # None until counted (one pass over the judgments, not while a labeller waits)
     strata: dict[str, Any] = _json()
-    created_at: datetime = Field(default_factory=utcnow)
+    created_at: datetime = Field(default_factory=utcnow)  # when the draw began
 
 
 class LabelDesignItem(SQLModel, table=True):
@@ -288,7 +289,8 @@ class LabelDesignItem(SQLModel, table=True):
     rubric_id: str
     criterion_id: str
     stratum: str
-    inclusion_probability: float
+    # drawn / stratum size; None until the strata are counted (core.human_labels.design_population)
+    inclusion_probability: float | None = None
 
 
 class ConversationAttempt(SQLModel, table=True):

@@ -12,6 +12,7 @@ from sqlalchemy import inspect, text
 from core.human_labels import (
     LabelItem,
     LabelRow,
+    design_population,
     iter_labels,
     labelled,
     realism_queue,
@@ -140,7 +141,26 @@ def test_the_sample_is_a_seeded_stored_design_stratified_by_target_and_condition
         )
         .fetchall()
     )
-    assert {round(p, 12) for _, p in rows} == {round(3 / len(k), 12) for k in strata.values()}
+    assert all(p is None for _, p in rows)  # not counted while the labeller waits
+    # judged after the draw began: not in the population the design was drawn from
+    sqlite3.connect(db).execute(
+        "UPDATE judgments SET created_at = '2999-01-01 00:00:00' WHERE rowid IN "
+        "(SELECT min(rowid) FROM judgments WHERE applicable AND verdict != 'error' "
+        "AND turn_index IS NOT NULL)"
+    ).connection.commit()
+    counted = design_population(store, design)
+    assert sum(v["population"] for v in counted.values()) == sum(map(len, strata.values())) - 1
+    rows = (
+        sqlite3.connect(db)
+        .execute(
+            "SELECT stratum, inclusion_probability FROM label_design_items WHERE design_id = ?",
+            (design,),
+        )
+        .fetchall()
+    )
+    assert {(st, round(p, 12)) for st, p in rows} == {
+        (st, round(3 / counted[st]["population"], 12)) for st, _ in rows
+    }
     # stored: reopening is a lookup of the same draw, even after the store changed
     sqlite3.connect(db).execute("DELETE FROM judgments WHERE rowid % 2 = 0").connection.commit()
     assert sample_queue(store, n=12, seed=1) == queue
@@ -159,6 +179,26 @@ def test_the_sample_by_criterion_has_a_stratum_per_target_condition_and_criterio
         where[(it.conversation_id, it.turn_index, it.rubric_id, it.criterion_id)] for it in queue
     )
     assert drawn == {s: 1 for s in strata}
+    store.close()
+
+
+def test_strata_read_whole_give_the_same_kind_of_draw(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The path other databases take (and SQLite for strata too rare for random rowids): each
+    stratum's items read in a stable order and sampled, equal shares, no repeats."""
+    import core.human_labels as hl
+
+    monkeypatch.setattr(hl, "TRIES_PER_ITEM", 0)
+    monkeypatch.setattr(hl, "_RowidSampler", None)  # never used when no tries are left
+    db = tmp_path / "t.db"
+    store = small_teen_store(db)
+    strata = _population(db, by_criterion=True)
+    queue = sample_queue(store, n=2 * len(strata), seed=4, by_criterion=True)
+    where = {key: s for s, keys in strata.items() for key in keys}
+    drawn = Counter(
+        where[(it.conversation_id, it.turn_index, it.rubric_id, it.criterion_id)] for it in queue
+    )
+    assert drawn == {s: min(2, len(k)) for s, k in strata.items()}
+    assert len(set(queue)) == len(queue)
     store.close()
 
 

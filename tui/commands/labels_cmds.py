@@ -326,10 +326,14 @@ def plan_command(
     judge-corrected failure rate of +/- WIDTH points at 95%, from the judge's disagreement with
     the labels so far (before any label: a stated prior of 15% disagreement)."""
     from analysis.judge_correction import label_plan
+    from core.human_labels import design_population, designs_of
     from core.store import open_store
 
     store = open_store(db, create=False)
     try:
+        # the designs' strata counted now (once), so that their inclusion probabilities are stored
+        for design in designs_of(store):
+            design_population(store, design)
         table, notes = label_plan(store, run, width=width, by_criterion=by_criterion)
     finally:
         store.close()
