@@ -4,6 +4,7 @@ and ``export --level corrected``; a real CLI on a real store."""
 from __future__ import annotations
 
 import csv
+import os
 import sqlite3
 from pathlib import Path
 
@@ -113,3 +114,18 @@ def test_export_writes_the_corrected_table(tmp_path: Path) -> None:
     per_target = [r for r in rows if r["condition"] == "(all)"]
     assert {r["target"] for r in per_target} == {"scripted:a", "scripted:b"}
     assert all(r["corrected"] and r["sensitivity"] for r in per_target)
+
+
+def test_analyze_prints_the_corrected_rates_or_one_line_without_labels(tmp_path: Path) -> None:
+    db = tmp_path / "t.db"
+    small_teen_store(db).close()
+    done = run_cli("analyze", "--all", "--n-boot", "50", "--db", str(db))
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stdout.splitlines() if "Judge-corrected" in line]
+    assert len(lines) == 1 and "no design-sampled blind labels yet" in lines[0]
+    _design_labels(tmp_path / "u.db")
+    wide = {**os.environ, "COLUMNS": "240"}
+    done = run_cli("analyze", "--all", "--n-boot", "50", "--db", str(tmp_path / "u.db"), env=wide)
+    assert done.returncode == 0, done.stderr
+    assert "Judge-corrected failure rates (PPI++, per target)" in done.stdout
+    assert "sensitivity" in done.stdout

@@ -182,7 +182,18 @@ def register(app: typer.Typer) -> None:
             console.print(_text(f"{TITLE}: {corrected.notes[0]}"))
         else:
             per_target = corrected.table[corrected.table["condition"] == ALL]
-            console.print(_rich_table(f"{TITLE} (PPI++, per target)", display_table(per_target)))
+            shown = display_table(per_target)[
+                [
+                    "judge",
+                    "target",
+                    "labelled",
+                    "judge only",
+                    "corrected",
+                    "sensitivity",
+                    "specificity",
+                ]
+            ]  # per target; every cell in `report` and `export --level corrected`
+            console.print(_rich_table(f"{TITLE} (PPI++, per target)", shown))
 
     @app.command("report")
     def report(
