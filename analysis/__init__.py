@@ -38,6 +38,7 @@ _EXPORTS = {
     "judge_corrected": "analysis.judge_correction",
     "label_plan": "analysis.judge_correction",
     "ppi_design": "analysis.judge_correction",
+    "ppi_contrast": "analysis.judge_correction",
     "ppi_mean_iid": "analysis.judge_correction",
     "judge_correction_section": "analysis.judge_correction_report",
 }

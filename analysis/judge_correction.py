@@ -196,6 +196,120 @@ def ppi_design(
     )
 
 
+@dataclass(frozen=True)
+class _Influence:
+    """One group's per-scenario totals of the influence values (b + lambda a) and of the judge,
+    centred, and its mean pieces: theta = theta_b + lambda theta_a."""
+
+    u: np.ndarray
+    v: np.ndarray
+    r: np.ndarray
+    theta_b: float
+    theta_a: float
+    theta_j: float
+    n: int
+
+
+def _influence(
+    yhat: np.ndarray, y: np.ndarray, lab: np.ndarray, stratum: np.ndarray, c_codes: np.ndarray,
+    n_clusters: int,
+) -> _Influence | str:  # fmt: skip
+    s_codes, s_names = pd.factorize(pd.Series(stratum).astype(str))
+    n_strata, big_n = len(s_names), len(yhat)
+    if big_n == 0:
+        return "no judged items"
+    n_h = np.bincount(s_codes, weights=lab.astype(float), minlength=n_strata)
+    big_n_h = np.bincount(s_codes, minlength=n_strata).astype(float)
+    short = [str(s_names[i]) for i in np.flatnonzero(n_h < MIN_LABELS_PER_STRATUM)]
+    if short:
+        return f"too few labels (< {MIN_LABELS_PER_STRATUM}) in stratum {', '.join(short[:3])}"
+    y = np.where(lab, y, 0.0)
+    ybar = np.bincount(s_codes, weights=y * lab, minlength=n_strata) / n_h
+    yhat_lab = np.bincount(s_codes, weights=yhat * lab, minlength=n_strata) / n_h
+    w = (big_n_h / n_h)[s_codes] * lab
+    b = ybar[s_codes] + w * (y - ybar[s_codes])
+    a = yhat - yhat_lab[s_codes] - w * (yhat - yhat_lab[s_codes])
+    counts = np.bincount(c_codes, minlength=n_clusters).astype(float)
+    totals = _cluster_variance(np.column_stack([b, a, yhat]), c_codes, n_clusters)
+    tb, ta, tj = totals.sum(0) / big_n
+    return _Influence(
+        totals[:, 0] - tb * counts, totals[:, 1] - ta * counts, totals[:, 2] - tj * counts,
+        float(tb), float(ta), float(tj), big_n,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class PPIContrast:
+    corrected: Interval  # option minus baseline, judge-corrected
+    judge_only: Interval
+    human_only: Interval
+    lam: float
+    n_items: tuple[int, int]  # option, baseline
+    n_labelled: tuple[int, int]
+    n_clusters: int
+
+
+def ppi_contrast(
+    option: dict[str, np.ndarray],
+    baseline: dict[str, np.ndarray],
+    *,
+    alpha: float = 0.05,
+) -> PPIContrast | str:
+    """The judge-corrected difference of two groups' rates (option minus baseline), e.g. the
+    post-fork turns of the option arms and of their matched baseline arms.
+
+    Each side is ``ppi_design``'s estimator on its own items (``yhat``, ``y``, ``labelled``,
+    ``stratum``, ``cluster`` arrays), corrected with the labels that fell on that side; the
+    variance is the cluster-robust variance over scenarios of the difference of the two sides'
+    influence totals, so the pairing (both arms in one scenario) is kept, and one lambda
+    minimises it. Valid when labels fall on both sides, whether or not both arms of a pair were
+    labelled: the design draws each side's labelled turns at random within its strata. A side
+    with fewer than two labels in one of its strata gives no estimate (said in one line)."""
+    names = pd.Index(
+        pd.unique(
+            np.concatenate([np.asarray(option["cluster"]), np.asarray(baseline["cluster"])]).astype(
+                str
+            )
+        )
+    )
+    g = len(names)
+    if g < 2:
+        return "one scenario: the clustering cannot be estimated"
+    sides = []
+    for side in (option, baseline):
+        codes = names.get_indexer(np.asarray(side["cluster"]).astype(str))
+        got = _influence(
+            np.asarray(side["yhat"], float), np.asarray(side["y"], float),
+            np.asarray(side["labelled"], bool), np.asarray(side["stratum"]), codes, g,
+        )  # fmt: skip
+        if isinstance(got, str):
+            return f"{'option' if side is option else 'baseline'}: {got}"
+        sides.append(got)
+    o, b = sides
+    u = o.u / o.n - b.u / b.n
+    v = o.v / o.n - b.v / b.n
+    r = o.r / o.n - b.r / b.n
+    lam = float(np.clip(-(u @ v) / (v @ v), 0, 1)) if v @ v > 0 else 0.0
+    scale = g / (g - 1)
+
+    def interval(estimate: float, z: np.ndarray) -> Interval:
+        se = math.sqrt(scale * float(z @ z))
+        t = stats.t.ppf(1 - alpha / 2, effective_df(z))
+        return Interval(estimate, estimate - t * se, estimate + t * se, se)
+
+    return PPIContrast(
+        corrected=interval(
+            (o.theta_b + lam * o.theta_a) - (b.theta_b + lam * b.theta_a), u + lam * v
+        ),
+        judge_only=interval(o.theta_j - b.theta_j, r),
+        human_only=interval(o.theta_b - b.theta_b, u),
+        lam=lam,
+        n_items=(o.n, b.n),
+        n_labelled=(int(np.sum(option["labelled"])), int(np.sum(baseline["labelled"]))),
+        n_clusters=g,
+    )
+
+
 def logit_interval(estimate: float, se: float, t: float) -> Interval:
     """A rate's interval made on the logit scale (delta method) and mapped back: failure rates
     are skewed near 0 and 1, and the symmetric interval misses on the far side more often (in

@@ -211,3 +211,64 @@ def test_the_corrected_mean_risk_score_removes_a_judge_that_over_states_risk() -
         assert row["judge_mean"] < scores.mean()  # the judge over-states risk
         covered += row["corrected_mean_low"] <= scores.mean() <= row["corrected_mean_high"]
     assert covered / reps >= 0.9
+
+
+def _paired_arms(rng: np.random.Generator, n_scen: int = 60, turns: int = 20, labels: int = 300):
+    """Matched arms: per scenario a baseline and an option arm (post-fork turns), the option
+    failing more (logit + 0.8); the judge misses more failures in the option arm (sensitivity
+    0.5 against 0.85), so the judge's contrast is shrunk. Labels at random over all turns."""
+    from analysis.judge_correction_synthetic import _NODES, _WEIGHTS
+
+    u = rng.standard_normal(n_scen)
+    base_logit, shift, spread = -1.2, 0.8, 0.8
+    sides = {}
+    for name, extra, sens in (("option", shift, 0.5), ("baseline", 0.0, 0.85)):
+        scen = np.repeat(np.arange(n_scen), turns)
+        p = 1 / (1 + np.exp(-(base_logit + extra + spread * u[scen])))
+        y = (rng.random(len(scen)) < p).astype(float)
+        yhat = np.where(y == 1, rng.random(len(y)) < sens, rng.random(len(y)) < 0.03).astype(float)
+        sides[name] = {"yhat": yhat, "y": y, "cluster": scen, "stratum": np.zeros(len(y))}
+    total = 2 * n_scen * turns
+    picked = rng.choice(total, labels, replace=False)
+    for i, name in enumerate(("option", "baseline")):
+        mask = np.zeros(n_scen * turns, bool)
+        mask[
+            picked[(picked >= i * n_scen * turns) & (picked < (i + 1) * n_scen * turns)]
+            - i * n_scen * turns
+        ] = True
+        sides[name]["labelled"] = mask
+
+    def mean(logit: float) -> float:
+        return float(np.sum(_WEIGHTS / (1 + np.exp(-(logit + spread * _NODES)))) / np.sum(_WEIGHTS))
+
+    return sides, mean(base_logit + shift) - mean(base_logit)
+
+
+def test_a_corrected_contrast_removes_a_judge_that_errs_differently_by_arm() -> None:
+    from analysis.judge_correction import ppi_contrast
+
+    rng = np.random.default_rng(7)
+    reps, covered, judge_covered, half_labelled = 1000, 0, 0, 0
+    for _ in range(reps):
+        sides, truth = _paired_arms(rng)
+        est = ppi_contrast(sides["option"], sides["baseline"])
+        assert not isinstance(est, str)
+        covered += est.corrected.low <= truth <= est.corrected.high
+        judge_covered += est.judge_only.low <= truth <= est.judge_only.high
+        both = sides["option"]["labelled"].reshape(60, 20).any(1) & sides["baseline"][
+            "labelled"
+        ].reshape(60, 20).any(1)
+        half_labelled += int((~both).sum())
+    # measured: 93.9% here, 95.3% over 1,500 replications of another seed (nominal 95%; 60
+    # scenarios, a symmetric t interval on the difference)
+    assert covered / reps >= 0.93
+    assert judge_covered / reps < 0.5
+    assert half_labelled > 0  # scenarios with one arm labelled only were in the estimate
+
+
+def test_a_contrast_with_one_unlabelled_side_is_said_not_estimated() -> None:
+    from analysis.judge_correction import ppi_contrast
+
+    sides, _ = _paired_arms(np.random.default_rng(1))
+    sides["baseline"]["labelled"][:] = False
+    assert "baseline: too few labels" in str(ppi_contrast(sides["option"], sides["baseline"]))
