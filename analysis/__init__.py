@@ -41,6 +41,13 @@ _EXPORTS = {
     "distinct_ratings": "analysis.forks",
     "run_analysis": "analysis.pipeline",
     "write_report": "analysis.report",
+    # judge-corrected failure rates (PPI++) from the labelling design's blind labels
+    "judge_corrected": "analysis.judge_correction",
+    "label_plan": "analysis.judge_correction",
+    "ppi_design": "analysis.judge_correction",
+    "ppi_contrast": "analysis.judge_correction",
+    "ppi_mean_iid": "analysis.judge_correction",
+    "judge_correction_section": "analysis.judge_correction_report",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -205,6 +205,9 @@ def write_report(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     sections = build_sections(a)
+    from analysis.judge_correction_report import judge_correction_section
+
+    sections.append(judge_correction_section(store_or_db, a.runs))
     pages = example_pages(store_or_db, a.examples, out)  # each failing example's own page
     if pages is not None:
         sections.append(pages)

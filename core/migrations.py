@@ -40,6 +40,9 @@ MIGRATIONS: dict[int, Migration] = {
     # model calls store their messages as references (ModelCall.prompt); older rows keep theirs
     4: lambda session: _add_columns(session, "model_calls", {"prompt": "JSON"}),
     5: lambda session: _add_index(session, JUDGMENT_FAILING_INDEX, JUDGMENT_FAILING_COLUMNS),
+    # labels made from a stored labelling design say so (core.human_labels); older ones are
+    # outside any design, which is what they were
+    6: lambda session: _add_columns(session, "human_labels", {"design_id": "VARCHAR"}),
 }
 
 

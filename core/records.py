@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import JSON, Column, Index, Text
 from sqlmodel import Field, SQLModel
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 JUDGMENT_FAILURE_INDEX = "ix_judgments_conversation_verdict"
 JUDGMENT_FAILING_INDEX = "ix_judgments_failing"
 JUDGMENT_FAILING_COLUMNS = ("verdict", "criterion_id", "judge", "conversation_id")
@@ -252,6 +252,45 @@ class HumanLabel(SQLModel, table=True):
     time_spent_s: float | None = None
     blind: bool | None = None  # the judge's verdict, the target and the arm were hidden
     confidence: str | None = None  # low | medium | high
+    # Schema 7: the labelling design (``LabelDesign``) whose drawn item this label answers, set
+    # only when it was made from that design's queue. None: outside any design (hand-picked,
+    # imported without one, or made before designs were stored); kept, never used by the
+    # judge-corrected estimators.
+    design_id: str | None = None
+
+
+class LabelDesign(SQLModel, table=True):
+    """A labelling queue as drawn: its settings, its strata and their sizes, so that the items'
+    inclusion probabilities are known and a reopened queue is a lookup, not a new draw.
+
+    Items are drawn at random without replacement within each stratum (target x condition, x
+    criterion when asked; the simulator for realism). A new table: ``create_all`` makes it."""
+
+    __tablename__ = "label_designs"
+    id: str = Field(primary_key=True)  # hash of kind and settings (core.human_labels.design_id)
+    kind: str  # criterion | realism
+    settings: dict[str, Any] = _json()  # run_id, judge, rubric_id, by_criterion, n, seed
+    # stratum key -> {"population": N_h, "drawn": n_h}; inclusion probability n_h / N_h. N_h is
+    # None until counted (one pass over the judgments, not while a labeller waits)
+    strata: dict[str, Any] = _json()
+    created_at: datetime = Field(default_factory=utcnow)  # when the draw began
+
+
+class LabelDesignItem(SQLModel, table=True):
+    """One drawn item of a ``LabelDesign``, in queue order, with its stratum and inclusion
+    probability."""
+
+    __tablename__ = "label_design_items"
+    __table_args__ = (Index("ix_label_design_items_key", "conversation_id", "turn_index"),)
+    design_id: str = Field(primary_key=True)
+    position: int = Field(primary_key=True)
+    conversation_id: str
+    turn_index: int | None = None
+    rubric_id: str
+    criterion_id: str
+    stratum: str
+    # drawn / stratum size; None until the strata are counted (core.human_labels.design_population)
+    inclusion_probability: float | None = None
 
 
 class ConversationAttempt(SQLModel, table=True):

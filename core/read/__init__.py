@@ -58,6 +58,10 @@ _EXPORTS = {
     "judgment_versions": "core.read.judgments",
     # human labels
     "human_label_rows": "core.read.labels",
+    "design_label_rows": "core.read.labels",
+    "label_design_rows": "core.read.labels",
+    "label_design_item_rows": "core.read.labels",
+    "judged_items": "core.read.labels",
     # model calls
     "model_call_count": "core.read.calls",
     "run_costs": "core.read.costs",
@@ -120,7 +124,13 @@ if TYPE_CHECKING:  # for type checkers and editors
         turn_failures,
         unit_judgments,
     )
-    from core.read.labels import human_label_rows
+    from core.read.labels import (
+        design_label_rows,
+        human_label_rows,
+        judged_items,
+        label_design_item_rows,
+        label_design_rows,
+    )
     from core.read.realisation import realisation_rows, realised_branches
     from core.read.runs import find_run, run_config_hashes, run_conversations, run_table
     from core.read.source import StoreRef, read_frame, sqlite_path

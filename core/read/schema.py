@@ -14,6 +14,8 @@ from core.records import (
     ConversationAttempt,
     HumanLabel,
     Judgment,
+    LabelDesign,
+    LabelDesignItem,
     ModelCall,
     Run,
     Turn,
@@ -34,6 +36,8 @@ JUDGMENTS = table_of(Judgment)
 HUMAN_LABELS = table_of(HumanLabel)
 MODEL_CALLS = table_of(ModelCall)
 CONVERSATION_ATTEMPTS = table_of(ConversationAttempt)
+LABEL_DESIGNS = table_of(LabelDesign)
+LABEL_DESIGN_ITEMS = table_of(LabelDesignItem)
 
 # SQLite's implicit rowid: the order the judgments were written in. No record declares it (other
 # databases have none), so only SQLite reads use it: the fast path and ordered exports.

@@ -12,6 +12,7 @@ from sqlalchemy import inspect, text
 from core.human_labels import (
     LabelItem,
     LabelRow,
+    design_population,
     iter_labels,
     labelled,
     realism_queue,
@@ -28,7 +29,7 @@ from core.records import (
 )
 from core.store import open_store
 
-NEW_COLUMNS = ("time_spent_s", "blind", "confidence")
+NEW_COLUMNS = ("time_spent_s", "blind", "confidence", "design_id")
 
 
 def test_a_store_of_schema_2_gains_the_label_columns_and_index_and_keeps_its_labels(store) -> None:  # type: ignore[no-untyped-def]
@@ -98,37 +99,151 @@ def test_labelling_again_replaces_the_label(store) -> None:  # type: ignore[no-u
     assert labelled(store, "a", [item]) == {item} and labelled(store, "b", [item]) == set()
 
 
-def test_the_sample_is_seeded_and_stratified_by_criterion_and_verdict(tmp_path: Path) -> None:
-    db = tmp_path / "t.db"
-    store = small_teen_store(db)
+def _population(db: Path, by_criterion: bool = False) -> dict[tuple[str, ...], set[tuple]]:
     import sqlite3
 
-    strata = (
+    strata: dict[tuple[str, ...], set[tuple]] = {}
+    for cid, turn, rubric, crit, target, cond in sqlite3.connect(db).execute(
+        "SELECT DISTINCT j.conversation_id, j.turn_index, j.rubric_id, j.criterion_id, c.target, "
+        "c.condition FROM judgments j JOIN conversations c ON c.id = j.conversation_id "
+        "WHERE j.applicable AND j.verdict IS NOT NULL AND j.verdict != 'error' "
+        "AND j.turn_index IS NOT NULL"
+    ):
+        key = (target, cond, crit) if by_criterion else (target, cond)
+        strata.setdefault(key, set()).add((cid, turn, rubric, crit))
+    return strata
+
+
+def test_the_sample_is_a_seeded_stored_design_stratified_by_target_and_condition(
+    tmp_path: Path,
+) -> None:
+    import sqlite3
+
+    db = tmp_path / "t.db"
+    store = small_teen_store(db)
+    strata = _population(db)
+    assert len(strata) == 4  # two targets x two conditions
+    queue = sample_queue(store, n=12, seed=1)
+    assert len(queue) == len(set(queue)) == 12
+    where = {key: s for s, keys in strata.items() for key in keys}
+    drawn = Counter(
+        where[(it.conversation_id, it.turn_index, it.rubric_id, it.criterion_id)] for it in queue
+    )
+    assert drawn == {s: 3 for s in strata}  # equal shares per target x condition
+    assert queue != sample_queue(store, n=12, seed=2)
+    design = queue[0].design_id
+    assert design is not None and all(it.design_id == design for it in queue)
+    rows = (
         sqlite3.connect(db)
         .execute(
-            "SELECT criterion_id, verdict, count(*) FROM judgments WHERE applicable AND verdict IS NOT NULL "
-            "AND verdict != 'error' GROUP BY criterion_id, verdict"
+            "SELECT stratum, inclusion_probability FROM label_design_items WHERE design_id = ?",
+            (design,),
         )
         .fetchall()
     )
-    n = 3 * len(strata)
-    queue = sample_queue(store, n=n, seed=1)
-    assert queue == sample_queue(store, n=n, seed=1)
-    assert queue != sample_queue(store, n=n, seed=2)
-    verdict_of = dict(
-        ((c, t, k), v)
-        for c, t, k, v in sqlite3.connect(db).execute(
-            "SELECT conversation_id, turn_index, criterion_id, verdict FROM judgments"
+    assert all(p is None for _, p in rows)  # not counted while the labeller waits
+    # judged after the draw began: not in the population the design was drawn from
+    sqlite3.connect(db).execute(
+        "UPDATE judgments SET created_at = '2999-01-01 00:00:00' WHERE rowid IN "
+        "(SELECT min(rowid) FROM judgments WHERE applicable AND verdict != 'error' "
+        "AND turn_index IS NOT NULL)"
+    ).connection.commit()
+    counted = design_population(store, design)
+    assert sum(v["population"] for v in counted.values()) == sum(map(len, strata.values())) - 1
+    rows = (
+        sqlite3.connect(db)
+        .execute(
+            "SELECT stratum, inclusion_probability FROM label_design_items WHERE design_id = ?",
+            (design,),
         )
+        .fetchall()
     )
+    assert {(st, round(p, 12)) for st, p in rows} == {
+        (st, round(3 / counted[st]["population"], 12)) for st, _ in rows
+    }
+    # stored: reopening is a lookup of the same draw, even after the store changed
+    sqlite3.connect(db).execute("DELETE FROM judgments WHERE rowid % 2 = 0").connection.commit()
+    assert sample_queue(store, n=12, seed=1) == queue
+    store.close()
+
+
+def test_the_sample_by_criterion_has_a_stratum_per_target_condition_and_criterion(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "t.db"
+    store = small_teen_store(db)
+    strata = _population(db, by_criterion=True)
+    queue = sample_queue(store, n=len(strata), seed=0, by_criterion=True)
+    where = {key: s for s, keys in strata.items() for key in keys}
     drawn = Counter(
-        (it.criterion_id, verdict_of[(it.conversation_id, it.turn_index, it.criterion_id)])
-        for it in queue
+        where[(it.conversation_id, it.turn_index, it.rubric_id, it.criterion_id)] for it in queue
     )
-    # equal shares: three per stratum (every stratum here has at least three ratings)
-    assert all(count >= 3 for _, _, count in strata)
-    assert drawn == Counter({(c, v): 3 for c, v, _ in strata})
+    assert drawn == {s: 1 for s in strata}
+    store.close()
+
+
+def test_strata_read_whole_give_the_same_kind_of_draw(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The path other databases take (and SQLite for strata too rare for random rowids): each
+    stratum's items read in a stable order and sampled, equal shares, no repeats."""
+    import core.human_labels as hl
+
+    monkeypatch.setattr(hl, "TRIES_PER_ITEM", 0)
+    monkeypatch.setattr(hl, "_RowidSampler", None)  # never used when no tries are left
+    db = tmp_path / "t.db"
+    store = small_teen_store(db)
+    strata = _population(db, by_criterion=True)
+    queue = sample_queue(store, n=2 * len(strata), seed=4, by_criterion=True)
+    where = {key: s for s, keys in strata.items() for key in keys}
+    drawn = Counter(
+        where[(it.conversation_id, it.turn_index, it.rubric_id, it.criterion_id)] for it in queue
+    )
+    assert drawn == {s: min(2, len(k)) for s, k in strata.items()}
     assert len(set(queue)) == len(queue)
+    store.close()
+
+
+def test_every_item_of_a_stratum_is_equally_likely_even_when_two_judges_share_a_key(
+    tmp_path: Path,
+) -> None:
+    """Random rowids with rejection: over many seeds each item of a stratum is drawn about
+    equally often, also when half the keys have a second judge's row (drawn twice as often
+    without the 1/m correction)."""
+    import sqlite3
+
+    db = tmp_path / "t.db"
+    store = small_teen_store(db)
+    conn = sqlite3.connect(db)
+    cols = [r[1] for r in conn.execute("PRAGMA table_info(judgments)")]
+    rows = conn.execute("SELECT * FROM judgments WHERE rowid % 2 = 0").fetchall()
+    i_id, i_judge = cols.index("id"), cols.index("judge")
+    for r in rows:
+        r = list(r)
+        r[i_id] += "-second"
+        r[i_judge] = "second-judge"
+        conn.execute(f"INSERT INTO judgments VALUES ({', '.join('?' * len(r))})", r)
+    conn.commit()
+    strata = _population(db)
+    stratum, keys = sorted(strata.items())[0]
+    doubled = {
+        (c, t, r, k)
+        for c, t, r, k in conn.execute(
+            "SELECT conversation_id, turn_index, rubric_id, criterion_id FROM judgments "
+            "WHERE judge = 'second-judge'"
+        )
+    }
+    hits: Counter[tuple] = Counter()
+    n_seeds = 400
+    for seed in range(n_seeds):
+        for it in sample_queue(store, n=4 * 4, seed=seed):
+            key = (it.conversation_id, it.turn_index, it.rubric_id, it.criterion_id)
+            if key in keys:
+                hits[key] += 1
+    expected = n_seeds * 4 / len(keys)
+    single = [hits[k] for k in keys if k not in doubled]
+    double = [hits[k] for k in keys if k in doubled]
+    assert single and double
+    mean_single, mean_double = sum(single) / len(single), sum(double) / len(double)
+    assert abs(mean_single / expected - 1) < 0.15 and abs(mean_double / expected - 1) < 0.15
     store.close()
 
 

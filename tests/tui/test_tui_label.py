@@ -190,4 +190,8 @@ async def test_agreement_with_the_judge_is_shown_in_the_app(tmp_path: Path) -> N
         assert (overall["rater_a"], overall["rater_b"]) == ("scripted:judge", "human:alice")
         assert overall["n_items"] == 8 and overall["raw_agreement"] == 0.75
         assert screen.query_one("#pairs", DataTable).row_count == len(screen.pairs)
+        # labels made outside a labelling design: no corrected rate, one line saying why
+        note = str(screen.query_one("#corrected-note", Static).render())
+        assert "no design-sampled blind labels yet" in note
+        assert screen.query_one("#corrected", DataTable).row_count == 0
     store.close()

@@ -97,7 +97,9 @@ def register(app: typer.Typer) -> None:
                 "point (realised or not); transcript: one record per conversation (messages, "
                 "arm, fork, verdicts); conversation: per conversation x criterion counts; "
                 "realisation: per branch point x option x target x condition x simulator, how "
-                "many arms realised their option (n of N).",
+                "many arms realised their option (n of N); corrected: judge-corrected failure "
+                "rates (PPI++) per judge x target x condition x criterion and per target, beside "
+                "the judge-only and people-only rates and the judge's sensitivity and specificity.",
             ),
         ] = "judgment",
         rubric: Annotated[str | None, typer.Option("--rubric", help="Only this rubric id.")] = None,
@@ -109,7 +111,7 @@ def register(app: typer.Typer) -> None:
         and one column per variant choice. No API keys are in these files."""
         selected = _runs(run, all_runs)
         flat = ("judgment", "turn", "arm")
-        levels = (*flat, "transcript", "conversation", "realisation")
+        levels = (*flat, "transcript", "conversation", "realisation", "corrected")
         if level not in levels:
             raise UserError(f"--level {level!r}: expected {', '.join(levels)}")
         formats = ("csv", "parquet", "jsonl", "inspect")
@@ -140,6 +142,14 @@ def register(app: typer.Typer) -> None:
             n = write_transcripts(store, out, fmt, selected, rubric=rubric, judge=judge)
             typer.echo(f"wrote {n} transcripts to {out}")
             return
+        elif level == "corrected":
+            from analysis.judge_correction import judge_corrected
+
+            corrected = judge_corrected(store, selected)
+            for note in corrected.notes:
+                typer.echo(note)
+            _write_table(corrected.table, out, fmt)
+            n = len(corrected.table)
         elif level == "realisation":
             from analysis.realisation import realisation_table
 
@@ -194,8 +204,12 @@ def register(app: typer.Typer) -> None:
                 examples=0,
                 exclude_retried=exclude_retried,
             )
+        from analysis.judge_correction import ALL, judge_corrected
+        from analysis.judge_correction_report import TITLE, display_table
+
+        corrected = judge_corrected(_store(db), selected)
         if fmt == "json":
-            typer.echo(analysis_json(a))
+            typer.echo(analysis_json(a, corrected))
             return
         copies = (
             f" ({a.n_copied_conversations} arms that never forked counted once)"
@@ -217,6 +231,22 @@ def register(app: typer.Typer) -> None:
 
         for note in printed_notes(a):  # the report's notes, same text (e.g. an unsuitable judge)
             console.print(_text("note: " + note))
+        if corrected.empty:
+            console.print(_text(f"{TITLE}: {corrected.notes[0]}"))
+        else:
+            per_target = corrected.table[corrected.table["condition"] == ALL]
+            shown = display_table(per_target)[
+                [
+                    "judge",
+                    "target",
+                    "labelled",
+                    "judge only",
+                    "corrected",
+                    "sensitivity",
+                    "specificity",
+                ]
+            ]  # per target; every cell in `report` and `export --level corrected`
+            _print_table(console, f"{TITLE} (PPI++, per target)", shown)
 
     @app.command("report")
     def report(
@@ -306,8 +336,9 @@ def _text(s: str) -> Any:
     return Text(s)  # a Text is never parsed for markup
 
 
-def analysis_json(a: Any) -> str:
-    """Every table of an analysis as JSON records (NaN as null), with its counts and notes."""
+def analysis_json(a: Any, corrected: Any = None) -> str:
+    """Every table of an analysis as JSON records (NaN as null), with its counts and notes, and
+    the judge-corrected rates when given."""
     import json
 
     from analysis.report_sections import printed_notes
@@ -348,6 +379,9 @@ def analysis_json(a: Any) -> str:
         if a.agreement is None
         else {"pairs": records(a.agreement.pairs), "alpha_all": records(a.agreement.alpha_all)},
         "plotted_judge": a.primary_judge,
+        "judge_corrected": None
+        if corrected is None
+        else {"rates": records(corrected.table), "notes": list(corrected.notes)},
         "notes": printed_notes(a),
     }
     return json.dumps(out, indent=1, default=str)

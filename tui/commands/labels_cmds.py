@@ -11,6 +11,9 @@ Columns (a header row first; the order is free, unknown columns are an error):
   verdict          a level of the rubric's scale (pass/partial/fail; high/medium/low/refusal;
                    very/mostly/mixed/not for realism); empty: not applicable
   note, confidence (low/medium/high or empty), time_spent_s (seconds), blind (true/false or empty)
+  design_id        the labelling design whose queue the item came from (as exported); empty:
+                   made outside any design, kept but not used by the judge-corrected estimates.
+                   When given, the design must be in the store and must have drawn this item.
 
 An import is checked whole before anything is stored: every problem is one line
 ``FILE:LINE:COL: field: problem (expected ...)`` and nothing is written. Importing a label again
@@ -50,10 +53,14 @@ def field_columns(line: str) -> list[int]:
     return starts
 
 
-def read_label_file(path: Path, known_conversations: Any) -> list[Any]:
+def read_label_file(
+    path: Path, known_conversations: Any, drawn_items: Any = lambda designs: set()
+) -> list[Any]:
     """The rows of a labels CSV as ``LabelRow``; raises LabelFileError listing every problem.
 
-    ``known_conversations(ids) -> set`` says which conversation ids the store holds.
+    ``known_conversations(ids) -> set`` says which conversation ids the store holds;
+    ``drawn_items(design_ids) -> set`` the (design_id, conversation_id, turn_index, rubric_id,
+    criterion_id) items those designs drew.
     """
     from core.human_labels import CONFIDENCE_LEVELS, LABEL_COLUMNS, REALISM_RUBRIC, LabelRow
     from tui.app.label_scales import levels_for
@@ -117,6 +124,7 @@ def read_label_file(path: Path, known_conversations: Any) -> list[Any]:
         problem(reader.line_num, 1, "row", f"{exc} (expected valid CSV)")
 
     known = known_conversations({r["conversation_id"].strip() for _, _, r in rows})
+    drawn = drawn_items({r.get("design_id", "").strip() for _, _, r in rows} - {""})
     out = []
     for line, cols, raw in rows:
 
@@ -191,6 +199,17 @@ def read_label_file(path: Path, known_conversations: Any) -> list[Any]:
         values["blind"] = True if blind in TRUE else False if blind in FALSE else None
         if blind and blind not in TRUE | FALSE:
             problem(line, at("blind"), "blind", f"{blind!r} (expected true or false, or empty)")
+        design = values.get("design_id", "")
+        values["design_id"] = design or None
+        key = (design, cid, values["turn_index"], values["rubric_id"], values["criterion_id"])
+        if design and key not in drawn:
+            problem(
+                line,
+                at("design_id"),
+                "design_id",
+                f"{design!r} did not draw this item (expected a design of this store that drew "
+                "it, or empty for a label outside any design)",
+            )
         out.append(LabelRow(**values))
     if problems:
         shown = problems[:MAX_SHOWN]
@@ -261,18 +280,83 @@ def import_command(
 
     Columns: conversation_id, turn_index (empty: whole conversation), rubric_id, criterion_id,
     annotator, verdict (empty: not applicable), note, confidence (low/medium/high), time_spent_s,
-    blind (true/false)."""
-    from core.human_labels import save_labels
+    blind (true/false), design_id (empty: outside any labelling design)."""
+    from core.human_labels import drawn_items, save_labels
     from core.read import existing_conversations
     from core.store import open_store
 
     store = open_store(db, create=False)
     try:
-        rows = read_label_file(file, lambda ids: existing_conversations(store, ids))
+        rows = read_label_file(
+            file,
+            lambda ids: existing_conversations(store, ids),
+            lambda designs: drawn_items(store, designs),
+        )
         n = save_labels(store, rows)
     finally:
         store.close()
     typer.echo(f"imported {n} labels from {file}")
+
+
+@labels_app.command("plan")
+def plan_command(
+    width: Annotated[
+        float,
+        typer.Option(
+            "--width",
+            min=0.1,
+            max=50,
+            metavar="PP",
+            help="Target half-width of each stratum's corrected failure rate, in percentage points.",
+        ),
+    ] = 5.0,
+    run: Annotated[
+        str | None, typer.Option("--run", metavar="RUN", help="Only this run's conversations.")
+    ] = None,
+    by_criterion: Annotated[
+        bool,
+        typer.Option(
+            "--by-criterion",
+            help="Strata target x condition x criterion (before any design; a design keeps its own).",
+        ),
+    ] = False,
+    db: DbOption = None,
+) -> None:
+    """How many blind design labels each stratum (judge x target x condition) needs for a
+    judge-corrected failure rate of +/- WIDTH points at 95%, from the judge's disagreement with
+    the labels so far (before any label: a stated prior of 15% disagreement)."""
+    from analysis.judge_correction import label_plan
+    from core.human_labels import design_population, designs_of
+    from core.store import open_store
+
+    store = open_store(db, create=False)
+    try:
+        # the designs' strata counted now (once), so that their inclusion probabilities are stored
+        for design in designs_of(store):
+            design_population(store, design)
+        table, notes = label_plan(store, run, width=width, by_criterion=by_criterion)
+    finally:
+        store.close()
+    for note in notes:
+        typer.echo(note)
+    if table.empty:
+        typer.echo("no judged turns to label")
+        return
+    typer.echo(f"labels for a half-width of {width:g} points (95%):")
+    head = f"{'judge':24} {'stratum':44} {'judged':>8} {'labelled':>8} {'disagree':>8} {'needed':>7} {'more':>6}"
+    typer.echo(head)
+    for r in table.itertuples():
+        typer.echo(
+            f"{_cell(r.judge, 24)} {_cell(r.stratum, 44)} {r.judged:>8} {r.labelled:>8} "
+            f"{r.disagreement:>8.1%} {r.needed:>7} {r.more:>6}"
+        )
+    typer.echo(f"total more labels: {int(table['more'].sum())}")
+
+
+def _cell(value: object, width: int) -> str:
+    """A column of plain text: control characters dropped, cut to ``width``."""
+    text = "".join(ch for ch in str(value) if ch.isprintable())
+    return (text if len(text) <= width else text[: width - 1] + "~").ljust(width)
 
 
 def register(app: typer.Typer) -> None:

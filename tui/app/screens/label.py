@@ -326,6 +326,7 @@ class LabelScreen(Screen[None]):
                 confidence=self.confidence,
                 time_spent_s=round(time.monotonic() - self.shown_at, 3),
                 blind=blind,
+                design_id=item.design_id,
             ),
         )
         self.earlier[item] = EarlierLabel(verdict=levels[str(key)], blind=blind)
