@@ -352,3 +352,17 @@ def test_the_persona_and_judge_prompts_render_in_the_one_bounded_sandbox() -> No
         prompt_template("{{ 'ab' * n }}").render(n=10**6)
     assert prompt_template("{{ x }}\n").render(x="a") == "a"  # a prompt file's last newline
 
+
+def test_every_file_model_has_the_one_strict_base() -> None:
+    """Scenarios, prompt conditions, rubrics and manifests reject unknown keys through
+    core.strict's base, not a copy of it; the loaded ones are frozen."""
+    from core.strict import FrozenStrictModel, StrictModel
+    from judges.rubric import Rubric
+    from scenarios.conditions import PromptCondition
+    from scenarios.models import Scenario
+    from study.manifest import Manifest
+
+    assert issubclass(Manifest, StrictModel) and not Manifest.model_config.get("frozen")
+    for model in (Scenario, PromptCondition, Rubric):
+        assert issubclass(model, FrozenStrictModel), model
+        assert model.model_config["extra"] == "forbid" and model.model_config["frozen"]
