@@ -34,6 +34,7 @@ def rows(db: Path, sql: str) -> list[tuple[object, ...]]:
         return con.execute(sql).fetchall()
 
 
+@pytest.mark.slow
 def test_the_example_stores_what_the_cli_sweep_of_its_manifest_stores(
     tmp_path: Path,
     loopback_server: str,
