@@ -3,6 +3,8 @@
 Scenario files are data written by people we do not have to trust, so templates run in
 ``SandboxedEnvironment`` (no attribute access to internals, no arbitrary calls) with
 ``StrictUndefined`` (a misspelt placeholder is an error, never an empty string in a prompt).
+This is the project's one sandbox: the persona's and the judge's prompt files are compiled in it
+too (``prompt_template``), since the values they render come from scenarios and models.
 """
 
 from __future__ import annotations
@@ -82,6 +84,16 @@ _HTML_ENV = _BoundedSandbox(undefined=StrictUndefined, autoescape=True)
 def html_template(source: str) -> Any:
     """A compiled HTML template (sandboxed, autoescaping, strict about undefined names)."""
     return _HTML_ENV.from_string(source)
+
+
+# The project's prompt files (persona.j2, the judge's prompt): the same sandbox, a file's final
+# newline dropped (an overlay shares the sandbox's settings and caches)
+_PROMPT_ENV = _ENV.overlay(keep_trailing_newline=False)
+
+
+def prompt_template(source: str) -> Any:
+    """A prompt file's text compiled in the sandbox (``.render(**values)`` renders it)."""
+    return _PROMPT_ENV.from_string(source)
 
 
 class TemplateRenderError(UserError):

@@ -56,13 +56,9 @@ _RAW_KEEP = 20_000  # characters of raw output stored with an error verdict
 
 @lru_cache(maxsize=1)
 def _template() -> Any:
-    from jinja2 import StrictUndefined
-    from jinja2.sandbox import SandboxedEnvironment
+    from core.templates import prompt_template
 
-    env = SandboxedEnvironment(
-        undefined=StrictUndefined, autoescape=False, keep_trailing_newline=False
-    )
-    return env.from_string(_TEMPLATE_TEXT)
+    return prompt_template(_TEMPLATE_TEXT)
 
 
 def _fence_safe(text: str) -> str:

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from contextvars import ContextVar
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from core.scales import (
     ALL_LEVELS,
@@ -27,6 +27,7 @@ from core.scales import (
     ScaleDef,
     ScaleName,
 )
+from core.strict import FrozenStrictModel as _Strict
 
 # FieldProblem points an error raised by a validator at one field, so that it gets that field's line.
 from core.yamlio import ID_PATTERN, FieldProblem
@@ -42,10 +43,6 @@ _RULE_OF_SCALE: dict[str, ScoreRule] = {
 # Which scale a criterion is being validated against: set by Rubric while it validates its
 # criteria, so that anchor and pattern errors point at the criterion's own line in the file.
 _SCALE_IN_FORCE: ContextVar[ScaleDef | None] = ContextVar("_SCALE_IN_FORCE", default=None)
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 def _check_regexes(values: list[str]) -> list[str]:

@@ -10,9 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from core.errors import UserError
+from core.strict import FrozenStrictModel as _Strict
 from core.templates import TemplateRenderError, render
 from core.yamlio import LoadError, error_at, read_yaml, validate_data
 from scenarios.bundled import LIBRARY
@@ -23,10 +24,6 @@ DEFAULT_PROMPTS = LIBRARY / "prompts"
 DEFAULT_CRISIS_RESOURCES = LIBRARY / "crisis_resources.yaml"
 # Names a system-prompt template may use.
 PROMPT_TEMPLATE_NAMES = frozenset({"crisis_resources", "crisis_disclaimer"})
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class CrisisResource(_Strict):

@@ -8,14 +8,13 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     field_validator,
     model_validator,
 )
 
 from core.domain import EventKind
+from core.strict import FrozenStrictModel as _Strict
 from core.yamlio import ID_PATTERN, FieldProblem
 
 # Criteria ids name rubric criteria; same rule as every other id.
@@ -25,10 +24,6 @@ BranchKind = Literal["disclosure", "help_offer", "limit_pushback", "custom"]
 Design = Literal["one_at_a_time", "factorial"]
 ForkMode = Literal["shared", "independent"]
 ProfileDesign = Literal["pairs", "full"]
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class Persona(_Strict):

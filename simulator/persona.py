@@ -16,11 +16,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jinja2 import StrictUndefined
-from jinja2.sandbox import SandboxedEnvironment
 from pydantic import BaseModel, ConfigDict
 
 from core.patterns import any_of
+from core.templates import prompt_template
 from gateway.call_layout import CallLayout, TurnsRef
 from gateway.completion import Completion, GenParams, Message, ModelError
 
@@ -74,17 +73,11 @@ _OTHER_SPEAKER = re.compile(
 )
 
 
-@lru_cache(maxsize=1)
-def sandbox() -> SandboxedEnvironment:
-    # Sandboxed: scenario files come from users; a template must not reach Python internals.
-    return SandboxedEnvironment(
-        undefined=StrictUndefined, keep_trailing_newline=False, autoescape=False
-    )
-
-
 @lru_cache(maxsize=4)
 def _template(name: str) -> Any:
-    return sandbox().from_string((PROMPTS / name).read_text(encoding="utf-8"))
+    # Sandboxed (core/templates.py): scenario files come from users; a value must not reach
+    # Python internals.
+    return prompt_template((PROMPTS / name).read_text(encoding="utf-8"))
 
 
 class PersonaReply(BaseModel):

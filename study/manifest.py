@@ -15,18 +15,15 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from core.errors import UserError
+from core.strict import StrictModel as _Strict
 from core.yamlio import ID_PATTERN, FieldProblem, LoadError, load_model
 
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 # Params that would carry a secret into the manifest (and from there into the store).
 SECRET_PARAMS = ("api_key", "key", "token", "authorization", "password")
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class ScenarioSelection(_Strict):

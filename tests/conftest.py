@@ -18,6 +18,26 @@ import pytest
 POSTGRES_ENV = "BRANCHPOINT_TEST_POSTGRES"
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Marks that follow from what a test uses, so that no test file has to repeat them.
+
+    - A test of the embedded model (the ``embedded_provider`` fixture) is ``slow``: it runs a
+      real model on the CPU. Under pytest-xdist they all go to one worker (group ``embedded``),
+      which loads the model once for the whole run.
+    - A test that uses a module-scoped fixture (a store of generated results, a Ray cluster, a
+      loaded library) goes to the same worker as the rest of its module, so that the fixture is
+      built once a run, not once a worker (``make test`` runs ``--dist loadgroup``).
+    """
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        defs = info.name2fixturedefs if info is not None else {}
+        if "embedded_provider" in defs:
+            item.add_marker(pytest.mark.slow)
+            item.add_marker(pytest.mark.xdist_group("embedded"))
+        elif any(d.scope == "module" for ds in defs.values() for d in ds):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
+
 @pytest.fixture
 def postgres_url() -> Iterator[str]:
     """URL of a fresh, empty PostgreSQL database, dropped afterwards.

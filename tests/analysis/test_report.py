@@ -188,6 +188,7 @@ def test_export_csv_and_parquet(teen_db: Path, tmp_path: Path) -> None:
     assert res.exit_code == 0 and "n_fail" in pd.read_csv(tmp_path / "c.csv").columns
 
 
+@pytest.mark.slow
 def test_bad_input_is_one_line_without_traceback(teen_db: Path, tmp_path: Path) -> None:
     cases = [
         (["analyze", "nope", "--db", str(teen_db)], "run 'nope' is not in the store"),

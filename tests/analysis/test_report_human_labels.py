@@ -5,12 +5,14 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import pytest
 from fixtures.tui.helpers import small_teen_store
 
 from analysis.realism import realism_by_simulator, realism_ratings, wilson
 from core.human_labels import REALISM_RUBRIC, REALISM_TURN, LabelRow, save_labels
 
 
+@pytest.mark.slow
 def test_report_shows_agreement_with_humans_and_realism_by_simulator(tmp_path: Path) -> None:
     from analysis.report import write_report
 

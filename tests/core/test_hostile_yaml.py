@@ -335,3 +335,34 @@ def test_prompt_condition_reaching_for_internals_is_an_error(tmp_path: Path) -> 
     _, errors = load_condition_file(path)
     assert [(e.line, e.col, e.field) for e in errors] == [(3, 16, "system_prompt")]
     assert "'__class__', an internal attribute the sandbox forbids" in errors[0].message
+
+
+def test_the_persona_and_judge_prompts_render_in_the_one_bounded_sandbox() -> None:
+    """The persona's and the judge's prompt files are compiled by core.templates, so what a
+    scenario's values or a model's text reach there meets the same bounds as a scenario's."""
+    from jinja2.exceptions import SecurityError
+
+    from core.templates import _ENV, prompt_template
+    from judges import llm_judge
+    from simulator import persona
+
+    for template in (persona._template("persona.j2"), llm_judge._template()):
+        assert template.environment.linked_to is _ENV  # the sandbox's overlay, not its own
+    with pytest.raises(SecurityError, match="would build a result over"):
+        prompt_template("{{ 'ab' * n }}").render(n=10**6)
+    assert prompt_template("{{ x }}\n").render(x="a") == "a"  # a prompt file's last newline
+
+
+def test_every_file_model_has_the_one_strict_base() -> None:
+    """Scenarios, prompt conditions, rubrics and manifests reject unknown keys through
+    core.strict's base, not a copy of it; the loaded ones are frozen."""
+    from core.strict import FrozenStrictModel, StrictModel
+    from judges.rubric import Rubric
+    from scenarios.conditions import PromptCondition
+    from scenarios.models import Scenario
+    from study.manifest import Manifest
+
+    assert issubclass(Manifest, StrictModel) and not Manifest.model_config.get("frozen")
+    for model in (Scenario, PromptCondition, Rubric):
+        assert issubclass(model, FrozenStrictModel), model
+        assert model.model_config["extra"] == "forbid" and model.model_config["frozen"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
+import pytest
 from fixtures.engine.helpers import HERE as FIX
 from fixtures.engine.helpers import plugin_env, run_cli, scripted_run
 
@@ -52,6 +53,7 @@ def test_run_judge_export_report_on_postgres_match_sqlite(
     assert f"conversation {conv}" in _branchpoint("show", conv[:10], "--db", postgres_url)
 
 
+@pytest.mark.slow
 def test_unreachable_or_unknown_database_is_one_line_without_password(tmp_path: Path) -> None:
     cases = [
         (

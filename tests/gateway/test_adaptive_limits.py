@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from gateway.completion import GenParams, Message
 from gateway.gateway import Gateway
 from gateway.limits import CallLimiter, Limiter, LimiterState, ProviderLimits
@@ -30,6 +32,7 @@ async def _watch(gw: Gateway, seen: list[LimiterState], stop: asyncio.Event) -> 
         await asyncio.sleep(0.005)
 
 
+@pytest.mark.slow
 def test_429s_cut_the_limit_and_every_call_waits_out_retry_after_then_it_grows_back() -> None:
     # 10 requests per 2 s window at the server; the client has no rpm of its own, only 12 in
     # flight, so a burst of 40 calls meets the server's limit and its Retry-After.

@@ -62,6 +62,7 @@ def spent(db: Path) -> float:
     return float(rows(db, "select coalesce(sum(cost), 0) from model_calls")[0][0] or 0.0)
 
 
+@pytest.mark.slow
 def test_a_budget_stops_the_sweep_before_it_is_exceeded_and_survives_a_sigkill(
     tmp_path: Path, sweep_plugin: Any
 ) -> None:
@@ -211,6 +212,7 @@ def test_spend_is_rebuilt_from_the_call_rows_by_target(store) -> None:  # type: 
     assert spend_of_run(store, "none") == {}
 
 
+@pytest.mark.slow
 def test_judging_counts_against_the_budget_and_what_it_leaves_is_judged_later(
     tmp_path: Path, sweep_plugin: Any
 ) -> None:

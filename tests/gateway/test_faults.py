@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from gateway.completion import GenParams, Message
 from gateway.providers.scripted import ScriptedModel
 from gateway.testing.openai_server import ServerThread, max_in_window
@@ -61,6 +63,7 @@ def manifest(path: Path, url: str) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_faults_end_every_conversation_with_a_reason_and_the_rpm_holds(tmp_path: Path) -> None:
     server = ServerThread(
         rpm=RPM,

@@ -561,6 +561,7 @@ def test_model_text_cannot_close_its_marker(store: Any) -> None:
     assert all(r.verdict == "error" for r in rows(store, "scripted:spy"))
 
 
+@pytest.mark.slow
 def test_command_line_judges_and_is_idempotent(u18_store: Any, tmp_path: Path) -> None:
     db = u18_store.url.removeprefix("sqlite:///")
     args = [

@@ -31,6 +31,7 @@ def _persona_with(rules: list, default=None) -> ScriptedModel:  # type: ignore[n
 # -- branch points ----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_at_turn_option_fires_at_its_exchange_and_jumps_stage(store) -> None:
     result, _ = run_engine(store, FIX / "at_turn.yaml")
     arms = by_choice(store, result.run_id, "disclosure")
@@ -505,6 +506,7 @@ def test_run_scenario_takes_an_in_memory_scenario(store) -> None:
     assert [t.content for t in turns_of(store, conv.id)] == ["yo", "hey", "sure", "hey"]
 
 
+@pytest.mark.slow
 def test_target_over_real_http_through_litellm(store, loopback_server) -> None:
     """The whole graph with the target behind an OpenAI-compatible server on 127.0.0.1 (echoes)."""
     result, _ = run_engine(

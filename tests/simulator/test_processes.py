@@ -219,6 +219,7 @@ def test_two_processes_write_exactly_what_one_writes(
     assert status == [("completed", None)]  # finalised once, the lease let go
 
 
+@pytest.mark.slow
 def test_limits_and_concurrency_are_shared_out_between_the_processes(
     slow_server: ServerThread, tmp_path: Path
 ) -> None:
@@ -300,6 +301,7 @@ def _resume_exactly(db: str, run_id: str) -> None:
     assert_resume_makes_exactly_the_missing_calls(db, _kill_cli(db, "--resume", run_id), TOTAL)
 
 
+@pytest.mark.slow
 def test_sigkill_of_the_parent_stops_the_workers_and_a_rerun_makes_the_missing_calls(
     cli_db: str,
 ) -> None:
@@ -319,6 +321,7 @@ def test_sigkill_of_the_parent_stops_the_workers_and_a_rerun_makes_the_missing_c
     _resume_exactly(cli_db, "pk")
 
 
+@pytest.mark.slow
 def test_a_worker_killed_midway_fails_the_run_naming_it_and_a_rerun_completes(cli_db: str) -> None:
     proc = _start(cli_db, "wk")
     try:
@@ -345,6 +348,7 @@ def test_a_worker_killed_midway_fails_the_run_naming_it_and_a_rerun_completes(cl
     _resume_exactly(cli_db, "wk")
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_every_process_exits_130_and_a_rerun_completes(cli_db: str) -> None:
     proc = _start(cli_db, "cc", start_new_session=True)  # its own process group, like a terminal's
     try:

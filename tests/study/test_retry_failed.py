@@ -101,6 +101,7 @@ def _ok_calls(db: Path) -> dict[str, int]:
 
 
 @pytest.mark.parametrize("fork", ["shared", "independent"])
+@pytest.mark.slow
 def test_sweep_retry_failed_completes_failed_conversations_from_their_last_turn(
     tmp_path: Path, flaky: tuple[str, Flaky], fork: str
 ) -> None:
@@ -187,6 +188,7 @@ def _indexes(db: Path) -> dict[str, list[int]]:
     return out
 
 
+@pytest.mark.slow
 def test_run_retry_failed_resumes_the_run_and_exits_0(
     tmp_path: Path, flaky: tuple[str, Flaky]
 ) -> None:
@@ -230,6 +232,7 @@ def test_run_retry_failed_resumes_the_run_and_exits_0(
     assert all(sorted(ix) == list(range(len(ix))) for ix in _indexes(db).values())
 
 
+@pytest.mark.slow
 def test_exclude_retried_leaves_retried_conversations_out_of_the_analysis(tmp_path: Path) -> None:
     """On a judged store, the conversations with an attempt row are left out, and only those."""
     from analysis.pipeline import run_analysis

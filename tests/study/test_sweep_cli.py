@@ -71,6 +71,7 @@ def test_plan_only_prints_the_plan_and_writes_nothing(tmp_path: Path) -> None:
     assert not (tmp_path / "results.db").exists()
 
 
+@pytest.mark.slow
 def test_sweep_runs_resumes_adds_only_new_cells_and_refuses_changes(tmp_path: Path) -> None:
     db = tmp_path / "results.db"
     scenario = tmp_path / SCENARIO.name
@@ -179,6 +180,7 @@ def test_what_is_not_built_is_refused_before_any_call(
     assert not (tmp_path / "results.db").exists()  # refused before the store is opened
 
 
+@pytest.mark.slow
 def test_judges_run_live_and_after_and_error_verdicts_exit_1(tmp_path: Path) -> None:
     db = tmp_path / "results.db"
     judges = [
@@ -195,6 +197,7 @@ def test_judges_run_live_and_after_and_error_verdicts_exit_1(tmp_path: Path) -> 
     assert set(by_judge) == {"heuristic", "scripted:echo"}
 
 
+@pytest.mark.slow
 def test_a_judge_added_after_the_conversations_is_in_the_plan_for_what_it_has_left(
     tmp_path: Path,
 ) -> None:
@@ -219,6 +222,7 @@ def test_a_judge_added_after_the_conversations_is_in_the_plan_for_what_it_has_le
     assert judging_calls() == "0 / 0 / 0"
 
 
+@pytest.mark.slow
 def test_the_judging_pass_keeps_the_sweeps_concurrency_in_flight(tmp_path: Path) -> None:
     from gateway.testing.openai_server import spawn
 
@@ -244,6 +248,7 @@ def test_the_judging_pass_keeps_the_sweeps_concurrency_in_flight(tmp_path: Path)
     assert stats["peak_in_flight"] == 12
 
 
+@pytest.mark.slow
 def test_failed_conversations_exit_1_with_their_reason(tmp_path: Path) -> None:
     import socket
 
@@ -265,6 +270,7 @@ def test_failed_conversations_exit_1_with_their_reason(tmp_path: Path) -> None:
     assert f"not completed, by reason: target_error {n}" in res.stdout
 
 
+@pytest.mark.slow
 def test_the_key_comes_from_key_env_and_never_reaches_the_store(tmp_path: Path) -> None:
     secret = "sk-test-0123456789abcdefSECRET"
     manifest = tmp_path / "study.yaml"
@@ -291,6 +297,7 @@ def test_the_key_comes_from_key_env_and_never_reaches_the_store(tmp_path: Path) 
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
+@pytest.mark.slow
 def test_an_interrupted_sweep_continues_with_every_cell_once(tmp_path: Path, sig: int) -> None:
     db = tmp_path / "results.db"
     manifest = write(tmp_path / "study.yaml", ["scripted:slow"], replicates=2)

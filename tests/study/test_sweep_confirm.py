@@ -247,6 +247,7 @@ def on_terminal(manifest: Path, answer: str) -> tuple[int, str]:
     return proc.returncode, out + err.decode(errors="replace")
 
 
+@pytest.mark.slow
 def test_on_a_terminal_it_asks_and_no_runs_nothing_and_yes_runs_it(
     tmp_path: Path, server: tuple[str, ChatServer]
 ) -> None:

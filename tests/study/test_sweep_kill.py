@@ -18,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from fixtures.engine.crash_checks import assert_prefixes
 from test_sweep_cli import REPO, SWEEP, _turns, cli, rows, write
 
@@ -94,6 +95,7 @@ def _transcripts(db: Path) -> dict[str, list[tuple[object, ...]]]:
     return out
 
 
+@pytest.mark.slow
 def test_sigkill_at_three_random_moments_then_the_sweep_equals_an_uninterrupted_one(
     tmp_path: Path,
 ) -> None:

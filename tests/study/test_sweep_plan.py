@@ -47,6 +47,7 @@ def _target_calls(store: object, spec: str) -> int:
 
 
 @pytest.mark.parametrize("fork", ["shared", "independent"])
+@pytest.mark.slow
 def test_plan_call_counts_equal_calls_made(fork: str, tmp_path: Path, plugin: object) -> None:
     manifest = load_manifest(MANIFEST).model_copy(update={"fork": fork})
     store = open_store(tmp_path / "sweep.db")
@@ -104,6 +105,7 @@ def _manifest(tmp_path: Path, **fields: object) -> tuple[Manifest, Path]:
     return Manifest.model_validate({**base, **fields}), path
 
 
+@pytest.mark.slow
 def test_dollars_grow_quadratically_and_with_the_level(tmp_path: Path) -> None:
     manifest, path = _manifest(
         tmp_path,

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 ENGINE = REPO / "tests" / "fixtures" / "engine"
 
@@ -38,6 +40,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@pytest.mark.slow
 def test_run_against_a_port_with_no_server_exits_1_saying_why(tmp_path: Path) -> None:
     port = free_port()
     res = cli(

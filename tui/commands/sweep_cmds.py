@@ -8,18 +8,15 @@ Declining at the cost question ("Run it? [y/N]") is the user's choice: exit 0, n
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 if TYPE_CHECKING:
     from core.store import Store
-    from judges.runner import JudgeSummary
-    from study.manifest import Manifest
+    from study.api import StudyPlan, StudyResult
     from study.plan import SweepPlan
-    from study.run import SweepResult
 
 
 def sweep_command(
@@ -76,99 +73,39 @@ def sweep_command(
     above confirm_above_usd with no terminal to ask on and no --yes included), 130 when
     interrupted.
     """
-    from core.store import open_store, resolve_url
-    from study.identity import check_compatible
-    from study.manifest import ManifestError, load_manifest, sweep_id_for
+    from core.store import open_store
+    from study.api import plan_study
+    from study.manifest import ManifestError
 
     try:
-        manifest = load_manifest(manifest_file)
+        plan = plan_study(
+            manifest_file,
+            db=db,
+            new_sweep=new_sweep,
+            retry_failed=retry_failed,
+            with_keys=not plan_only,
+        )
     except ManifestError as exc:
         for error in exc.errors:
             typer.echo(str(error), err=True)
         raise typer.Exit(2) from None
-    sweep_id = sweep_id_for(manifest, manifest_file)
-    url = db or _store_url(manifest, manifest_file)
-    # A plan of a sweep never run needs no store: --plan leaves none behind, and neither does a
-    # run refused or declined at the cost question (the store is opened after it).
-    store = open_store(url) if _exists(url) else None
+    for line in plan.lines():
+        typer.echo(line)
+    if plan_only:
+        return
+    plan.check_runnable()
+    # A run refused or declined at the cost question leaves no store behind: it is opened after.
+    if not yes and not _confirmed(plan.sweep):
+        typer.echo("nothing run")
+        return
+    store = open_store(plan.store_url)
     try:
-        sweep_id, stored = _identify(store, sweep_id, new_sweep)
-        plan = _plan(
-            manifest,
-            manifest_file,
-            sweep_id,
-            store,
-            with_keys=not plan_only,
-            retry_failed=retry_failed,
-        )
-        if stored is not None:
-            check_compatible(stored, manifest, sweep_id, str(manifest_file), plan.scenario_hashes)
-        for line in plan.lines():
-            typer.echo(line)
-        if plan_only:
-            return
-        _check_runnable(plan, resolve_url(url))
-        if not yes and not _confirmed(plan):
-            typer.echo("nothing run")
-            return
-        if store is None:
-            store = open_store(url)
-        result, judging = _run(plan, store, retry_failed=retry_failed)
+        result = _run(plan, store)
     finally:
-        if store is not None:
-            store.close()
-    code = _summary(result, judging)
+        store.close()
+    code = _summary(result)
     if code:
         raise typer.Exit(code)
-
-
-def _store_url(manifest: Manifest, path: Path) -> str | None:
-    """The manifest's store: a URL as is, a path relative to the manifest's folder."""
-    if manifest.store is None:
-        return None
-    if "://" in manifest.store or Path(manifest.store).is_absolute():
-        return manifest.store
-    return str(path.resolve().parent / manifest.store)
-
-
-def _exists(url: str | None) -> bool:
-    from core.store import resolve_url
-
-    resolved = resolve_url(url)
-    if not resolved.startswith("sqlite"):
-        return True
-    return Path(resolved.removeprefix("sqlite:///")).exists()
-
-
-def _identify(
-    store: Store | None, sweep_id: str, new_sweep: bool
-) -> tuple[str, dict[str, Any] | None]:
-    """The id to run under (a new one with ``new_sweep``), and its stored identity if any."""
-    from core.read import find_run
-
-    if new_sweep:
-        return f"{sweep_id}-{datetime.now(UTC).strftime('%Y%m%d-%H%M%S')}", None
-    existing = find_run(store, sweep_id) if store is not None else None
-    return sweep_id, (dict(existing.config or {}) if existing is not None else None)
-
-
-def _plan(
-    manifest: Manifest,
-    path: Path,
-    sweep_id: str,
-    store: Store | None,
-    *,
-    with_keys: bool,
-    retry_failed: bool = False,
-) -> SweepPlan:
-    from study.judge_estimate import estimate_judging
-    from study.plan import plan_sweep
-
-    plan = plan_sweep(
-        manifest, path, sweep_id, store=store, with_keys=with_keys, retry_failed=retry_failed
-    )
-    plan.attach_judging(estimate_judging(plan, store))  # its calls, costs and wall time
-    return plan
 
 
 def _confirmed(plan: SweepPlan) -> bool:
@@ -199,93 +136,18 @@ def _confirmed(plan: SweepPlan) -> bool:
     return answer.strip().lower() in ("y", "yes")
 
 
-def _check_runnable(plan: SweepPlan, store_url: str) -> None:
-    """Refuse what cannot run: on Ray, a SQLite store or a budget, or Ray not installed. (A
-    budget is enforced while a local sweep runs; the plan has already refused a budget with an
-    unpriced model.)"""
-    if plan.manifest.execution.mode == "ray":
-        from study.ray_exec import check_ray
-
-        check_ray(plan, store_url)
-
-
-def _run(
-    plan: SweepPlan, store: Store, *, retry_failed: bool = False
-) -> tuple[SweepResult, JudgeSummary]:
+def _run(plan: StudyPlan, store: Store) -> StudyResult:
+    """``arun_study`` under the live view; a signal stops it with a line on how to continue."""
     from rich.console import Console
 
-    from gateway.limits import LimiterFactory, SharedLimiters
-    from study.monitor import SweepMonitor
-    from study.ray_exec import ClusterLimiters, run_sweep_ray
-    from study.run import run_sweep, sweep_budget, sweep_gateway, sweep_prices
+    from gateway import event_loop
+    from study.api import arun_study, study_monitor
     from tui.commands.interrupts import until_signalled
     from tui.commands.live_view import LiveView
 
     console = Console(stderr=True)
-    planned: dict[str, list[str]] = {}
-    for _, run_plan in plan.runs:
-        for tree in run_plan.trees:
-            planned.setdefault(tree.target, []).extend(a.conversation_id for a in tree.arms)
-    judges = plan.manifest.judges
-    monitor = SweepMonitor(
-        store,
-        plan.sweep_id,
-        planned,
-        judging_planned=sum(
-            len(e.rubrics) * (len(plan.runs) if e.when == "live" else 1) for e in judges
-        ),
-    )
+    monitor = study_monitor(plan, store)
     view = LiveView(monitor, console)
-    target_of = {i: target for target, ids in planned.items() for i in ids}
-    summaries: list[JudgeSummary] = []  # every judge, rubric and pass
-    local = plan.manifest.execution.mode != "ray"
-    # A local sweep's judges share its budget object (live ones judge while trees still
-    # reserve); on Ray the actors' is gone by then, and one rebuilt from the stored calls is exact.
-    budget = sweep_budget(plan, store) if local else None
-    # and its provider limiters: a judge calling a target's provider draws on the same limits
-    # (on Ray, while the workers run, the limiter actors they share)
-    cluster = None if local else ClusterLimiters()
-    limiters: LimiterFactory = SharedLimiters() if cluster is None else cluster
-
-    async def judge(ids: list[str] | None, when: str) -> None:
-        from gateway.specs import params_from
-        from judges.runner import ajudge_run
-        from simulator.runner import load_plugins
-
-        entries = [e for e in plan.manifest.judges if e.when == when]
-        if not entries:
-            return
-        gateway = sweep_gateway(plan, store, write_behind=False, limiters=limiters)
-        load_plugins(gateway)  # a judge may be a plugin's model, as a target may
-        gateway.budget = budget if local else sweep_budget(plan, store)
-        if gateway.budget is not None:
-            gateway.prices = sweep_prices(plan)
-        try:
-            for entry in entries:
-                for rubric in entry.rubrics:
-                    on = sorted({target_of[i] for i in ids or [] if i in target_of})
-                    label = f"{entry.spec}/{rubric} {when}" + (f" on {', '.join(on)}" if on else "")
-                    monitor.judge_started(label, when, len(ids if ids is not None else target_of))
-                    summary = await ajudge_run(
-                        None if ids is not None else plan.sweep_id,
-                        store=store,
-                        rubric=rubric,
-                        judges=[entry.spec],
-                        params=params_from(entry.params, where="judges.params")
-                        if entry.params
-                        else None,
-                        conversation_ids=ids,
-                        gateway=gateway,
-                        # as many in flight as the sweep's conversations (the limits still hold)
-                        concurrency=plan.manifest.execution.concurrency,
-                    )
-                    summaries.append(summary)
-                    monitor.judge_finished(label, rows=summary.rows, errors=summary.errors)
-        finally:
-            await gateway.aclose()
-
-    async def live(ids: list[str]) -> None:
-        await judge(ids, "live")
 
     def interrupted(name: str) -> None:
         view.stop()
@@ -295,48 +157,19 @@ def _run(
             highlight=False,
         )
 
-    async def work() -> SweepResult:
-        if not local:
-            result = await run_sweep_ray(
-                plan,
-                store,
-                on_target_done=live,
-                retry_failed=retry_failed,
-                monitor=monitor,
-                limiters=cluster,
-            )
-        else:
-            result = await run_sweep(
-                plan,
-                store,
-                on_target_done=live,
-                retry_failed=retry_failed,
-                monitor=monitor,
-                budget=budget,
-                limiters=limiters,
-            )
-        await judge(None, "after")
-        if result.spent_usd is not None:  # the judges' spend too, from the call rows
-            from gateway.budget import spend_of_run
-
-            result.spent_usd = sum(spend_of_run(store, plan.sweep_id).values())
-        return result
-
-    async def main() -> SweepResult:
-        return await until_signalled(work, interrupted)
-
-    from gateway import event_loop
-    from judges.scenario_rubrics import merge_summaries
+    async def main() -> StudyResult:
+        return await until_signalled(lambda: arun_study(plan, store, monitor=monitor), interrupted)
 
     with view:
-        result = event_loop.run(main())
-    return result, merge_summaries(summaries)
+        return event_loop.run(main())
 
 
-def _summary(result: SweepResult, judging: JudgeSummary) -> int:
+def _summary(outcome: StudyResult) -> int:
     """Print the outcome; the exit status it calls for (0 all done, 1 some failed)."""
     from rich.console import Console
     from rich.text import Text
+
+    result, judging = outcome.sweep, outcome.judging
 
     console = Console()
 
@@ -374,8 +207,7 @@ def _summary(result: SweepResult, judging: JudgeSummary) -> int:
             "judging unit(s) left unjudged: raise the budget and run the same manifest again "
             "to judge them"
         )
-    stopped = result.stopped_by_budget or judging.stopped_by_budget
-    return 1 if result.n_failed or judging.errors or stopped else 0
+    return 0 if outcome.ok else 1
 
 
 def register(app: typer.Typer) -> None:
