@@ -1,12 +1,16 @@
 """What a model call costs: USD per token (from litellm's local price map or a given price), and
 token counts that price themselves. Local models (embedded, hf:, scripted:) cost nothing; a model
-with neither a map entry nor a given price is unpriced (None)."""
+with neither a map entry nor a given price is unpriced (None). Calls sent through a batch API
+cost ``BATCH_FACTOR`` of the list price unless a price config says otherwise."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 LOCAL_KINDS = ("embedded", "hf", "scripted")
+# What a provider's batch API charges as a share of its list price: OpenAI's and Anthropic's
+# batch APIs both bill half (a judge's ``batch_factor`` in a price config says otherwise).
+BATCH_FACTOR = 0.5
 
 
 @dataclass(frozen=True)
@@ -15,6 +19,10 @@ class Price:
 
     input: float
     output: float
+
+    def scaled(self, factor: float) -> Price:
+        """This price times ``factor`` (a batch API's share of the list price)."""
+        return Price(self.input * factor, self.output * factor)
 
 
 @dataclass
