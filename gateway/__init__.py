@@ -35,6 +35,7 @@ _EXPORTS = {
     "Tokens": "gateway.pricing",
     "price_of": "gateway.pricing",
     "BATCH_FACTOR": "gateway.pricing",
+    "batch_price_of": "gateway.pricing",
     # OpenAI-compatible batch APIs (/files + /batches): many calls in one job, at a lower price
     "BatchAPI": "gateway.batch",
     "BatchJob": "gateway.batch",

@@ -434,13 +434,17 @@ class Gateway:
     # -- calls answered through a batch API (gateway/batch.py) -----------------------------
 
     def batch_price(self, spec: str) -> Price | None:
-        """USD per token of ``spec``'s calls through its batch API: its price (``prices``, else
-        litellm's map) times its batch factor; None when unpriced."""
-        from gateway.pricing import BATCH_FACTOR, price_of
+        """USD per token of ``spec``'s calls through its batch API: its given price (``prices``)
+        times its batch factor (``batch_factors``, default ``pricing.BATCH_FACTOR``), else
+        litellm's batch price for it (``pricing.batch_price_of``); None when unpriced."""
+        from gateway.pricing import BATCH_FACTOR, batch_price_of
 
         raw = parse_spec(spec).raw
-        price = self.prices.get(raw) or price_of(raw)
-        return None if price is None else price.scaled(self.batch_factors.get(raw, BATCH_FACTOR))
+        factor = self.batch_factors.get(raw)
+        given = self.prices.get(raw)
+        if given is not None:
+            return given.scaled(BATCH_FACTOR if factor is None else factor)
+        return batch_price_of(raw, factor=factor)
 
     def record_batch_call(
         self,

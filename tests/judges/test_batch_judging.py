@@ -109,11 +109,11 @@ def fill(store: Any, replies: list[str] = REPLIES) -> None:
         s.commit()
 
 
-def verdicts(store: Any) -> dict[tuple[str, str | None, str], tuple[Any, ...]]:
+def verdicts(store: Any) -> dict[tuple[str, str | None, str, str], tuple[Any, ...]]:
     with store.session() as s:
         rows = s.exec(select(Judgment)).all()
     return {
-        (r.conversation_id, r.turn_id, r.criterion_id): (
+        (r.conversation_id, r.turn_id, r.criterion_id, r.judge): (
             r.judge,
             r.prompt_version,
             r.applicable,
@@ -131,6 +131,9 @@ def judge_calls(store: Any) -> list[ModelCall]:
 
 
 def judge(store: Any, url: str, **kw: Any) -> Any:
+    kw.setdefault("progress", False)
+    kw.setdefault("judges", ["oai:oracle"])
+
     async def go() -> Any:
         gateway = Gateway(store=store, max_attempts=1)
         try:
@@ -139,10 +142,8 @@ def judge(store: Any, url: str, **kw: Any) -> Any:
                 store=store,
                 gateway=gateway,
                 rubric="teen",
-                judges=["oai:oracle"],
                 params=GenParams(api_base=url),
                 price=LIST_PRICE,
-                progress=False,
                 **kw,
             )
         finally:
@@ -411,3 +412,51 @@ def test_a_judge_with_no_batch_api_is_refused_before_anything_runs(tmp_path: Pat
         )
     assert not verdicts(store)
     store.close()
+
+
+def test_the_key_reaches_the_server_and_nothing_else(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    key = "sk-batch-test-secret-4711"
+    srv = server(require_key=key, batch_delay_s=0.1)
+    try:
+        db = tmp_path / "k.db"
+        store = _open(db)
+        fill(store, REPLIES[:2])
+        monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+        with pytest.raises(UserError, match="HTTP 401") as refused:
+            judge(store, srv.base_url, batch=True, batch_poll_s=0.05)
+        assert key not in str(refused.value)
+        monkeypatch.setenv("OPENAI_API_KEY", key)
+        summary = judge(store, srv.base_url, batch=True, batch_poll_s=0.05, progress=True)
+        assert summary.judged == 2 and summary.errors == 0
+        store.close()
+        out = capfd.readouterr()
+        assert key not in out.out + out.err
+        assert key.encode() not in db.read_bytes()
+    finally:
+        srv.stop()
+
+
+def test_a_panel_over_a_batched_judge_equals_the_direct_panel(tmp_path: Path) -> None:
+    srv = server(batch_delay_s=0.1)
+    try:
+        direct, batched = _open(tmp_path / "d.db"), _open(tmp_path / "b.db")
+        fill(direct, REPLIES[:4])
+        fill(batched, REPLIES[:4])
+        both = {"judges": ["heuristic", "oai:oracle"], "panel": "median"}
+        judge(direct, srv.base_url, **both)
+        summary = judge(batched, srv.base_url, batch=True, batch_poll_s=0.05, **both)
+        assert srv.server is not None and srv.server.batch is not None
+        assert srv.server.batch.created == 1 and summary.judged > 0
+        got = verdicts(batched)
+        assert got == verdicts(direct)
+        assert {v[0] for v in got.values()} == {
+            "heuristic",
+            "oai:oracle",
+            "panel(heuristic,oai:oracle)",
+        }
+        direct.close()
+        batched.close()
+    finally:
+        srv.stop()
