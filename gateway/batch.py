@@ -61,20 +61,21 @@ class BatchTarget:
     key_env: str = "OPENAI_API_KEY"
 
 
-def batch_target(spec: str, params: GenParams) -> BatchTarget:
-    """The batch API that serves ``spec``; a UserError for a spec that has none."""
+def batch_target(spec: str, params: GenParams, *, where: str = "--batch") -> BatchTarget:
+    """The batch API that serves ``spec``; a UserError for a spec that has none (``where``
+    names the option or field that asked for it)."""
     parsed = parse_spec(spec)
     key_env = str(params.extra.get("api_key_env") or "OPENAI_API_KEY")
     if parsed.kind == "oai":
         if not params.api_base:
-            raise UserError(f"--batch: {spec} needs an api_base param (where its batch API is)")
+            raise UserError(f"{where}: {spec} needs an api_base param (where its batch API is)")
         return BatchTarget(params.api_base.rstrip("/"), parsed.model, key_env)
     if parsed.kind == "litellm" and parsed.model.startswith("openai/"):
         base = (params.api_base or OPENAI_BASE).rstrip("/")
         return BatchTarget(base, parsed.model.removeprefix("openai/"), key_env)
     raise UserError(
-        f"--batch: judge {spec} has no batch API here (batch judging serves oai:MODEL and "
-        "litellm:openai/MODEL judges); judge it without --batch"
+        f"{where}: judge {spec} has no batch API here (batch judging serves oai:MODEL and "
+        f"litellm:openai/MODEL judges); judge it without {where}"
     )
 
 
