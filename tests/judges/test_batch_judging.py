@@ -460,3 +460,28 @@ def test_a_panel_over_a_batched_judge_equals_the_direct_panel(tmp_path: Path) ->
         batched.close()
     finally:
         srv.stop()
+
+
+def test_requests_over_a_batch_limit_go_in_several_batches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gateway.batch
+
+    monkeypatch.setattr(gateway.batch, "MAX_LINES", 2)
+    srv = server()
+    try:
+        direct, batched = _open(tmp_path / "d.db"), _open(tmp_path / "b.db")
+        fill(direct, REPLIES[:5])
+        fill(batched, REPLIES[:5])
+        judge(direct, srv.base_url, max_retries=0)
+        summary = judge(batched, srv.base_url, batch=True, batch_poll_s=0.05)
+        assert srv.server is not None and srv.server.batch is not None
+        assert srv.server.batch.created == 3 and summary.judged == 5
+        rows = _rows(batched)
+        assert len(rows) == 3 and {r.status for r in rows} == {"done"}
+        assert sorted(len(r.requests) for r in rows) == [1, 2, 2]
+        assert verdicts(batched) == verdicts(direct)
+        direct.close()
+        batched.close()
+    finally:
+        srv.stop()
