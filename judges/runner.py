@@ -17,6 +17,11 @@ Panels: each member's verdicts are stored as that member's own rows (so a member
 re-asked, when it was judged before), and the aggregate is stored as a ``panel(a,b,...)`` row with
 every member's verdict in ``members``.
 
+Batch (``batch=True``, ``judge --batch``): each model judge's pending units go through its
+provider's batch API first (``judges/batch_judging.py``: the same requests and parser, the batch
+id stored before any wait so that a killed judge resumes by polling it, calls at the batch price);
+the per-unit pass then finds them judged, and serves panels and heuristic judges as usual.
+
 Context for the judge: the scenario is loaded from the conversation's ``scenario_path`` (or the run
 config's scenario paths, or the bundled library, by scenario id) for its title, persona summary and
 the criteria it lists; when it cannot be found, every criterion of the rubric is judged.
