@@ -329,3 +329,27 @@ class TreeLease(SQLModel, table=True):
     attempts: int = 0  # claims so far; above 1, a worker took it over (or it was re-run)
     error: str | None = _text()
     updated_at: datetime = Field(default_factory=utcnow)
+
+
+class JudgeBatch(SQLModel, table=True):
+    """One submission of judge calls to a provider's batch API (``branchpoint judge --batch``).
+
+    Written before the batch is created (``submitting``, with the token sent as the batch's
+    metadata) and again as soon as the provider names it (``submitted``, with ``batch_id``), so
+    that a judge killed while the batch is pending polls the same batch when run again instead
+    of paying for a second one. ``done`` once every result is stored. A new table: ``create_all``
+    makes it, no migration."""
+
+    __tablename__ = "judge_batches"
+    id: str = Field(primary_key=True)  # the submission token (hex), also in the batch's metadata
+    batch_id: str | None = Field(default=None, index=True)  # the provider's, once it answered
+    judge: str = Field(index=True)  # the judge's name (its model spec)
+    prompt_version: str
+    rubric_hash: str
+    api_base: str  # redacted: where the batch lives
+    status: str = "submitting"  # submitting | submitted | done | abandoned
+    # custom_id -> [conversation_id, turn_id or None] of the unit each request judges
+    requests: dict[str, Any] = _json()
+    error: str | None = _text()
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)

@@ -34,6 +34,14 @@ _EXPORTS = {
     "Price": "gateway.pricing",
     "Tokens": "gateway.pricing",
     "price_of": "gateway.pricing",
+    "BATCH_FACTOR": "gateway.pricing",
+    "batch_price_of": "gateway.pricing",
+    # OpenAI-compatible batch APIs (/files + /batches): many calls in one job, at a lower price
+    "BatchAPI": "gateway.batch",
+    "BatchJob": "gateway.batch",
+    "BatchResult": "gateway.batch",
+    "BatchTarget": "gateway.batch",
+    "batch_target": "gateway.batch",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -91,6 +91,9 @@ class Gateway:
         # token) before it is sent and settles its actual cost after (gateway/budget.py)
         self.budget = budget
         self.prices: dict[str, Price] = dict(prices or {})
+        # spec -> the share of its price that its calls through a batch API cost (default
+        # pricing.BATCH_FACTOR)
+        self.batch_factors: dict[str, float] = {}
         # write_behind: ModelCall rows (also the cache's entries) go to the store's writer thread
         # (a run drains it before it finishes); otherwise each is committed before the call returns.
         self.writer = None
@@ -364,8 +367,10 @@ class Gateway:
         layout: CallLayout | None = None,
         committed: Callable[[BaseException | None], None] | None = None,
         earlier: list[str] | None = None,
+        note: dict[str, Any] | None = None,
     ) -> None:
-        """Store the call's row; ``committed`` is told once it is committed (or has failed)."""
+        """Store the call's row; ``committed`` is told once it is committed (or has failed).
+        ``note`` goes into the row's params (a batch call's batch id)."""
         if self.store is None:
             return
         prompt: list[dict[str, Any]] | None = None
@@ -383,7 +388,8 @@ class Gateway:
             | call_record(completion)
             # a call that succeeded after retries keeps why the attempts before failed (a failed
             # call's error says it already)
-            | ({"earlier_errors": list(earlier)} if earlier and error is None else {}),
+            | ({"earlier_errors": list(earlier)} if earlier and error is None else {})
+            | (note or {}),
             request_hash=key,
             messages=[]
             if prompt is not None
@@ -424,6 +430,59 @@ class Gateway:
             ops.append((RANK_PROMPT_TEXT, upsert(self.store, _PROMPT_TEXTS, ["hash"], []), rows))
         ops.append((RANK_MODEL_CALL, _INSERT_MODEL_CALL, [values]))
         self.writer.send(ops, notify=committed)
+
+    # -- calls answered through a batch API (gateway/batch.py) -----------------------------
+
+    def batch_price(self, spec: str) -> Price | None:
+        """USD per token of ``spec``'s calls through its batch API: its given price (``prices``)
+        times its batch factor (``batch_factors``, default ``pricing.BATCH_FACTOR``), else
+        litellm's batch price for it (``pricing.batch_price_of``); None when unpriced."""
+        from gateway.pricing import BATCH_FACTOR, batch_price_of
+
+        raw = parse_spec(spec).raw
+        factor = self.batch_factors.get(raw)
+        given = self.prices.get(raw)
+        if given is not None:
+            return given.scaled(BATCH_FACTOR if factor is None else factor)
+        return batch_price_of(raw, factor=factor)
+
+    def record_batch_call(
+        self,
+        call_id: str,
+        spec: str,
+        messages: list[Message],
+        params: GenParams,
+        completion: Completion | None,
+        error: str | None,
+        *,
+        batch_id: str,
+        purpose: str,
+        run_id: str | None = None,
+        conversation_id: str | None = None,
+    ) -> None:
+        """Store the row of one request answered (or failed) in a batch, priced at the batch
+        price, once: a ``call_id`` already stored (a resumed judge reading the same results) is
+        left as it is. The row carries the request's hash like any call's, so it also serves
+        the cache."""
+        if self.store is None:
+            return
+        with self.store.session() as s:
+            if s.get(ModelCall, call_id) is not None:
+                return
+        parsed = parse_spec(spec)
+        done = completion or Completion(text="", model=parsed.raw)
+        done = done.model_copy(update={"model": parsed.raw, "cached": False, "attempts": 1})
+        price = self.batch_price(parsed.raw)
+        if completion is not None and price is not None:
+            done.cost = Tokens(done.tokens_in, done.tokens_out).usd(price)
+        key = request_hash(parsed.raw, messages, params)
+        self._record(
+            call_id, parsed, params, key, messages, purpose, run_id, conversation_id,
+            done, error, note={"batch_id": batch_id},
+        )  # fmt: skip
+        self.stats["calls"] += 1
+        if error is not None:
+            self.stats["failed"] += 1
 
     def _stored_params(self, params: GenParams) -> dict[str, Any]:
         # Redaction scans the environment for secrets, costly once per call; a run's calls share

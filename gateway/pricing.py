@@ -1,12 +1,16 @@
 """What a model call costs: USD per token (from litellm's local price map or a given price), and
 token counts that price themselves. Local models (embedded, hf:, scripted:) cost nothing; a model
-with neither a map entry nor a given price is unpriced (None)."""
+with neither a map entry nor a given price is unpriced (None). Calls sent through a batch API
+cost the map's batch price, or ``BATCH_FACTOR`` of the list price (``batch_price_of``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 LOCAL_KINDS = ("embedded", "hf", "scripted")
+# What a provider's batch API charges as a share of its list price where litellm's map has no
+# batch price for the model: OpenAI's and Anthropic's batch APIs both bill half.
+BATCH_FACTOR = 0.5
 
 
 @dataclass(frozen=True)
@@ -15,6 +19,10 @@ class Price:
 
     input: float
     output: float
+
+    def scaled(self, factor: float) -> Price:
+        """This price times ``factor`` (a batch API's share of the list price)."""
+        return Price(self.input * factor, self.output * factor)
 
 
 @dataclass
@@ -53,3 +61,27 @@ def price_of(spec: str, override: tuple[float, float] | None = None) -> Price | 
                 float(entry["input_cost_per_token"]), float(entry.get("output_cost_per_token") or 0)
             )
     return None
+
+
+def batch_price_of(
+    spec: str, override: tuple[float, float] | None = None, factor: float | None = None
+) -> Price | None:
+    """The price per token of ``spec``'s calls through a batch API: ``factor`` (default
+    ``BATCH_FACTOR``) of the list price, or, with neither a given price (``override``, USD per
+    million) nor a factor, the batch price litellm's map has for the model where it has one."""
+    if override is None and factor is None:
+        from gateway.specs import parse_spec
+
+        parsed = parse_spec(spec)
+        if parsed.kind not in LOCAL_KINDS:
+            import litellm
+
+            for name in (parsed.model, parsed.model.split("/", 1)[-1]):
+                entry = litellm.model_cost.get(name) or {}
+                if entry.get("input_cost_per_token_batches") is not None:
+                    return Price(
+                        float(entry["input_cost_per_token_batches"]),
+                        float(entry.get("output_cost_per_token_batches") or 0),
+                    )
+    price = price_of(spec, override)
+    return None if price is None else price.scaled(BATCH_FACTOR if factor is None else factor)

@@ -36,6 +36,8 @@ _EXPORTS = {
     "judge_by_scenario_rubric": "judges.scenario_rubrics",
     "ajudge_by_scenario_rubric": "judges.scenario_rubrics",
     "build_kora_rubric": "judges.kora_rubric",
+    # judge --batch: a model judge's calls through its provider's batch API
+    "BatchJudging": "judges.batch_judging",
 }
 
 __all__ = sorted(_EXPORTS)

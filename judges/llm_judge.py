@@ -295,13 +295,39 @@ class LLMJudge:
         base = base.merged(self.params)
         return base.model_copy(update={"json_schema": json_schema(rubric, criteria)})
 
+    def request(
+        self, rubric: Rubric, unit: JudgingUnit, criteria: list[Criterion]
+    ) -> tuple[list[Any], Any]:
+        """The messages and params of this judge's first call on ``unit`` (what a batch sends)."""
+        return render_messages(rubric, unit, criteria), self._params(rubric, criteria)
+
+    def verdicts_from_reply(
+        self,
+        rubric: Rubric,
+        unit: JudgingUnit,
+        criteria: list[Criterion],
+        text: str,
+        *,
+        finish_reason: str | None = None,
+        call_id: str | None = None,
+    ) -> list[CriterionVerdict]:
+        """The verdicts in one reply, with no second try: invalid output is ``error`` for every
+        criterion, with the raw output and what was wrong (a batch's answers; ``--retry-errors``
+        asks again)."""
+        ratings, problem = parse_output(text, rubric, criteria)
+        if ratings is not None:
+            return self._verdicts(unit, criteria, ratings, call_id)
+        reason = f"invalid judge output: {problem or 'invalid output'}"
+        if finish_reason == "length":
+            reason += " (cut off at max_tokens: raise it with --judge-param max_tokens=N)"
+        return error_verdicts(criteria, reason[:4000], raw_output=text[:_RAW_KEEP], call_id=call_id)
+
     async def judge(
         self, rubric: Rubric, unit: JudgingUnit, criteria: list[Criterion]
     ) -> list[CriterionVerdict]:
         from gateway.completion import Message, ModelError
 
-        messages = render_messages(rubric, unit, criteria)
-        params = self._params(rubric, criteria)
+        messages, params = self.request(rubric, unit, criteria)
         problems: list[str] = []
         raw = ""
         call_id: str | None = None

@@ -17,6 +17,11 @@ Panels: each member's verdicts are stored as that member's own rows (so a member
 re-asked, when it was judged before), and the aggregate is stored as a ``panel(a,b,...)`` row with
 every member's verdict in ``members``.
 
+Batch (``batch=True``, ``judge --batch``): each model judge's pending units go through its
+provider's batch API first (``judges/batch_judging.py``: the same requests and parser, the batch
+id stored before any wait so that a killed judge resumes by polling it, calls at the batch price);
+the per-unit pass then finds them judged, and serves panels and heuristic judges as usual.
+
 Context for the judge: the scenario is loaded from the conversation's ``scenario_path`` (or the run
 config's scenario paths, or the bundled library, by scenario id) for its title, persona summary and
 the criteria it lists; when it cannot be found, every criterion of the rubric is judged.
@@ -219,6 +224,8 @@ class JudgingRunner:
         concurrency: int = 4,
         retry_errors: bool = False,
         progress: bool = True,
+        batch: bool = False,
+        batch_poll_s: float | None = None,
     ) -> None:
         from core.errors import UserError
 
@@ -245,6 +252,21 @@ class JudgingRunner:
         self._done: set[tuple[str, str | None, str, str]] = (
             set()
         )  # (conversation, turn, judge, version)
+        # --batch: the model judges' calls go through their providers' batch APIs
+        # (judges/batch_judging.py), each judge's whole pass before the others'
+        self.batchers: list[Any] = []
+        self._batched: set[str] = set()  # judges whose units the batch pass has settled
+        if batch:
+            from judges.batch_judging import DEFAULT_POLL_S, BatchJudging
+            from judges.llm_judge import LLMJudge
+
+            poll_s = DEFAULT_POLL_S if batch_poll_s is None else batch_poll_s
+            # each judge's batch API is checked here: a judge that has none is one line, first
+            self.batchers = [
+                BatchJudging(self, j, poll_s=poll_s, progress=progress)
+                for j in judges
+                if isinstance(j, LLMJudge)
+            ]
 
     # -- selection ---------------------------------------------------------------------------
 
@@ -437,6 +459,8 @@ class JudgingRunner:
         (a panel needs its members'), else an empty list.
         """
         name, version = judge.name, judge.version
+        if name in self._batched:  # judged (and counted) by the batch pass
+            return self._stored(self._key(group.units[0], name, version)) if want else []
         self.summary.units += len(group.units)
         pending = [u for u in group.units if self._key(u, name, version) not in self._done]
         done = [u for u in group.units if self._key(u, name, version) in self._done]
@@ -502,6 +526,9 @@ class JudgingRunner:
             names.append((self.panel.name, self.panel.version))
         self._load_done(conversations, names)
         calls_before = self._count_judge_calls()
+        for batcher in self.batchers:
+            await batcher.run(groups)
+            self._batched.add(batcher.name)
         sem = asyncio.Semaphore(self.concurrency)
 
         from rich.console import Console
@@ -575,8 +602,17 @@ async def ajudge_run(
     progress: bool = False,
     all_runs: bool = False,
     conversation_ids: Sequence[str] | None = None,
+    batch: bool = False,
+    batch_poll_s: float | None = None,
+    price: tuple[float, float] | None = None,
+    batch_factor: float | None = None,
 ) -> JudgeSummary:
-    """Judge the conversations of ``run_id`` (or of every run with ``all_runs``); see the module doc."""
+    """Judge the conversations of ``run_id`` (or of every run with ``all_runs``); see the module doc.
+
+    ``batch``: model judges go through their providers' batch APIs (``judges/batch_judging.py``),
+    polled every ``batch_poll_s`` seconds. ``price`` (USD per million input, output tokens) is
+    the model judges' list price, ``batch_factor`` the share of it their batch calls cost
+    (default ``gateway.pricing.BATCH_FACTOR``)."""
     from core.errors import UserError
     from judges.loading import load_rubric
 
@@ -603,6 +639,7 @@ async def ajudge_run(
         names = [j.name for j in built]
         if len(set(names)) != len(names):
             raise UserError(f"the same judge is given twice ({', '.join(names)})")
+        _set_prices(gateway, built, price, batch_factor)
         pnl = Panel(built, panel) if panel else None
         runner = JudgingRunner(
             store,
@@ -613,6 +650,8 @@ async def ajudge_run(
             concurrency=concurrency,
             retry_errors=retry_errors,
             progress=progress,
+            batch=batch,
+            batch_poll_s=batch_poll_s,
         )
         return await runner.run(run_id, conversation_ids)
     finally:
@@ -620,6 +659,32 @@ async def ajudge_run(
             await gateway.aclose()
         if own_store:
             store.close()
+
+
+def _set_prices(
+    gateway: Any,
+    judges: Sequence[Judge],
+    price: tuple[float, float] | None,
+    batch_factor: float | None,
+) -> None:
+    """The model judges' price and batch factor, where given, on the gateway that prices calls."""
+    from core.errors import UserError
+    from gateway.pricing import price_of
+    from gateway.specs import parse_spec
+    from judges.llm_judge import LLMJudge
+
+    if batch_factor is not None and not 0 < batch_factor <= 1:
+        raise UserError(f"--batch-factor {batch_factor:g}: expected a share in (0, 1]")
+    for judge in judges:
+        if not isinstance(judge, LLMJudge):
+            continue
+        spec = parse_spec(judge.spec).raw  # the form the gateway looks prices up by
+        if price is not None:
+            found = price_of(spec, price)
+            assert found is not None  # a given price always prices
+            gateway.prices[spec] = found
+        if batch_factor is not None:
+            gateway.batch_factors[spec] = batch_factor
 
 
 def judge_run(run_id: str | None = None, **kwargs: Any) -> JudgeSummary:

@@ -12,7 +12,9 @@ rubrics make one call per arm that reads all of it. Output tokens: a typical ver
 criterion (``VERDICT_TOKENS``, low and expected), all of ``max_tokens`` for high. The estimate
 is an upper bound on what the cache lets through: identical transcripts (replicates of a
 deterministic chatbot) are answered from it for nothing. ``SweepPlan.attach_judging`` adds
-the judges' wall time to the plan's (``study/timing.py``).
+the judges' wall time to the plan's (``study/timing.py``). Each estimate is priced both ways,
+direct and through the provider's batch API: the plan counts the way the manifest asks for
+(``batch``) and shows the other beside it.
 """
 
 from __future__ import annotations
@@ -146,9 +148,25 @@ def _estimate(
         persona_len, reply_len = message_lengths(level, None, None)
         exchange = persona_len + reply_len
         add(i, len(left), sum(prompt + (k or longest) * exchange for k in left))
+    batch_price = _batch_price(entry)
+    est.batch = entry.batch
     for level in LEVELS:
-        est.usd[level] = est.tokens[level].usd(price) if price is not None else None
+        direct = est.tokens[level].usd(price) if price is not None else None
+        batched = est.tokens[level].usd(batch_price) if batch_price is not None else None
+        est.usd[level], est.usd_other[level] = (
+            (batched, direct) if entry.batch else (direct, batched)
+        )
     return est
+
+
+def _batch_price(entry: JudgeEntry) -> Price | None:
+    """What the judge's calls cost through its batch API (``gateway.pricing.batch_price_of``),
+    with the manifest's price and batch factor where it gives them."""
+    from gateway.pricing import batch_price_of
+
+    given = entry.price
+    override = (given.input_per_mtok, given.output_per_mtok) if given is not None else None
+    return batch_price_of(entry.spec, override, given.batch_factor if given is not None else None)
 
 
 def _prompt_tokens(rubric: Rubric) -> int:

@@ -50,6 +50,13 @@ class Price(_Strict):
 
     input_per_mtok: float = Field(ge=0)
     output_per_mtok: float = Field(ge=0)
+    batch_factor: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="The share of this price that the provider's batch API bills (a judge with "
+        "batch: true). Default: litellm's batch price for the model where it has one, else 0.5.",
+    )
 
 
 class TargetLimits(_Strict):
@@ -122,11 +129,31 @@ class JudgeEntry(_Strict):
     params: dict[str, Any] = Field(default_factory=dict)
     when: Literal["live", "after"] = "after"
     price: Price | None = None  # as a target's: a budget counts judging too
+    batch: bool = Field(
+        False,
+        description="Send this judge's calls through the provider's batch API (oai: and "
+        "litellm:openai/ judges): answered within 24 h at the batch price (half, at OpenAI).",
+    )
 
     @field_validator("spec")
     @classmethod
     def _known_judge(cls, value: str) -> str:
         return value if value == "heuristic" else _check_spec(value)
+
+    @model_validator(mode="after")
+    def _batch_served(self) -> JudgeEntry:
+        if not self.batch:
+            return self
+        from gateway.batch import batch_target
+        from gateway.specs import params_from
+
+        if self.spec == "heuristic":
+            raise FieldProblem(["batch"], "the heuristic judge calls no model: nothing to batch")
+        try:
+            batch_target(self.spec, params_from(self.params), where="batch: true")
+        except UserError as exc:
+            raise FieldProblem(["batch"], str(exc).removeprefix("batch: true: ")) from None
+        return self
 
 
 class Budget(_Strict):
@@ -240,6 +267,19 @@ class Manifest(_Strict):
             except ValueError as exc:
                 raise FieldProblem([i], str(exc)) from None
         return value
+
+    @model_validator(mode="after")
+    def _batch_unbudgeted(self) -> Manifest:
+        # A budget books each call before it is sent; a batch is billed as a whole, later.
+        if self.budget is not None:
+            for i, judge in enumerate(self.judges):
+                if judge.batch:
+                    raise FieldProblem(
+                        ["judges", i, "batch"],
+                        "batch judging cannot be bounded by a budget yet (expected batch: false, "
+                        "or no budget)",
+                    )
+        return self
 
     @model_validator(mode="after")
     def _distinct(self) -> Manifest:

@@ -73,6 +73,10 @@ class JudgingEstimate:
     spec: str = ""
     params: GenParams | None = None
     when: str = "after"
+    # ``usd`` is what the judge will be billed: at the batch price with ``batch``; ``usd_other``
+    # is the same calls the other way (direct for a batch judge, batched for a direct one)
+    batch: bool = False
+    usd_other: dict[str, float | None] = field(default_factory=lambda: dict.fromkeys(LEVELS, 0.0))
 
 
 @dataclass
@@ -166,9 +170,14 @@ class SweepPlan:
             f"forking, {independent} without"
         )
         for j in self.judging or []:
+            other = "direct" if j.batch else "batched"
             out.append(
                 f"judging {j.label}: {j.calls['low']} / {j.calls['expected']} / {j.calls['high']} "
-                "calls, USD " + " / ".join(_usd(j.usd[k]) for k in LEVELS)
+                f"calls, USD {'batched ' if j.batch else ''}"
+                + " / ".join(_usd(j.usd[k]) for k in LEVELS)
+                + f" ({other}: "
+                + " / ".join(_usd(j.usd_other[k]) for k in LEVELS)
+                + ")"
             )
         out.append(
             "USD: " + " / ".join(_usd(self.total("usd", k)) for k in LEVELS) + " (low / expected"

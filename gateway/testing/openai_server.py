@@ -3,7 +3,9 @@
     python -m gateway.testing.openai_server --port 0 --model scripted-echo --delay-ms 100
     python -m gateway.testing.openai_server --model embedded          # the offline SmolLM2 over HTTP
 
-Serves ``POST /v1/chat/completions`` and ``GET /v1/models``. The reply comes from any gateway spec
+Serves ``POST /v1/chat/completions`` and ``GET /v1/models``, and OpenAI's Batch API
+(``/v1/files``, ``/v1/batches``: ``gateway/testing/batch_endpoints.py``; ``--batch-delay-ms``
+keeps a batch pending, ``--no-batch-api`` leaves it out). The reply comes from any gateway spec
 (``scripted:echo`` echoes the last message; ``embedded`` and ``hf:...`` run a real model), after an
 optional fixed delay. To exercise clients' retry paths it can answer 429 with ``Retry-After``:
 for the first K requests overall (``--fail-first K``), or, per model name, for the first K requests
@@ -128,8 +130,11 @@ class ChatServer:
         fault_malformed: float = 0.0,
         fault_seed: int = 0,
         hang_s: float = 3600.0,
+        batch_api: bool = True,
+        batch_delay_s: float = 0.0,
     ) -> None:
         from gateway.gateway import Gateway
+        from gateway.testing.batch_endpoints import BatchEndpoints
 
         if structured not in STRUCTURED:
             raise ValueError(f"structured={structured!r}: expected one of {', '.join(STRUCTURED)}")
@@ -179,6 +184,8 @@ class ChatServer:
         self._general = bool(
             require_key is not None or fail_first or rpm or tpm or any(self.faults.values())
         )
+        # OpenAI's /v1/files and /v1/batches, answered by chat() (None: a server without them)
+        self.batch = BatchEndpoints(self.chat, delay_s=batch_delay_s) if batch_api else None
 
     @property
     def last_headers(self) -> dict[str, str]:
@@ -188,6 +195,13 @@ class ChatServer:
     async def handle(self, request: Request) -> Reply:
         """Route one HTTP request."""
         path = request.path.rstrip("/")
+        if self.batch is not None and self.batch.handles(path):
+            if (
+                self.require_key is not None
+                and request.headers.get("authorization") != f"Bearer {self.require_key}"
+            ):
+                return self._error(401, "invalid api key", "authentication_error")
+            return await self.batch.handle(request)
         method = _ROUTES.get(path)
         if method is None:
             return Reply(404, b"404: Not Found", "text/plain")
@@ -198,6 +212,8 @@ class ChatServer:
         return self.stats() if path.endswith("_stats") else self.models()
 
     async def aclose(self) -> None:
+        if self.batch is not None:
+            await self.batch.aclose()
         await self.gateway.aclose()
 
     def models(self) -> Reply:
@@ -221,6 +237,7 @@ class ChatServer:
                 "max_per_60s": max_in_window(self.arrivals, 60.0),
                 "arrivals": self.arrivals,
                 "throttled_at": self.throttled_at,
+                "batches_created": self.batch.created if self.batch is not None else 0,
             }
         )
 
@@ -584,6 +601,17 @@ def main(argv: list[str] | None = None) -> None:
         )
     parser.add_argument("--fault-seed", type=int, default=0, help="seed of the fault draws")
     parser.add_argument("--hang-s", type=float, default=3600.0, help="how long a hang lasts")
+    parser.add_argument(
+        "--batch-delay-ms",
+        type=float,
+        default=0.0,
+        help="how long a batch (/v1/batches) stays in_progress before its results are ready",
+    )
+    parser.add_argument(
+        "--no-batch-api",
+        action="store_true",
+        help="answer 404 to /v1/files and /v1/batches, as a server without a batch API",
+    )
     args = parser.parse_args(argv)
 
     import os
@@ -609,6 +637,8 @@ def main(argv: list[str] | None = None) -> None:
             fault_malformed=args.fault_malformed,
             fault_seed=args.fault_seed,
             hang_s=args.hang_s,
+            batch_api=not args.no_batch_api,
+            batch_delay_s=args.batch_delay_ms / 1000,
         )
         runner, url = await start(server, args.port)
         print(url, flush=True)

@@ -124,3 +124,32 @@ def test_finished_conversations_without_an_exchange_cap_are_estimated(tmp_path: 
     longest = max(tree.max_turns for _, tree, _ in plan.pending)
     read = est.tokens["low"].input - none_left.tokens["low"].input
     assert read > 2 * longest  # each reads a whole conversation of the longest length
+
+
+def test_a_batch_judge_is_planned_at_the_batch_price_with_the_direct_price_beside(
+    tmp_path: Path,
+) -> None:
+    price = {"input_per_mtok": 1, "output_per_mtok": 2}
+    base = {"spec": "litellm:openai/not-a-real-judge-xyz", "rubrics": ["teen"], "price": price}
+    direct_m, direct_path = manifest(tmp_path / "d.yaml", [base])
+    batch_m, batch_path = manifest(tmp_path / "b.yaml", [{**base, "batch": True}])
+    factor_m, factor_path = manifest(
+        tmp_path / "f.yaml", [{**base, "batch": True, "price": {**price, "batch_factor": 0.4}}]
+    )
+    direct_plan = plan_sweep(direct_m, direct_path, "s")
+    (direct,) = estimate_judging(direct_plan)
+    (batched,) = estimate_judging(plan_sweep(batch_m, batch_path, "s"))
+    (factored,) = estimate_judging(plan_sweep(factor_m, factor_path, "s"))
+    for level in ("low", "expected", "high"):
+        full = direct.usd[level]
+        assert full is not None and full > 0
+        assert direct.usd_other[level] == pytest.approx(full / 2)  # what batching would cost
+        assert batched.usd[level] == pytest.approx(full / 2)  # what the plan counts
+        assert batched.usd_other[level] == pytest.approx(full)
+        assert factored.usd[level] == pytest.approx(full * 0.4)
+    direct_plan.judging = [direct]
+    (line,) = [ln for ln in direct_plan.lines() if ln.startswith("judging ")]
+    assert "(batched: " in line
+    direct_plan.judging = [batched]
+    (line,) = [ln for ln in direct_plan.lines() if ln.startswith("judging ")]
+    assert "USD batched " in line and "(direct: " in line

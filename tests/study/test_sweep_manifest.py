@@ -20,6 +20,8 @@ REPO = Path(__file__).resolve().parents[2]
 # file -> the whole error text after "PATH:" (one line each; exactly these, nothing more).
 EXPECTED: dict[str, str] = {
     "alias_bomb.yaml": "6:8: f[0]: alias *e: aliases copy 141148 values so far (expected at most 100000 per file)",
+    "batch_judge_no_api.yaml": "7:12: judges[0].batch: judge litellm:anthropic/claude-3-5-haiku-20241022 has no batch API here (batch judging serves oai:MODEL and litellm:openai/MODEL judges); judge it without batch: true",
+    "batch_judge_with_budget.yaml": "8:12: judges[0].batch: batch judging cannot be bounded by a budget yet (expected batch: false, or no budget)",
     "bad_execution.yaml": "4:19: execution.mode: 'cluster' is not allowed (expected 'local' or 'ray')",
     "bad_fork.yaml": "4:7: fork: 'sometimes' is not allowed (expected 'shared' or 'independent')",
     "bad_judge_when.yaml": "7:11: judges[0].when: 'during' is not allowed (expected 'live' or 'after')",

@@ -74,6 +74,33 @@ def judge_command(
             "--retry-errors", help="Judge again the units whose stored verdicts include error."
         ),
     ] = False,
+    batch: Annotated[
+        bool,
+        typer.Option(
+            "--batch",
+            help="Send the model judges' calls through the provider's batch API (oai: and litellm:openai/ judges): answered within 24 h at the batch price (half by default). The batch id is stored: a killed or interrupted judge resumes by polling it.",
+        ),
+    ] = False,
+    batch_poll_s: Annotated[
+        float,
+        typer.Option("--batch-poll-s", min=0.05, help="Seconds between polls of a pending batch."),
+    ] = 30.0,
+    judge_price: Annotated[
+        str | None,
+        typer.Option(
+            "--judge-price",
+            help="The model judges' list price, USD per million tokens: INPUT,OUTPUT (e.g. 0.15,0.6). Default: litellm's price map (none for a local server).",
+            show_default=False,
+        ),
+    ] = None,
+    batch_factor: Annotated[
+        float | None,
+        typer.Option(
+            "--batch-factor",
+            help="The share of the list price that batch calls cost. Default: 0.5.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Judge stored conversations against a rubric; every verdict is stored with its provenance.
 
@@ -106,6 +133,10 @@ def judge_command(
         retry_errors=retry_errors,
         progress=True,
         all_runs=all_runs,
+        batch=batch,
+        batch_poll_s=batch_poll_s,
+        price=_price(judge_price) if judge_price is not None else None,
+        batch_factor=batch_factor,
     )
     console = Console(highlight=False)
     if rubric is None:
@@ -141,6 +172,20 @@ def judge_command(
             + escape(f"`branchpoint export {run_id} --out judgments.csv`")
         )
         raise typer.Exit(1)  # verdicts failed: a script must not take it for success
+
+
+def _price(text: str) -> tuple[float, float]:
+    """``--judge-price 0.15,0.6`` -> (0.15, 0.6): USD per million input, output tokens."""
+    parts = [p.strip() for p in text.split(",")]
+    try:
+        values = tuple(float(p) for p in parts)
+    except ValueError:
+        values = ()
+    if len(values) != 2 or any(v < 0 for v in values):
+        raise UserError(
+            f"--judge-price {text!r}: expected INPUT,OUTPUT in USD per million tokens, e.g. 0.15,0.6"
+        )
+    return values[0], values[1]
 
 
 def register(app: typer.Typer) -> None:
