@@ -629,9 +629,11 @@ async def ajudge_run(
     own_gateway = gateway is None
     if gateway is None:
         from gateway.gateway import Gateway
+        from gateway.plugins import load_plugins
 
         # Re-judging errors must really ask again: a cached copy of a bad answer would only repeat it.
         gateway = Gateway(store=store, cache=not retry_errors)
+        load_plugins(gateway)  # a judge may be a plugin's model, as a target may
     try:
         built = [
             make_judge(j, gateway, params, max_retries) if isinstance(j, str) else j for j in judges

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from core.errors import UserError
 from gateway import event_loop
-from gateway.providers.base import ProviderKind
+from gateway.plugins import load_plugins
 from gateway.providers.registry import PLUGINS_ENV
 from simulator.execute import Progress, execute
 from simulator.lifecycle import (
@@ -66,30 +66,6 @@ __all__ = [
     "run_scenarios",
     "summaries",
 ]
-
-
-def load_plugins(gateway: Gateway) -> list[str]:
-    """Modules named in $BRANCHPOINT_PLUGINS (comma-separated) add models to this run.
-
-    A module declares ``PROVIDER = ProviderKind(...)`` (a prefix of its own, registered like the
-    built-in providers), or has ``register(gateway)`` that registers model objects by spec, or
-    both. This is how a subprocess run (tests, a lab's own in-house models) gets providers that
-    are not built in.
-    """
-    from gateway.providers import registry
-
-    names = []
-    for module in registry.load_plugins():
-        register = getattr(module, "register", None)
-        if callable(register):
-            register(gateway)
-        elif not isinstance(getattr(module, "PROVIDER", None), ProviderKind):
-            raise UserError(
-                f"${PLUGINS_ENV}: module {module.__name__!r} has no register(gateway) function "
-                "and declares no PROVIDER"
-            )
-        names.append(module.__name__)
-    return names
 
 
 def check_scripted_models(plans: Iterable[RunPlan], gateway: Gateway | None = None) -> None:
