@@ -37,6 +37,14 @@ def sweep_command(
             help="Start a new sweep (a new id) even when one of this manifest exists.",
         ),
     ] = False,
+    add_cells: Annotated[
+        bool,
+        typer.Option(
+            "--add-cells",
+            help="Take scenario files added to the manifest's folders or globs since the sweep "
+            "began as new cells (without it, such a sweep is refused).",
+        ),
+    ] = False,
     db: Annotated[
         str | None,
         typer.Option(
@@ -102,7 +110,10 @@ def sweep_command(
             retry_failed=retry_failed,
         )
         if stored is not None:
-            check_compatible(stored, manifest, sweep_id, str(manifest_file), plan.scenario_hashes)
+            check_compatible(
+                stored, manifest, sweep_id, str(manifest_file), plan.scenario_hashes,
+                add_cells=add_cells,
+            )  # fmt: skip
         for line in plan.lines():
             typer.echo(line)
         if plan_only:
