@@ -75,6 +75,7 @@ class SweepResult:
     # the manifest's budget stopped calls: some cells are left interrupted, resumable
     stopped_by_budget: bool = False
     spent_usd: float | None = None  # the sweep's recorded spend at the end, with a budget
+    reserved_usd: float = 0.0  # of it, unsettled reservations at their bound (calls lost)
     budget_note: str = ""  # which limit was reached, and the spend
     failed_status: int = 0  # of the not completed, those that failed (not interrupted)
 

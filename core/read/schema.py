@@ -16,6 +16,7 @@ from core.records import (
     Judgment,
     ModelCall,
     Run,
+    SpendReservation,
     Turn,
 )
 
@@ -34,6 +35,7 @@ JUDGMENTS = table_of(Judgment)
 HUMAN_LABELS = table_of(HumanLabel)
 MODEL_CALLS = table_of(ModelCall)
 CONVERSATION_ATTEMPTS = table_of(ConversationAttempt)
+SPEND_RESERVATIONS = table_of(SpendReservation)
 
 # SQLite's implicit rowid: the order the judgments were written in. No record declares it (other
 # databases have none), so only SQLite reads use it: the fast path and ordered exports.

@@ -328,9 +328,11 @@ def _run(
             )
         await judge(None, "after")
         if result.spent_usd is not None:  # the judges' spend too, from the call rows
+            from core.read import reserved_by_target
             from gateway.budget import spend_of_run
 
             result.spent_usd = sum(spend_of_run(store, plan.sweep_id).values())
+            result.reserved_usd = sum(reserved_by_target(store, plan.sweep_id).values())
         return result
 
     async def main() -> SweepResult:
@@ -376,7 +378,13 @@ def _summary(result: SweepResult, judging: JudgeSummary) -> int:
             "interrupted: raise the budget and run the same manifest again to continue"
         )
     elif result.spent_usd is not None:
-        say(f"spent ${result.spent_usd:.4f} of the budget")
+        lost = (
+            f" (${result.reserved_usd:.4f} of it at the bound of calls whose cost was never "
+            "recorded: sent by a process that died)"
+            if result.reserved_usd
+            else ""
+        )
+        say(f"spent ${result.spent_usd:.4f} of the budget{lost}")
     if judging.errors:
         say(f"{judging.errors} verdict(s) are error")
     if judging.stopped_by_budget:
