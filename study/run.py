@@ -275,8 +275,9 @@ def _finish(store: Store, plan: SweepPlan, result: SweepResult) -> None:
 
 
 def sweep_budget(plan: SweepPlan, store: Store) -> Budget | None:
-    """The manifest's budget, its spend so far rebuilt from the sweep's ModelCall rows (what a
-    process that died had spent is in them), or None without one."""
+    """The manifest's budget, its spend so far rebuilt from the store (``spend_of_run``: the
+    sweep's call rows, and the calls a process that died had out at their reserved bound), or
+    None without one."""
     from gateway.budget import Budget, spend_of_run
 
     b = plan.manifest.budget

@@ -176,6 +176,20 @@ def _killed_three_times_then_finished(tmp_path: Path, store: str, *, ray: bool) 
         assert billed <= usd_total + 1e-9, figures
         assert billed <= settled + reserved + 1e-9, figures
         assert billed > usd_total / 2, figures  # the sweep did spend most of it
+        # `runs` shows both: what the calls' rows cost, and the bounds still reserved
+        listed = subprocess.run(
+            [sys.executable, "-m", "tui.cli", "runs", "--db", store],
+            cwd=REPO,
+            env=_env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert listed.returncode == 0, listed.stderr
+        header = next(ln for ln in listed.stdout.splitlines() if ln.split()[:1] == ["id"])
+        assert header.split()[-3:-1] == ["USD", "reserved"]
+        line = next(ln for ln in listed.stdout.splitlines() if ln.split()[:1] == ["kill-budget"])
+        assert line.split()[-4:-2] == [f"{settled:.4f}", f"{reserved:.4f}"], line
     finally:
         server.stop()
 
