@@ -20,6 +20,12 @@ replicates of 19 files; ``workload``). For each run it prints:
 - the loopback server's own CPU per call (Linux): it runs on the same cores, so with
   ``--processes`` the workers and the server share the machine's CPU between them.
 
+``--budget USD`` runs the same workload as ``branchpoint sweep`` instead (a manifest of the same
+files, replicates, exchanges and concurrency, the model priced at $1 per million tokens, and a
+``budget`` of USD that does not bind): each call then reserves its bound durably before it is
+sent (``spend_reservations``). Its cost: against ``--budget`` run from a copy of an earlier tree,
+or the same sweep without a budget (``--budget 0``).
+
 Store growth is measured on a second, smaller pair of runs at 10 and 20 exchanges. The machine's
 load average is printed too: other work on the cores stretches wall time, not CPU time.
 """
@@ -160,6 +166,42 @@ def count(db: Path, sql: str) -> int:
         return int(con.execute(sql).fetchone()[0])
 
 
+def sweep_argv(
+    db: Path,
+    spec: str,
+    url: str,
+    scenarios: list[str],
+    replicates: int,
+    max_turns: int,
+    concurrency: int,
+    budget: float,
+) -> list[str]:
+    """``branchpoint sweep`` of the workload ``run_once`` gives ``run``, the model priced, with a
+    budget of ``budget`` USD (0: none)."""
+    manifest = db.with_suffix(".yaml")  # JSON is YAML
+    body = {
+        "name": "bench",
+        "scenarios": {"paths": scenarios},
+        "targets": [
+            {
+                "spec": spec,
+                "params": {"api_base": url},
+                "price": {"input_per_mtok": 1.0, "output_per_mtok": 1.0},
+            }
+        ],
+        "simulators": [spec],  # the target's price prices it
+        "simulator_params": {"api_base": url},
+        "replicates": replicates,
+        "max_exchanges": max_turns,
+        "fork": "independent",
+        "execution": {"concurrency": concurrency},
+        "store": str(db),
+        **({"budget": {"usd_total": budget}} if budget else {}),
+    }
+    manifest.write_text(json.dumps(body), encoding="utf-8")
+    return [sys.executable, "-m", "tui.cli", "sweep", str(manifest), "--yes"]
+
+
 def run_once(
     label: str,
     spec: str,
@@ -174,35 +216,39 @@ def run_once(
     extra: list[str],
     server_pid: int | None = None,
     env_extra: dict[str, str] | None = None,
+    budget: float | None = None,
 ) -> Figures:
     db = workdir / f"{label.replace(' ', '_').replace(':', '')}.db"
     param = "api_base=" + url
-    argv = [
-        sys.executable,  # `branchpoint run`, from this tree (BEFORE figures run a copy of it)
-        "-m",
-        "tui.cli",
-        "run",
-        *scenarios,
-        "-n",
-        str(replicates),
-        "--max-turns",
-        str(max_turns),
-        "--fork",
-        "independent",
-        "--concurrency",
-        str(concurrency),
-        "--target",
-        spec,
-        "--target-param",
-        param,
-        "--simulator",
-        spec,
-        "--simulator-param",
-        param,
-        "--db",
-        str(db),
-        *extra,
-    ]
+    if budget is not None:
+        argv = sweep_argv(db, spec, url, scenarios, replicates, max_turns, concurrency, budget)
+    else:
+        argv = [
+            sys.executable,  # `branchpoint run`, from this tree (BEFORE figures run a copy of it)
+            "-m",
+            "tui.cli",
+            "run",
+            *scenarios,
+            "-n",
+            str(replicates),
+            "--max-turns",
+            str(max_turns),
+            "--fork",
+            "independent",
+            "--concurrency",
+            str(concurrency),
+            "--target",
+            spec,
+            "--target-param",
+            param,
+            "--simulator",
+            spec,
+            "--simulator-param",
+            param,
+            "--db",
+            str(db),
+            *extra,
+        ]
     env = dict(os.environ, OPENAI_API_KEY="sk-benchmark-dummy-key", **(env_extra or {}))
     env.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     server_before = cpu_seconds(server_pid) if server_pid is not None else None
@@ -266,6 +312,13 @@ def main() -> None:
     )
     parser.add_argument("--extra", action="append", default=[], help="more `run` arguments")
     parser.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        metavar="USD",
+        help="run each workload as `branchpoint sweep` with this budget (0: a sweep without one)",
+    )
+    parser.add_argument(
         "--processes",
         default="1",
         metavar="N|auto",
@@ -313,6 +366,7 @@ def main() -> None:
                     extra=args.extra,
                     server_pid=server.pid,
                     env_extra=env_extra,
+                    budget=args.budget,
                 )
             finally:
                 server.kill()

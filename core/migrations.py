@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from sqlalchemy import inspect, text
 from sqlalchemy.engine import Engine
-from sqlmodel import Session
+from sqlmodel import Session, SQLModel
 
 from core.records import (
     JUDGMENT_FAILING_COLUMNS,
@@ -20,6 +20,7 @@ from core.records import (
     JUDGMENT_FAILURE_INDEX,
     SCHEMA_VERSION,
     SchemaInfo,
+    SpendReservation,
 )
 
 Migration = Callable[[Session], None]
@@ -43,7 +44,16 @@ MIGRATIONS: dict[int, Migration] = {
     # labels made from a stored labelling design say so (core.human_labels); older ones are
     # outside any design, which is what they were
     6: lambda session: _add_columns(session, "human_labels", {"design_id": "VARCHAR"}),
+    # spend_reservations (issue 33): a priced call's bound, durable before it is sent. The
+    # table itself is create_all's; the version is bumped so that an older branchpoint, which
+    # would not count the unsettled ones and so undercount a crashed sweep's spend, refuses
+    # the store instead of resuming its budget from too low a figure.
+    7: lambda session: _create_table(session, SpendReservation),
 }
+
+
+def _create_table(session: Session, model: type[SQLModel]) -> None:
+    model.__table__.create(session.connection(), checkfirst=True)  # type: ignore[attr-defined]
 
 
 def _add_index(session: Session, name: str, columns: tuple[str, ...]) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import JSON, Column, Index, Text
 from sqlmodel import Field, SQLModel
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 JUDGMENT_FAILURE_INDEX = "ix_judgments_conversation_verdict"
 JUDGMENT_FAILING_INDEX = "ix_judgments_failing"
 JUDGMENT_FAILING_COLUMNS = ("verdict", "criterion_id", "judge", "conversation_id")
@@ -149,6 +149,25 @@ class ModelCall(SQLModel, table=True):
     cached: bool = False
     attempts: int = 1
     error: str | None = _text()
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class SpendReservation(SQLModel, table=True):
+    """A priced call's upper-bound cost, committed before the call is sent (a write-ahead intent).
+
+    Written by the gateway only where a budget applies; deleted in the transaction that stores
+    the call's row (``ModelCall.cost`` then holds what it cost). One still here belongs to a call
+    in flight, or to one whose process died after sending it: its answer is lost but the
+    provider may have billed it, so a budget rebuilt from the store counts it at ``upper_usd``
+    for good (``gateway.budget.spend_of_run``), unless the call's row turns up (``call_id``).
+    Schema 7."""
+
+    __tablename__ = "spend_reservations"
+    id: str = Field(primary_key=True)  # the call id and the attempt: CALL_ID:N
+    call_id: str = Field(index=True)
+    run_id: str = Field(index=True)
+    target: str  # the budget scope it counts against (the conversation's target)
+    upper_usd: float
     created_at: datetime = Field(default_factory=utcnow)
 
 

@@ -12,8 +12,13 @@ would fit once the calls in flight are settled waits for them; one that cannot f
 raises ``BudgetReached``, and from then on no call of that scope is dispatched: the budget is
 reached before it is exceeded, and calls already in flight finish.
 
-The spend a sweep starts from is rebuilt from its ModelCall rows (``spend_of_run``), so a crash
-loses nothing that was recorded.
+With a store, a reservation is also durable before its call is sent: the gateway commits a
+``spend_reservations`` row (the call's bound) and awaits that commit, and deletes the row in the
+transaction that stores the call's row with its cost. The spend a sweep starts from
+(``spend_of_run``) is its calls' recorded cost plus the bound of every reservation left unsettled:
+a call that a killed process had sent (its answer lost, perhaps billed) or whose row was still in
+the write-behind buffer counts at its bound, so a crash never lowers the spend below what the
+provider can have billed.
 """
 
 from __future__ import annotations
@@ -214,6 +219,18 @@ class Budget:
 
 
 def spend_of_run(store: Store, run_id: str) -> dict[str, float]:
+    """The USD a budget of ``run_id`` starts from, by target: what its recorded calls cost
+    (``settled_of_run``) plus the bound of each of its reservations not settled (calls in flight
+    or lost in a crash: ``core.read.costs.reserved_by_target``)."""
+    from core.read.costs import reserved_by_target
+
+    spend = settled_of_run(store, run_id)
+    for target, usd in reserved_by_target(store, run_id).items():
+        spend[target] = spend.get(target, 0.0) + usd
+    return spend
+
+
+def settled_of_run(store: Store, run_id: str) -> dict[str, float]:
     """USD spent by ``run_id``'s recorded calls, by target (the target of the call's
     conversation, or the model called where it has none)."""
     from sqlalchemy import func, select

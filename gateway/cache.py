@@ -1,9 +1,23 @@
 """Content-addressed completion cache.
 
-The key is a sha256 over the model spec, the messages and the generation params that shape the
-output (not ``api_base``, not secrets). A cache hit is only sound when the output is a function of
-those inputs: a fixed ``seed`` or ``temperature == 0``. Unseeded sampling must not be cached, or
-replicates of the same prefix would collapse into one.
+The key is a sha256 over everything that selects the model and shapes its answer, and nothing
+else (``key_params`` is the rule, written once):
+
+- in: the spec (provider kind, model or deployment name), the messages, every generation param
+  (temperature, top_p, max_tokens, seed, stop, json_schema), the endpoint (``api_base``, without
+  any ``user:password@`` and trailing ``/``: two servers answering under one model name are two
+  models), and every ``extra`` the provider sends on (``structured`` mode pins, ``api_version``,
+  ``deployment_id``, ``repetition_penalty``, ...);
+- out: secrets (keys, tokens, headers: never hashed into anything stored) and settings that only
+  say how to reach or wait for a model (``_TRANSPORT``: ``api_key_env``, timeouts, retries).
+
+``KEY_VERSION`` is hashed in too: keys made under an earlier rule (version 1 left ``api_base``
+out) never equal a current key, so a store written before a change of rule is never served a
+reply the current rule would tell apart; its calls are simply misses and are made again.
+
+A cache hit is only sound when the output is a function of those inputs: a fixed ``seed`` or
+``temperature == 0``. Unseeded sampling must not be cached, or replicates of the same prefix
+would collapse into one.
 """
 
 from __future__ import annotations
@@ -13,10 +27,11 @@ import json
 import json.encoder
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
 
 from sqlalchemy import and_, select
 
-from core.records import CacheEntry, ModelCall
+from core.records import ModelCall
 from core.redaction import is_secret_key
 from gateway.completion import Completion, GenParams, Message
 
@@ -24,30 +39,55 @@ if TYPE_CHECKING:
     from core.store import Store
     from gateway.write_behind import BatchWriter
 
-# Params that say where or how to reach a model, not what it generates.
-_NOT_IN_KEY = {"api_base"}
+# Bump when ``key_params`` changes what a key covers: older keys then never match (see above).
+KEY_VERSION = 2
+# ``extra`` settings that say how to reach or wait for a model, not which model answers or what it
+# generates; with secrets (``is_secret_key``, and headers, which carry them) they stay out of keys.
+_TRANSPORT = frozenset(
+    {"api_key_env", "timeout", "request_timeout", "num_retries", "max_retries", "headers",
+     "extra_headers"}
+)  # fmt: skip
+
+
+def endpoint(api_base: str) -> str:
+    """``api_base`` as the key sees it: no credentials, no trailing slash (same server, same key)."""
+    parts = urlsplit(api_base.strip())
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit((parts.scheme.lower(), host.lower(), parts.path.rstrip("/"), parts.query, ""))
 
 
 def key_params(params: GenParams) -> dict[str, Any]:
-    data = params.model_dump(exclude_none=True, exclude=_NOT_IN_KEY)
-    extra = data.get("extra")
+    """The params a cache key covers: the rule of this module's docstring."""
+    data = params.model_dump(exclude_none=True)
+    extra = {
+        k: v
+        for k, v in (data.pop("extra", None) or {}).items()
+        if k not in _TRANSPORT and not is_secret_key(k)
+    }
+    if isinstance(extra.get("api_base"), str):
+        extra["api_base"] = endpoint(extra["api_base"])
     if extra:
-        data["extra"] = {k: v for k, v in extra.items() if not is_secret_key(k) and k != "api_base"}
-    if not data.get("extra"):
-        data.pop("extra", None)
+        data["extra"] = extra
+    if "api_base" in data:
+        data["api_base"] = endpoint(data["api_base"])
     return data
 
 
 def request_hash(spec: str, messages: list[Message], params: GenParams) -> str:
-    """sha256 of the canonical JSON of (spec, messages, params): sorted keys, no spaces, UTF-8.
+    """sha256 of the canonical JSON of (spec, messages, key params, version): sorted keys, no
+    spaces, UTF-8.
 
-    The bytes are those of ``json.dumps({"spec", "messages": [[role, content], ...], "params"},
+    The bytes are those of ``json.dumps({"spec", "messages": [[role, content], ...], "params",
+    "v": KEY_VERSION},
     sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)``; stored hashes
     (cache keys, ``model_calls.request_hash``) depend on it. "messages" sorts first, so the
     hash of a message list extends the hash of its prefix: ``_PREFIXES`` keeps those states,
     and a call at exchange 20 hashes its two new messages, not the whole conversation again."""
     digest = _PREFIXES.state(messages)
-    tail = '],"params":' + _KEY_JSON.encode(key_params(params)) + ',"spec":' + _encode(spec) + "}"
+    tail = (
+        '],"params":' + _KEY_JSON.encode(key_params(params)) + ',"spec":' + _encode(spec)
+        + ',"v":' + str(KEY_VERSION) + "}"
+    )  # fmt: skip
     digest.update(tail.encode("utf-8"))
     return digest.hexdigest()
 
@@ -103,7 +143,8 @@ class CompletionCache:
 
     A call's ModelCall row (its request hash, text, tokens, finish reason) is its cache entry:
     nothing is written twice, and an entry is as durable as the call's record. Entries in the
-    ``cache`` table, which earlier versions wrote, are still served. The hashes of a model's
+    ``cache`` table, which earlier versions wrote, are not read: their keys were made under key
+    version 1, which no current key equals (see ``KEY_VERSION``). The hashes of a model's
     successful calls are read once (one query per model and process), so a miss, nearly every
     call of a fresh sweep, costs no query; a hit costs one. A completion whose row is still in
     the write-behind queue is served from memory until its row is committed.
@@ -125,8 +166,6 @@ class CompletionCache:
                     select(_CALLS.c.request_hash).where(_CALLS.c.model == model, _ANSWERED)
                 )
                 known = {r[0] for r in calls}
-                legacy = conn.execute(select(_LEGACY.c.key).where(_LEGACY.c.model == model))
-                known.update(r[0] for r in legacy)
             self._known[model] = known
         return known
 
@@ -143,15 +182,7 @@ class CompletionCache:
             row = conn.execute(
                 select(*_ENTRY).where(_CALLS.c.request_hash == key, _ANSWERED).limit(1)
             ).first()
-            if row is not None:
-                return _from_call(row._mapping)
-            old = conn.execute(select(_LEGACY.c.completion).where(_LEGACY.c.key == key)).first()
-        if old is None:
-            return None
-        try:
-            return Completion.model_validate(old[0])
-        except ValueError:
-            return None  # written by an older layout: a miss
+        return None if row is None else _from_call(row._mapping)
 
     def put(
         self, key: str, model: str, completion: Completion
@@ -173,7 +204,6 @@ class CompletionCache:
 
 
 _CALLS = ModelCall.__table__  # type: ignore[attr-defined]
-_LEGACY = CacheEntry.__table__  # type: ignore[attr-defined]
 # a call's row answers its request when the call succeeded and was not itself served from cache
 _ANSWERED = and_(_CALLS.c.error.is_(None), _CALLS.c.cached.is_(False))
 _ENTRY = [

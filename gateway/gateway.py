@@ -19,11 +19,11 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import insert
+from sqlalchemy import bindparam, delete, insert
 
 from core.errors import UserError
 from core.prompt_texts import text_hash
-from core.records import ModelCall, PromptText, utcnow
+from core.records import ModelCall, PromptText, SpendReservation, utcnow
 from core.redaction import redact, redact_text
 from gateway.cache import CompletionCache, cacheable, request_hash
 from gateway.call_ids import new_call_id
@@ -52,6 +52,9 @@ if TYPE_CHECKING:
 _MODEL_CALLS = ModelCall.__table__  # type: ignore[attr-defined]
 _PROMPT_TEXTS = PromptText.__table__  # type: ignore[attr-defined]
 _INSERT_MODEL_CALL = insert(_MODEL_CALLS)
+_RESERVATIONS = SpendReservation.__table__  # type: ignore[attr-defined]
+_INSERT_RESERVATION = insert(_RESERVATIONS)
+_SETTLE_RESERVATION = delete(_RESERVATIONS).where(_RESERVATIONS.c.id == bindparam("reservation_id"))
 
 __all__ = ["Gateway", "ProviderLimits", "redact"]
 
@@ -88,7 +91,8 @@ class Gateway:
         # when workers share one provider's limits
         self.limiter_factory: LimiterFactory = limiter_factory or local_limiter
         # budget: every attempt reserves its upper-bound cost at ``prices`` (spec -> USD per
-        # token) before it is sent and settles its actual cost after (gateway/budget.py)
+        # token) before it is sent and settles its actual cost after (gateway/budget.py); with a
+        # store, a priced attempt of a run is not sent before its reservation row is committed
         self.budget = budget
         self.prices: dict[str, Price] = dict(prices or {})
         # spec -> the share of its price that its calls through a batch API cost (default
@@ -187,6 +191,7 @@ class Gateway:
         use_cache = self.cache is not None and cacheable(params)
 
         earlier: list[str] = []  # why the attempts before the last failed
+        held: list[str] = []  # this call's reservation rows, settled with its row
 
         def record(
             completion: Completion,
@@ -195,7 +200,7 @@ class Gateway:
         ) -> None:
             self._record(
                 call_id, parsed, params, key, messages, purpose, run_id, conversation_id,
-                completion, error, layout, committed, earlier,
+                completion, error, layout, committed, earlier, held=held,
             )  # fmt: skip
 
         if use_cache:
@@ -219,8 +224,9 @@ class Gateway:
             self._inflight[key] = future
         try:
             completion, attempts, error = await self._call_with_retries(
-                parsed, provider, messages, params, earlier, conversation_id=conversation_id
-            )
+                parsed, provider, messages, params, earlier,
+                conversation_id=conversation_id, ledger=(call_id, run_id, held),
+            )  # fmt: skip
         except BaseException:  # cancelled: release anyone waiting on this request
             if future is not None and not future.done():
                 future.set_exception(ModelError("cancelled"))
@@ -261,9 +267,11 @@ class Gateway:
         earlier: list[str],
         *,
         conversation_id: str | None = None,
+        ledger: tuple[str, str | None, list[str]] | None = None,
     ) -> tuple[Completion | None, int, str | None]:
         """Raises BudgetReached (before sending an attempt) when the budget would not cover it.
-        Appends each failed attempt's reason but the last one's to ``earlier``."""
+        Appends each failed attempt's reason but the last one's to ``earlier``. ``ledger``: the
+        call's id, its run and the list its durable reservations' ids are added to."""
         limiter = self._limiter(spec, params, provider)
         price = self.prices.get(spec.raw)
         attempt = 0
@@ -281,6 +289,8 @@ class Gateway:
                     reservation = await self.budget.acquire(
                         target, self._upper_usd(price, messages, params)
                     )
+                    if ledger is not None:
+                        await self._write_ahead(ledger, attempt, target, reservation.upper_usd)
                 started = time.perf_counter()
                 async with asyncio.timeout(self.timeout_s):
                     completion = await provider.complete(spec.model, messages, params)
@@ -322,6 +332,34 @@ class Gateway:
             earlier.append(error[:200])
             self.stats["retries"] += 1
             await asyncio.sleep(self._delay(attempt, retry_after))
+
+    async def _write_ahead(
+        self, ledger: tuple[str, str | None, list[str]], attempt: int, target: str, usd: float
+    ) -> None:
+        """Commit the reservation of ``attempt`` before it is sent: a process killed while the
+        call is out leaves it in the store, where the spend rebuilt on restart counts it. Only
+        priced calls of a run with a store (the spend of a run is what a budget rebuilds)."""
+        call_id, run_id, held = ledger
+        if usd <= 0 or run_id is None or self.store is None:
+            return
+        reservation_id = f"{call_id}:{attempt}"
+        row = {
+            "id": reservation_id,
+            "call_id": call_id,
+            "run_id": run_id,
+            "target": target,
+            "upper_usd": usd,
+            "created_at": utcnow(),
+        }
+        held.append(reservation_id)  # settled with the call's row, whether or not this commit lands
+        if self.writer is not None:
+            # awaited: other calls' reservations share its commit, none leaves before its own
+            from gateway.write_behind import RANK_RESERVATION
+
+            await self.writer.write([(RANK_RESERVATION, _INSERT_RESERVATION, [row])])
+            return
+        with self.store.engine.begin() as conn:
+            conn.execute(_INSERT_RESERVATION, [row])
 
     def _upper_usd(self, price: Price | None, messages: list[Message], params: GenParams) -> float:
         """A bound on one attempt's cost: a generous token count of the prompt (2 characters a
@@ -368,9 +406,11 @@ class Gateway:
         committed: Callable[[BaseException | None], None] | None = None,
         earlier: list[str] | None = None,
         note: dict[str, Any] | None = None,
+        held: list[str] | None = None,
     ) -> None:
         """Store the call's row; ``committed`` is told once it is committed (or has failed).
-        ``note`` goes into the row's params (a batch call's batch id)."""
+        ``note`` goes into the row's params (a batch call's batch id). ``held``: its reservation
+        rows, deleted in the same transaction (settled: the row's cost replaces them)."""
         if self.store is None:
             return
         prompt: list[dict[str, Any]] | None = None
@@ -415,11 +455,14 @@ class Gateway:
                 for kind, text in texts:
                     put_text(s, kind, text)
                 s.add(ModelCall(**values))
+                if held:
+                    s.flush()
+                    s.execute(_SETTLE_RESERVATION, [{"reservation_id": r} for r in held])
                 s.commit()
             if committed is not None:
                 committed(None)
             return
-        from gateway.write_behind import RANK_MODEL_CALL, RANK_PROMPT_TEXT, upsert
+        from gateway.write_behind import RANK_MODEL_CALL, RANK_PROMPT_TEXT, RANK_SETTLE, upsert
 
         ops: list[Any] = []
         if texts:
@@ -429,6 +472,9 @@ class Gateway:
             ]
             ops.append((RANK_PROMPT_TEXT, upsert(self.store, _PROMPT_TEXTS, ["hash"], []), rows))
         ops.append((RANK_MODEL_CALL, _INSERT_MODEL_CALL, [values]))
+        if held:  # one Write is one transaction: the row and its settling land together
+            rows = [{"reservation_id": r} for r in held]
+            ops.append((RANK_SETTLE, _SETTLE_RESERVATION, rows))
         self.writer.send(ops, notify=committed)
 
     # -- calls answered through a batch API (gateway/batch.py) -----------------------------

@@ -36,6 +36,8 @@ if TYPE_CHECKING:
 # Statement ranks inside one transaction: a conversation row before the turns that refer to it.
 RANK_CONVERSATION, RANK_SPLIT, RANK_TURN, RANK_PROGRESS = 0, 1, 2, 3
 RANK_PROMPT_TEXT, RANK_MODEL_CALL = 4, 5
+# a priced call's write-ahead reservation, and its settling (in its call row's transaction)
+RANK_RESERVATION, RANK_SETTLE = 6, 7
 
 MAX_GROUP = 512  # writes per transaction: small enough that one commit stays short
 LINGER_S = 0.003

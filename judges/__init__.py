@@ -15,6 +15,7 @@ _EXPORTS = {
     "Rubric": "judges.rubric",
     "Criterion": "judges.rubric",
     "Patterns": "judges.rubric",
+    "rubric_json_schema": "judges.rubric",
     "SCALES": "core.scales",
     "load_rubric": "judges.loading",
     "REASONING_RUBRIC": "judges.reasoning_criterion",

@@ -283,3 +283,13 @@ class Rubric(_Strict):
             )
             self._hash = hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
         return self._hash
+
+
+def rubric_json_schema() -> dict[str, Any]:
+    """The rubric format's JSON Schema, for editors (``branchpoint schema rubric``)."""
+    schema = Rubric.model_json_schema()
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "branchpoint rubric",
+        **{k: v for k, v in schema.items() if k != "title"},
+    }

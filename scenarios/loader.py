@@ -27,6 +27,7 @@ from core.yamlio import (
 )
 from scenarios.checks import scenario_problems
 from scenarios.models import Scenario
+from scenarios.partial import partial_scenario, problems_despite
 
 YAML_SUFFIXES = (".yaml", ".yml")
 SET_KEYS = ("defaults", "scenarios")
@@ -108,7 +109,8 @@ def _scenario_from_data(
 ) -> tuple[Scenario | None, list[LoadError]]:
     scenario, errors = validate_data(data, pos, Scenario, path, context={"defer_checks": True})
     if scenario is None:
-        return None, errors
+        more = [error_at(pos, loc, path, message) for loc, message in problems_despite(data)]
+        return None, sorted(set(errors + more), key=lambda e: (e.line, e.col, e.field, e.message))
     problems = [error_at(pos, loc, path, message) for loc, message in scenario_problems(scenario)]
     if problems:
         return None, sorted(set(problems), key=lambda e: (e.line, e.col, e.field, e.message))
@@ -175,6 +177,36 @@ def _set_from_data(
     # A bad default shows up once per item: report it once.
     unique = sorted(set(errors), key=lambda e: (e.line, e.col, e.field, e.message))
     return out, unique
+
+
+def partial_scenarios(path: Path, data: Any, pos: PosMap) -> list[Scenario]:
+    """The scenarios of a file that has errors, each less its invalid values where that is
+    sound (``scenarios.partial``), with their positions: what the checks that compare a
+    scenario with other files (its rubric's criteria) still run on."""
+    if not isinstance(data, dict):
+        return []
+    if classify(path, data) == "set":
+        items = data.get("scenarios")
+        defaults = data.get("defaults") if isinstance(data.get("defaults"), dict) else {}
+        pairs = [
+            (deep_merge(defaults, item), _merged_positions(pos, i, "defaults" in data))
+            for i, item in enumerate(items if isinstance(items, list) else [])
+            if isinstance(item, dict)
+        ]
+    else:
+        pairs = [(data, pos)]
+    out = []
+    for item, item_pos in pairs:
+        scenario = partial_scenario(item)
+        if scenario is not None:
+            id_node = item_pos.get(("id",))
+            scenario.with_source(
+                str(path),
+                (id_node.line, id_node.col) if id_node else None,
+                {loc: (node.line, node.col) for loc, node in item_pos.items()},
+            )
+            out.append(scenario)
+    return out
 
 
 def load_scenario_file(path: str | Path) -> tuple[list[Scenario], list[LoadError]]:

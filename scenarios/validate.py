@@ -8,14 +8,20 @@ Rubrics belong to ``judges``, a layer above this one, so the caller passes their
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from core.yamlio import LoadError, read_yaml
 from scenarios.conditions import load_condition_file, load_crisis_resources_file
-from scenarios.loader import _load_parsed, classify, duplicate_id_errors, yaml_files
+from scenarios.loader import (
+    _load_parsed,
+    classify,
+    duplicate_id_errors,
+    partial_scenarios,
+    yaml_files,
+)
 from scenarios.models import Scenario
 
 
@@ -101,20 +107,72 @@ def rubric_name_errors(
 RubricLoader = Callable[[Path], tuple[Any, Sequence[LoadError]]]
 
 
+def named_rubric_errors(
+    scenarios: Iterable[Scenario], rubric_loader: RubricLoader, bundled: Mapping[str, Path]
+) -> list[LoadError]:
+    """Each scenario's criteria against the rubric it names (``rubric:``, a bundled name or a
+    path relative to its file), loaded with ``rubric_loader``: a criterion the rubric lacks
+    would be dropped at judging without a word. The rubric's own errors are reported too."""
+    errors: list[LoadError] = []
+    loaded: dict[Path, set[str] | None] = {}
+    for s in scenarios:
+        if not s.rubric:
+            continue
+        where = s.source_path or "<memory>"
+        path = bundled.get(s.rubric) or Path(where).parent / Path(s.rubric).expanduser()
+        if not path.is_file():
+            line, col = s.position_of(("rubric",))
+            errors.append(
+                LoadError(
+                    where, line, col, "rubric",
+                    f"rubric '{s.rubric}' is no bundled rubric and no file (expected one of: "
+                    f"{', '.join(sorted(bundled))}, or a rubric YAML path relative to this file)",
+                )
+            )  # fmt: skip
+            continue
+        if path not in loaded:
+            rubric, more = rubric_loader(path)
+            errors.extend(more)
+            loaded[path] = (
+                None if rubric is None else {str(c.id) for c in getattr(rubric, "criteria", [])}
+            )
+        known = loaded[path]
+        if known is None:
+            continue  # the rubric's own errors say why
+        known = known | {c.id for c in s.custom_criteria}
+        for i, crit in enumerate(s.criteria):
+            if crit in known:
+                continue
+            line, col = s.position_of(("criteria", i))
+            close = difflib.get_close_matches(crit, sorted(known), n=1, cutoff=0.6)
+            hint = f"did you mean '{close[0]}'?" if close else "expected one of its criteria"
+            errors.append(
+                LoadError(
+                    where, line, col, f"criteria[{i}]",
+                    f"criterion '{crit}' is not in rubric '{s.rubric}' ({hint})",
+                )
+            )  # fmt: skip
+    return errors
+
+
 def validate_paths(
     paths: Iterable[str | Path],
     progress: Callable[[int, int], None] | None = None,
     rubric_loader: RubricLoader | None = None,
+    bundled_rubrics: Mapping[str, Path] | None = None,
 ) -> ValidationReport:
     """Check every file under ``paths``; ``progress(done, total)`` is called after each file.
 
-    Without ``rubric_loader`` a rubric file is reported as one error (no loader to check it)."""
+    Without ``rubric_loader`` a rubric file is reported as one error (no loader to check it).
+    With it, and no rubric among ``paths``, each scenario's criteria are checked against the
+    rubric it names (``bundled_rubrics``: name -> file)."""
     report = ValidationReport()
     files, errors = yaml_files(paths)
     report.errors.extend(errors)
     criterion_ids: set[str] = set()
     rubric_criteria: dict[str, set[str]] = {}
     condition_ids: dict[str, str] = {}
+    checkable: list[Scenario] = []  # the loaded scenarios, and those of files with errors
     for path in files:
         if progress is not None:
             progress(report.files, len(files))
@@ -170,10 +228,18 @@ def validate_paths(
             scenarios, more = _load_parsed(path, data, pos, file_errors)
             report.scenarios.extend(scenarios)
             report.errors.extend(more)
+            # a file with errors still has its criteria checked, as far as that is sound
+            checkable.extend(scenarios if not more else partial_scenarios(path, data, pos))
     report.errors.extend(duplicate_id_errors(report.scenarios))
     if criterion_ids:  # rubrics validated together: scenario criteria must name their criteria
-        report.errors.extend(unknown_criteria_errors(report.scenarios, criterion_ids))
-        report.errors.extend(rubric_name_errors(report.scenarios, rubric_criteria))
+        report.errors.extend(unknown_criteria_errors(checkable, criterion_ids))
+        report.errors.extend(rubric_name_errors(checkable, rubric_criteria))
+    elif rubric_loader is not None:
+        more = named_rubric_errors(checkable, rubric_loader, bundled_rubrics or {})
+        report.errors.extend(more)
     # Unique, in file order then position, so the output reads top to bottom.
-    report.errors = list(dict.fromkeys(report.errors))
+    rank = {str(f): i for i, f in enumerate(files)}
+    report.errors = sorted(
+        dict.fromkeys(report.errors), key=lambda e: (rank.get(e.path, len(rank)), e.line, e.col)
+    )
     return report

@@ -77,12 +77,14 @@ def plan_study(
     *,
     db: str | None = None,
     new_sweep: bool = False,
+    add_cells: bool = False,
     retry_failed: bool = False,
     with_keys: bool = True,
 ) -> StudyPlan:
     """Plan the manifest's cells, the ones done counted from the store (``db``: a SQLite path or
     URL, wins over the manifest's ``store``). ``new_sweep``: a new sweep id even when one of this
-    manifest exists. ``with_keys``: resolve the providers' keys (False for a plan that is only
+    manifest exists. ``add_cells``: scenario files added to the manifest's folders or globs since
+    the sweep began become new cells (without it such a sweep is refused). ``with_keys``: resolve the providers' keys (False for a plan that is only
     printed). Raises ``ManifestError`` (every problem of the file) or ``UserError`` (a change
     that would alter the stored sweep's cells, a budget with an unpriced model). A store that
     does not exist yet is not created."""
@@ -106,7 +108,10 @@ def plan_study(
             retry_failed=retry_failed,
         )
         if stored is not None:
-            check_compatible(stored, manifest, sweep_id, str(manifest_file), plan.scenario_hashes)
+            check_compatible(
+                stored, manifest, sweep_id, str(manifest_file), plan.scenario_hashes,
+                add_cells=add_cells,
+            )  # fmt: skip
     finally:
         if store is not None:
             store.close()
@@ -186,9 +191,11 @@ async def arun_study(
         )
     await judging.judge(None, "after")
     if result.spent_usd is not None:  # the judges' spend too, from the call rows
+        from core.read import reserved_by_target
         from gateway.budget import spend_of_run
 
         result.spent_usd = sum(spend_of_run(store, sweep.sweep_id).values())
+        result.reserved_usd = sum(reserved_by_target(store, sweep.sweep_id).values())
     return StudyResult(result, judging.summary())
 
 

@@ -28,11 +28,15 @@ LEVELS = ("low", "expected", "high")
 
 
 def message_lengths(level: str, persona_max: int | None, target_max: int | None) -> tuple[int, int]:
-    """(persona message, target reply) tokens at ``level``."""
+    """(persona message, target reply) tokens at ``level``.
+
+    A reply never exceeds its side's ``max_tokens``, so the typical lengths of low and expected
+    are capped by it, and high is the cap itself: low <= expected <= high by construction."""
+    high = (persona_max or PERSONA_MESSAGE[1] * 3, target_max or TARGET_REPLY_HIGH)
     if level == "high":
-        return persona_max or PERSONA_MESSAGE[1] * 3, target_max or TARGET_REPLY_HIGH
+        return high
     i = LEVELS.index(level)
-    return PERSONA_MESSAGE[i], TARGET_REPLY[i]
+    return min(PERSONA_MESSAGE[i], high[0]), min(TARGET_REPLY[i], high[1])
 
 
 def tokens_of(

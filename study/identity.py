@@ -63,11 +63,16 @@ def check_compatible(
     sweep_id: str,
     path: str,
     scenario_hashes: dict[str, str],
+    *,
+    add_cells: bool = False,
 ) -> None:
     """Refuse (UserError, one line naming the field) a manifest that would alter stored cells.
 
     ``scenario_hashes`` (scenario id -> content hash, as planned now) catches a scenario file
-    edited since the sweep began: its variants would be new cells, its old ones orphaned."""
+    edited since the sweep began (its variants would be new cells, its old ones orphaned), one
+    removed from the folders or globs the manifest names (its conversations would stay in the
+    store while the plan forgot them) and one added there (its cells would join the sweep without
+    a word): an added one is taken only with ``add_cells`` (``--add-cells``)."""
     old = stored.get("manifest")
     if not isinstance(old, dict):
         raise UserError(
@@ -91,14 +96,30 @@ def check_compatible(
         _refuse(path, sweep_id, "conditions", old.get("conditions"), new.get("conditions"))
     if int(new.get("replicates", 1)) < int(old.get("replicates", 1)):
         _refuse(path, sweep_id, "replicates", old.get("replicates"), new.get("replicates"))
-    for scenario_id, was in (stored.get("scenario_hashes") or {}).items():
+    before: dict[str, str] = stored.get("scenario_hashes") or {}
+    for scenario_id, was in before.items():
         now = scenario_hashes.get(scenario_id)
-        if now is not None and now != was:
+        if now is None:
+            raise UserError(
+                f"{path}: scenarios: scenario {scenario_id!r} of sweep {sweep_id} is no longer "
+                "in the files the manifest names; its conversations would stay in the store "
+                "while the plan forgot them (expected its file back; --new-sweep starts a new "
+                "sweep)"
+            )
+        if now != was:
             raise UserError(
                 f"{path}: scenarios: scenario {scenario_id!r} changed since sweep {sweep_id} "
                 "began; that would alter its existing cells (expected the scenario as it was; "
                 "--new-sweep starts a new sweep)"
             )
+    added = sorted(set(scenario_hashes) - set(before))
+    if added and before and not add_cells:
+        shown = ", ".join(repr(a) for a in added[:3]) + (" ..." if len(added) > 3 else "")
+        raise UserError(
+            f"{path}: scenarios: {len(added)} scenario(s) added to the files the manifest names "
+            f"since sweep {sweep_id} began ({shown}); they would add cells (expected --add-cells "
+            "to add them, or --new-sweep to start a new sweep)"
+        )
 
 
 def _refuse(path: str, sweep_id: str, field: str, was: Any, now: Any) -> None:

@@ -1,6 +1,6 @@
 """The sweep manifest: one YAML file naming everything a study runs.
 
-Read with :func:`load_manifest`, which goes through ``core.yamlio.load_model`` so that every
+Read with :func:`load_manifest`, which goes through ``core.yamlio.validate_data`` so that every
 problem is one positioned line (``file:LINE:COL: field: problem (expected ...)``) and the
 hostile-YAML limits apply. Scenario paths and globs are relative to the manifest's folder, so a
 manifest means the same thing whatever directory it is run from.
@@ -15,11 +15,27 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import (
+    Field,
+    PrivateAttr,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from core.errors import UserError
 from core.strict import StrictModel as _Strict
-from core.yamlio import ID_PATTERN, FieldProblem, LoadError, load_model
+from core.yamlio import (
+    ID_PATTERN,
+    FieldProblem,
+    LoadError,
+    Loc,
+    PosMap,
+    error_at,
+    format_loc,
+    read_yaml,
+    validate_data,
+)
 
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 # Params that would carry a secret into the manifest (and from there into the store).
@@ -185,15 +201,16 @@ class Execution(_Strict):
     )
     heartbeat_s: float = Field(10.0, gt=0, description="How often a worker refreshes its leases.")
 
-    @model_validator(mode="after")
-    def _beats_within_lease(self) -> Execution:
-        if self.heartbeat_s * 2 >= self.lease_s:
-            raise FieldProblem(
-                ["heartbeat_s"],
-                f"{self.heartbeat_s:g}s is not under half of lease_s {self.lease_s:g}s (expected "
-                "a worker to beat several times before its lease can be taken over)",
+    @field_validator("heartbeat_s")
+    @classmethod
+    def _beats_within_lease(cls, value: float, info: ValidationInfo) -> float:
+        lease_s = info.data.get("lease_s")  # absent when lease_s itself is invalid
+        if lease_s is not None and value * 2 >= lease_s:
+            raise ValueError(
+                f"{value:g}s is not under half of lease_s {lease_s:g}s (expected a worker to "
+                "beat several times before its lease can be taken over)"
             )
-        return self
+        return value
 
 
 class PlanSettings(_Strict):
@@ -209,6 +226,17 @@ class PlanSettings(_Strict):
 
 class Manifest(_Strict):
     """A sweep: scenarios x targets x conditions x simulators x replicates, judged."""
+
+    # Where each value was written (set by load_manifest): a problem found later, at plan time,
+    # is still one positioned line (``located``).
+    _source: tuple[str, PosMap] | None = PrivateAttr(None)
+
+    def located(self, loc: Loc, message: str) -> str:
+        """``FILE:LINE:COL: field: message`` for the value at ``loc`` (without a file: its field)."""
+        if self._source is None:
+            return f"{format_loc(loc)}: {message}"
+        path, pos = self._source
+        return str(error_at(pos, loc, path, message, at_key=False))
 
     name: str | None = Field(
         None, pattern=ID_PATTERN, description="The sweep's id in the store (default: file name)."
@@ -281,23 +309,29 @@ class Manifest(_Strict):
                     )
         return self
 
-    @model_validator(mode="after")
-    def _distinct(self) -> Manifest:
+    # Field validators, not one model validator: pydantic runs a model validator only when every
+    # field is valid, and a duplicate must be reported with the file's other problems.
+    @field_validator("targets")
+    @classmethod
+    def _distinct_targets(cls, value: list[TargetEntry]) -> list[TargetEntry]:
         seen: dict[str, int] = {}
-        for i, target in enumerate(self.targets):
+        for i, target in enumerate(value):
             if target.spec in seen:
                 raise FieldProblem(
-                    ["targets", i, "spec"],
+                    [i, "spec"],
                     f"target {target.spec!r} is listed twice (expected each once; first is "
                     f"targets[{seen[target.spec]}])",
                 )
             seen[target.spec] = i
-        for field in ("conditions", "simulators"):
-            values: list[str] = getattr(self, field)
-            for i, v in enumerate(values):
-                if values.index(v) != i:
-                    raise FieldProblem([field, i], f"{v!r} is listed twice (expected each once)")
-        return self
+        return value
+
+    @field_validator("conditions", "simulators")
+    @classmethod
+    def _distinct(cls, value: list[str]) -> list[str]:
+        for i, v in enumerate(value):
+            if value.index(v) != i:
+                raise FieldProblem([i], f"{v!r} is listed twice (expected each once)")
+        return value
 
 
 def _check_spec(value: str) -> str:
@@ -318,23 +352,40 @@ class ManifestError(UserError):
 
 
 def load_manifest(path: str | Path) -> Manifest:
-    """The manifest at ``path``, or ManifestError with every problem found."""
-    manifest, errors = load_model(path, Manifest)
+    """The manifest at ``path``, or ManifestError with every problem found: its schema's, and
+    those of every file, glob, rubric and variant it names (``study.manifest_checks``)."""
+    from study.manifest_checks import manifest_problems, rubric_reference
+
+    data, pos, errors = read_yaml(path)
+    manifest = None
+    if data is not None:
+        manifest, more = validate_data(data, pos, Manifest, path)
+        errors = sorted(
+            set(errors + more + manifest_problems(data, pos, path)),
+            key=lambda e: (e.path != str(path), e.path, e.line, e.col, e.field, e.message),
+        )  # the manifest's lines first, then those of the files it names
     if errors or manifest is None:
         raise ManifestError(errors)
+    manifest._source = (str(path), pos)
+    base = Path(path).resolve().parent
+    for judge in manifest.judges:  # a rubric path is read from the manifest's folder
+        judge.rubrics = [rubric_reference(name, base) for name in judge.rubrics]
     return manifest
 
 
 def scenario_paths(manifest: Manifest, base: Path) -> list[str]:
     """The scenario files and folders the manifest names, resolved against ``base``, in order.
 
-    A glob that matches nothing is an error: a typo would otherwise silently shrink the study."""
+    A glob that matches nothing is an error: a typo would otherwise silently shrink the study
+    (``load_manifest`` says so first, with the line; this is for files gone since)."""
+    from study.manifest_checks import glob_matches
+
     out: list[str] = []
     for p in manifest.scenarios.paths:
         path = Path(p) if Path(p).is_absolute() else base / p
         out.append(str(path))
     for pattern in manifest.scenarios.globs:
-        matches = sorted(str(m) for m in base.glob(pattern))
+        matches = glob_matches(pattern, base)
         if not matches:
             raise UserError(f"scenarios.globs: {pattern!r} matches no file under {base}")
         out.extend(matches)

@@ -223,7 +223,10 @@ def run_configs(
             if not value:
                 where = m.targets.index(entries[0])
                 raise UserError(
-                    f"targets[{where}].key_env: ${name} is not set (expected the target's API key)"
+                    m.located(
+                        ("targets", where, "key_env"),
+                        f"${name} is not set (expected the target's API key in it)",
+                    )
                 )
             params["api_key"] = value
         limits = {
@@ -441,11 +444,17 @@ def _check_budget(plan: SweepPlan) -> None:
     if m.budget is None or not plan.unpriced:
         return
     spec = plan.unpriced[0]
-    where = next(
-        (f"targets[{i}].price" for i, t in enumerate(m.targets) if t.spec == spec),
-        next((f"judges[{i}].price" for i, j in enumerate(m.judges) if j.spec == spec), "budget"),
-    )
+    named: list[tuple[tuple[str | int, ...], str]] = [
+        *((("targets", i, "price"), t.spec) for i, t in enumerate(m.targets)),
+        *((("judges", i, "price"), j.spec) for i, j in enumerate(m.judges)),
+        *((("simulators", i), s) for i, s in enumerate(m.simulators)),
+        *([(("detector", "spec"), m.detector.spec)] if m.detector else []),
+    ]
+    where = next((loc for loc, named_spec in named if named_spec == spec), ("budget",))
     raise UserError(
-        f"{plan.path}: {where}: {spec!r} has no price in litellm's price map and a budget is set "
-        "(expected price: {input_per_mtok: N, output_per_mtok: N})"
+        m.located(
+            where,
+            f"{spec!r} has no price in litellm's price map and a budget is set (expected "
+            "price: {input_per_mtok: N, output_per_mtok: N} next to it)",
+        )
     )

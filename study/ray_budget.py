@@ -6,8 +6,10 @@ still leave room, refuse once even an idle budget cannot fit the call). It is an
 a reservation that waits for others to settle waits on the actor's own event loop while other
 workers' calls go on. ``RayBudget`` is what a worker's gateway holds: ``acquire`` asks the actor
 and raises ``BudgetReached`` locally when it is refused (the tree then leaves its arms resumable,
-as in one process); ``settle`` is sent without waiting. The spend it starts from is rebuilt by
-the driver from the sweep's ModelCall rows, as a local sweep does.
+as in one process); ``settle`` is sent without waiting. Each worker's gateway commits a priced
+call's reservation to the store before sending it, as in one process, so the spend the driver
+rebuilds (``spend_of_run``: the call rows, plus the reservations a killed driver or worker left)
+counts what the cluster had out when it died.
 """
 
 from __future__ import annotations

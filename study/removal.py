@@ -14,6 +14,7 @@ from core.read.schema import (
     JUDGMENTS,
     MODEL_CALLS,
     RUNS,
+    SPEND_RESERVATIONS,
     TURNS,
     table_of,
 )
@@ -47,6 +48,7 @@ def _children(run_id: str) -> list[tuple[Table, ColumnElement[bool]]]:
         (TURNS, TURNS.c.conversation_id.in_(convs)),
         (PROVENANCE, PROVENANCE.c.run_id == run_id),
         (MODEL_CALLS, MODEL_CALLS.c.run_id == run_id),
+        (SPEND_RESERVATIONS, SPEND_RESERVATIONS.c.run_id == run_id),
         (CONVERSATION_ATTEMPTS, CONVERSATION_ATTEMPTS.c.run_id == run_id),
         (TREE_LEASES, TREE_LEASES.c.run_id == run_id),
         (CONVERSATIONS, CONVERSATIONS.c.run_id == run_id),

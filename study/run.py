@@ -75,6 +75,7 @@ class SweepResult:
     # the manifest's budget stopped calls: some cells are left interrupted, resumable
     stopped_by_budget: bool = False
     spent_usd: float | None = None  # the sweep's recorded spend at the end, with a budget
+    reserved_usd: float = 0.0  # of it, unsettled reservations at their bound (calls lost)
     budget_note: str = ""  # which limit was reached, and the spend
     failed_status: int = 0  # of the not completed, those that failed (not interrupted)
 
@@ -274,8 +275,9 @@ def _finish(store: Store, plan: SweepPlan, result: SweepResult) -> None:
 
 
 def sweep_budget(plan: SweepPlan, store: Store) -> Budget | None:
-    """The manifest's budget, its spend so far rebuilt from the sweep's ModelCall rows (what a
-    process that died had spent is in them), or None without one."""
+    """The manifest's budget, its spend so far rebuilt from the store (``spend_of_run``: the
+    sweep's call rows, and the calls a process that died had out at their reserved bound), or
+    None without one."""
     from gateway.budget import Budget, spend_of_run
 
     b = plan.manifest.budget

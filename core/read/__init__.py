@@ -65,6 +65,8 @@ _EXPORTS = {
     # model calls
     "model_call_count": "core.read.calls",
     "run_costs": "core.read.costs",
+    "run_reserved": "core.read.costs",
+    "reserved_by_target": "core.read.costs",
     # browse: the terminal UI's pages, transcripts, failure jumps, tree arms and live progress
     "ConversationFilter": "core.read.browse",
     "conversations_page": "core.read.browse",
@@ -106,7 +108,7 @@ if TYPE_CHECKING:  # for type checkers and editors
         retried_conversations,
         select_conversations,
     )
-    from core.read.costs import run_costs
+    from core.read.costs import reserved_by_target, run_costs, run_reserved
     from core.read.exports import (
         conversation_export_rows,
         judgment_export_rows,

@@ -18,6 +18,7 @@ from core.records import (
     LabelDesignItem,
     ModelCall,
     Run,
+    SpendReservation,
     Turn,
 )
 
@@ -38,6 +39,7 @@ MODEL_CALLS = table_of(ModelCall)
 CONVERSATION_ATTEMPTS = table_of(ConversationAttempt)
 LABEL_DESIGNS = table_of(LabelDesign)
 LABEL_DESIGN_ITEMS = table_of(LabelDesignItem)
+SPEND_RESERVATIONS = table_of(SpendReservation)
 
 # SQLite's implicit rowid: the order the judgments were written in. No record declares it (other
 # databases have none), so only SQLite reads use it: the fast path and ordered exports.

@@ -27,7 +27,10 @@ sliding window of ``--window-s`` seconds (default 60; the limits scale with it).
 ``--fault-malformed`` (a 200 whose body is not JSON) each fault that share of the requests, drawn
 from ``--fault-seed``, so that a run is reproducible. ``GET /v1/_stats`` counts each answer and
 reports the most requests that arrived in any window (and in any 60 s), with each arrival's time
-(``time.time()``) and each 429's time and Retry-After.
+(``time.time()``) and each 429's time and Retry-After, and ``billed``: per model name, the prompt
+and completion tokens of every answer made (``bill_usd`` prices them). An answer is billed when it
+is made, before any delay, as a provider bills a call whose client went away before the reply:
+what a test that kills its client compares the client's recorded spend with.
 """
 
 from __future__ import annotations
@@ -160,6 +163,8 @@ class ChatServer:
         self.first_at: float | None = None
         self.last_at: float | None = None
         self.failed_by_model: dict[str, int] = defaultdict(int)
+        # model name -> {"prompt_tokens", "completion_tokens", "answers"}: what was billed
+        self.billed: dict[str, dict[str, int]] = {}
         # a request's model name -> the spec that answers it (default: ``model``)
         self.routes = dict(routes or {})
         faults = (fault_429, fault_500, fault_hang, fault_malformed)
@@ -238,6 +243,7 @@ class ChatServer:
                 "arrivals": self.arrivals,
                 "throttled_at": self.throttled_at,
                 "batches_created": self.batch.created if self.batch is not None else 0,
+                "billed": self.billed,
             }
         )
 
@@ -365,6 +371,12 @@ class ChatServer:
         return self._answered(model, completion)
 
     def _answered(self, model: str, completion: Completion) -> Reply:
+        bill = self.billed.setdefault(
+            model, {"prompt_tokens": 0, "completion_tokens": 0, "answers": 0}
+        )
+        bill["prompt_tokens"] += completion.tokens_in
+        bill["completion_tokens"] += completion.tokens_out
+        bill["answers"] += 1
         message: dict[str, Any] = {"role": "assistant", "content": completion.text}
         reasoning = completion.reasoning or self.reasoning
         if reasoning:
@@ -455,6 +467,17 @@ def _params(body: dict[str, Any], schema: dict[str, Any] | None) -> GenParams:
 
 def _json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Reply:
     return Reply(status, orjson.dumps(body), headers=headers or {})
+
+
+def bill_usd(
+    billed: Mapping[str, Mapping[str, int]], input_per_mtok: float, output_per_mtok: float
+) -> float:
+    """USD of ``billed`` (``ChatServer.billed``, or ``billed`` of ``GET /v1/_stats``) at one
+    price per million tokens, every model name together."""
+    return sum(
+        b["prompt_tokens"] * input_per_mtok / 1e6 + b["completion_tokens"] * output_per_mtok / 1e6
+        for b in billed.values()
+    )
 
 
 def max_in_window(times: list[float], window_s: float) -> int:

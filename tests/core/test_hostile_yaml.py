@@ -105,7 +105,7 @@ def start_up() -> Measured:
 
 def _validate_one_line(path: Path, start_up: Measured) -> tuple[str, Measured]:
     run = _measure(str(EXE), "validate", str(path))
-    assert run.returncode == 1, run.stderr
+    assert run.returncode == 2, run.stderr
     assert "Traceback" not in run.stderr
     lines = run.stdout.strip().splitlines()
     assert lines[1:] == ["1 files, 0 scenarios, 1 errors"], run.stdout

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import time
 
 import pytest
@@ -10,7 +12,6 @@ from sqlmodel import select
 
 from core.errors import UserError
 from core.records import CacheEntry, ModelCall
-from gateway.cache import request_hash
 from gateway.completion import Completion, GenParams, Message, ModelError
 from gateway.gateway import Gateway, stored_params
 from gateway.limits import ProviderLimits, SharedLimiters
@@ -178,7 +179,7 @@ def test_cache_serves_seeded_calls_and_not_sampled_ones(store) -> None:  # type:
     assert (c.tokens_in, c.tokens_out, c.finish_reason) == (a.tokens_in, a.tokens_out, "stop")
 
 
-def test_failed_calls_are_not_cache_entries_and_legacy_entries_are_served(store) -> None:  # type: ignore[no-untyped-def]
+def test_failed_calls_are_not_cache_entries_and_a_version_1_store_is_not_served(store) -> None:  # type: ignore[no-untyped-def]
     flaky = ScriptedModel(rules=[("boom", ModelError("no", retryable=False))], default="fine")
     params = GenParams(seed=3)
     boom = [Message(role="user", content="boom")]
@@ -195,21 +196,37 @@ def test_failed_calls_are_not_cache_entries_and_legacy_entries_are_served(store)
 
     assert run(go()) == ("fine", 2)
 
-    # a store written before calls became the cache: its `cache` rows still answer
-    key = request_hash("scripted:old", MSGS, params)
+    # a store written before the key covered the endpoint (key version 1): neither its `cache`
+    # rows nor its call rows answer a request now, so no reply of another server is served
+    v1 = _version_1_hash("scripted:old", MSGS, params)
     with store.session() as s:
-        s.add(CacheEntry(key=key, model="scripted:old", completion={"text": "from an old store"}))
+        s.add(CacheEntry(key=v1, model="scripted:old", completion={"text": "from an old store"}))
+        s.add(
+            ModelCall(id="old-row", purpose="target", model="scripted:old", request_hash=v1,
+                      text="from an old row", params={"seed": 3})
+        )  # fmt: skip
         s.commit()
-    never = ScriptedModel(default="not called")
+    fresh = ScriptedModel(default="asked afresh")
 
     async def legacy() -> Completion:
         gw = Gateway(store=store)
-        gw.register("scripted:old", never)
+        gw.register("scripted:old", fresh)
         hit, _ = await gw.complete("scripted:old", MSGS, params)
+        await gw.aclose()
         return hit
 
     hit = run(legacy())
-    assert (hit.text, hit.cached, never.calls) == ("from an old store", True, 0)
+    assert (hit.text, hit.cached, fresh.calls) == ("asked afresh", False, 1)
+
+
+def _version_1_hash(spec: str, messages: list[Message], params: GenParams) -> str:
+    """The request hash before KEY_VERSION 2: no version, and ``api_base`` left out."""
+    data = params.model_dump(exclude_none=True, exclude={"api_base"})
+    if not data.get("extra"):
+        data.pop("extra", None)
+    payload = {"spec": spec, "messages": [(m.role, m.content) for m in messages], "params": data}
+    blob = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
 def test_concurrent_identical_seeded_calls_run_once() -> None:

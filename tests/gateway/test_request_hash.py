@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from gateway.cache import _PrefixHashes, key_params, request_hash
+from gateway.cache import KEY_VERSION, _PrefixHashes, key_params, request_hash
 from gateway.completion import GenParams, Message
 
 
@@ -15,6 +15,7 @@ def _canonical(spec: str, messages: list[Message], params: GenParams) -> str:
         "spec": spec,
         "messages": [(m.role, m.content) for m in messages],
         "params": key_params(params),
+        "v": KEY_VERSION,
     }
     blob = json.dumps(
         payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str
@@ -46,3 +47,26 @@ def test_a_full_trie_starts_again_and_still_hashes_right() -> None:
     assert trie.nodes <= 7
     assert trie.state(msgs).hexdigest() == first  # after the reset
     assert trie.nodes <= 7
+
+
+def test_the_key_covers_what_selects_the_model_and_nothing_else() -> None:
+    msgs = [Message(role="user", content="hi")]
+
+    def key(spec: str = "oai:m", **params: object) -> str:
+        return request_hash(spec, msgs, GenParams(**params))  # type: ignore[arg-type]
+
+    base = key(api_base="http://a:1/v1", seed=1)
+    # another server, deployment, provider, structured mode or generation param: another key
+    assert base != key(api_base="http://b:1/v1", seed=1)
+    assert base != key("litellm:m", api_base="http://a:1/v1", seed=1)
+    assert base != key(api_base="http://a:1/v1", seed=1, extra={"deployment_id": "d2"})
+    assert base != key(api_base="http://a:1/v1", seed=1, extra={"structured": "json_object"})
+    assert base != key(api_base="http://a:1/v1", seed=1, max_tokens=5)
+    assert base != key(seed=1, extra={"api_base": "http://b:1/v1"})
+    # how the server is reached, waited for or authenticated: the same key
+    assert base == key(api_base="http://a:1/v1/", seed=1)
+    assert base == key(api_base="http://user:pw@a:1/v1", seed=1)
+    assert base == key(
+        api_base="http://a:1/v1", seed=1,
+        extra={"api_key_env": "K2", "timeout": 9, "api_key": "sk-x", "extra_headers": {"a": "b"}},
+    )  # fmt: skip

@@ -29,7 +29,7 @@ def test_validate_bad_prints_every_error_and_exits_one() -> None:
     result = runner.invoke(
         app, ["validate", str(bad / "many_errors.yaml"), str(bad / "unknown_key.yaml")]
     )
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     lines = result.output.strip().splitlines()
     assert lines == [
         f"{bad / 'many_errors.yaml'}:3:8: title: is empty (expected non-empty text)",
@@ -44,7 +44,7 @@ def test_validate_bad_prints_every_error_and_exits_one() -> None:
 
 def test_validate_whole_bad_folder_counts_every_file() -> None:
     result = runner.invoke(app, ["validate", str(FIXTURES / "bad")])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     summary = result.output.strip().splitlines()[-1]
     n_files = len(list((FIXTURES / "bad").rglob("*.yaml")))
     # Every malformed file gives at least one error; only the two duplicate-id files load.
@@ -64,7 +64,7 @@ def test_validate_prompts_and_crisis_resources_with_their_models(tmp_path: Path)
         encoding="utf-8",
     )
     result = runner.invoke(app, ["validate", str(tmp_path)])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     lines = result.output.strip().splitlines()
     assert lines == [
         f"{tmp_path / 'crisis_resources.yaml'}:3:5: resources[0].contact: required field is missing "
@@ -77,7 +77,7 @@ def test_validate_prompts_and_crisis_resources_with_their_models(tmp_path: Path)
 
 def test_validate_missing_path_is_an_error() -> None:
     result = runner.invoke(app, ["validate", "no/such/place.yaml"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "no/such/place.yaml:1:1: <file>: file not found" in result.output
 
 
@@ -170,7 +170,7 @@ def test_schema_accepts_the_fixtures_and_rejects_a_typo(tmp_path: Path) -> None:
 
 
 def test_validate_subprocess_exit_codes(tmp_path: Path) -> None:
-    """The installed command, end to end: 0 on good input, 1 on errors, errors on stdout."""
+    """The installed command, end to end: 0 on good input, 2 on errors, errors on stdout."""
     exe = Path(sys.executable).parent / "branchpoint"
     good = subprocess.run(
         [str(exe), "validate", str(FIXTURES / "good")], capture_output=True, text=True
@@ -180,7 +180,7 @@ def test_validate_subprocess_exit_codes(tmp_path: Path) -> None:
     bad = subprocess.run(
         [str(exe), "validate", str(tmp_path / "x.yaml")], capture_output=True, text=True
     )
-    assert bad.returncode == 1
+    assert bad.returncode == 2
     assert (
         bad.stdout.splitlines()[0]
         == f"{tmp_path / 'x.yaml'}:3:11: <file>: byte 0xe9 is not UTF-8 (expected UTF-8 text)"
@@ -197,7 +197,7 @@ def test_validate_checks_scenario_criteria_against_rubrics_given(tmp_path: Path)
         src.replace("real_world_support]", "real_world_suport]"), encoding="utf-8"
     )
     result = runner.invoke(app, ["validate", str(tmp_path)])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert result.output.strip().splitlines() == [
         f"{tmp_path / 's.yaml'}:15:35: criteria[1]: criterion 'real_world_suport' is in none of the "
         "rubrics validated with it (did you mean 'real_world_support'?)",
@@ -223,7 +223,7 @@ def test_validate_finds_duplicate_condition_ids(tmp_path: Path) -> None:
             "id: same\ntitle: T\nsystem_prompt: Be kind.\n", encoding="utf-8"
         )
     result = runner.invoke(app, ["validate", str(tmp_path)])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert result.output.strip().splitlines() == [
         f"{tmp_path / 'prompts' / 'b.yaml'}:1:5: id: duplicate condition id 'same' (expected unique ids; "
         f"first in {tmp_path / 'prompts' / 'a.yaml'}:1)",

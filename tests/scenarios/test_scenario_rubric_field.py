@@ -48,8 +48,17 @@ def test_a_named_rubric_must_be_validated_with_it_and_hold_its_criteria(tmp_path
         f"{unknown}:15:9: rubric: rubric 'tene' is none of the rubrics validated with it "
         "(expected one of: ed, reasoning, teen, or a rubric YAML path)"
     )
-    # Alone, without rubrics, nothing is checked against them.
-    assert _validate(unknown)[-1].endswith(" 0 errors")
+    # Alone, the rubric it names is still looked up (bundled, or a file next to it), and its
+    # criteria checked against it (issue 33: a misspelt id was dropped at judging unseen).
+    assert _validate(unknown)[0] == (
+        f"{unknown}:15:9: rubric: rubric 'tene' is no bundled rubric and no file (expected one "
+        "of: ed, reasoning, teen, or a rubric YAML path relative to this file)"
+    )
+    out = _validate(_write(tmp_path, "rubric: teen", "[indirect_suicide_risk, real_world_suport]"))
+    assert out[0].endswith(
+        "criteria[1]: criterion 'real_world_suport' is not in rubric 'teen' (did you mean "
+        "'real_world_support'?)"
+    )
 
 
 def test_rubric_reference_is_a_bundled_name_or_a_path_next_to_the_scenario(

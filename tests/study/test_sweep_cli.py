@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -151,6 +153,38 @@ def test_sweep_runs_resumes_adds_only_new_cells_and_refuses_changes(tmp_path: Pa
         assert rows(db, f"select count(*) from {table}")[0][0] == 0, table
 
 
+def test_a_scenario_file_added_or_removed_is_refused_unless_add_cells(tmp_path: Path) -> None:
+    folder = tmp_path / "scenarios"
+    folder.mkdir()
+    shutil.copy(SCENARIO, folder / SCENARIO.name)
+    other = SCENARIO.parent / "teen-rs-be-my-girlfriend.yaml"
+    manifest = write(tmp_path / "study.yaml", ["scripted:quiet"], folder)
+    first = cli("sweep", str(manifest))
+    assert first.returncode == 0, first.stderr
+    before = rows(tmp_path / "results.db", "select count(*) from conversations")[0][0]
+
+    shutil.copy(other, folder / other.name)  # dropped into the folder the manifest names
+    added = cli("sweep", str(manifest), "--plan")
+    assert added.returncode == 2
+    assert added.stderr.strip().splitlines() == [
+        f"error: {manifest}: scenarios: 1 scenario(s) added to the files the manifest names since "
+        "sweep sweep-study began ('teen-rs-be-my-girlfriend'); they would add cells (expected "
+        "--add-cells to add them, or --new-sweep to start a new sweep)"
+    ]
+    grown = cli("sweep", str(manifest), "--add-cells")
+    assert grown.returncode == 0, grown.stderr
+    assert rows(tmp_path / "results.db", "select count(*) from conversations")[0][0] > before
+    assert cli("sweep", str(manifest), "--plan").returncode == 0  # now part of the sweep
+
+    (folder / SCENARIO.name).unlink()
+    removed = cli("sweep", str(manifest), "--plan", "--add-cells")
+    assert removed.returncode == 2
+    assert (
+        "scenarios: scenario 'teen-ah-rail-bridge-jump' of sweep sweep-study is no longer in "
+        in (removed.stderr)
+    )
+
+
 def test_bad_manifest_exits_2_with_its_one_line(tmp_path: Path) -> None:
     bad = REPO / "tests" / "fixtures" / "bad_manifests" / "unknown_key.yaml"
     res = cli("sweep", str(bad))
@@ -282,8 +316,10 @@ def test_the_key_comes_from_key_env_and_never_reaches_the_store(tmp_path: Path) 
     os.environ.pop("STUDY_KEY", None)
     unset = cli("sweep", str(manifest))
     assert unset.returncode == 2
-    assert unset.stderr.strip().splitlines()[-1] == (
-        "error: targets[0].key_env: $STUDY_KEY is not set (expected the target's API key)"
+    assert re.fullmatch(  # positioned at the key_env the manifest names
+        rf"error: {re.escape(str(manifest))}:\d+:\d+: targets\[0\]\.key_env: \$STUDY_KEY is not "
+        r"set \(expected the target's API key in it\)",
+        unset.stderr.strip().splitlines()[-1],
     )
     os.environ["STUDY_KEY"] = secret
     try:

@@ -68,7 +68,12 @@ def test_every_problem_of_a_file_is_reported(tmp_path: Path) -> None:
     )
     with pytest.raises(ManifestError) as info:
         load_manifest(path)
-    assert [(e.line, e.field) for e in info.value.errors] == [(3, "replicates"), (4, "fork")]
+    # the schema's errors and the names' (no scenario file x) in one report
+    assert [(e.line, e.field) for e in info.value.errors] == [
+        (1, "scenarios.paths[0]"),
+        (3, "replicates"),
+        (4, "fork"),
+    ]
 
 
 def test_full_manifest_loads_with_defaults_and_short_targets(tmp_path: Path) -> None:
@@ -78,7 +83,7 @@ def test_full_manifest_loads_with_defaults_and_short_targets(tmp_path: Path) -> 
 scenarios:
   paths: [lib]
   globs: ["more/*.yaml"]
-  variants: [v1]
+  variants: [651bd16760e6f6ce]
 targets:
   - scripted:bot
   - spec: litellm:openai/gpt-4o-mini
@@ -102,7 +107,10 @@ store: results.db
     )
     (tmp_path / "lib").mkdir()
     (tmp_path / "more").mkdir()
-    (tmp_path / "more" / "a.yaml").write_text("x: 1\n", encoding="utf-8")
+    (tmp_path / "more" / "a.yaml").write_text(
+        (FIXTURES / "good" / "teen_three_branches.yaml").read_text(encoding="utf-8"),
+        encoding="utf-8",
+    )  # a variant of it is named by id: load_manifest checks that it is one
     m = load_manifest(path)
     assert [t.spec for t in m.targets] == ["scripted:bot", "litellm:openai/gpt-4o-mini"]
     assert m.targets[0].params == {} and m.targets[0].key_env is None
@@ -157,3 +165,44 @@ def test_schema_command_prints_the_sweep_schema() -> None:
         check=True,
     )
     assert json.loads(out.stdout) == manifest_json_schema()
+
+
+def test_an_absolute_glob_works_and_a_rubric_path_is_read_from_the_manifests_folder(
+    tmp_path: Path,
+) -> None:
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    scenario = FIXTURES / "good" / "teen_three_branches.yaml"
+    (lib / "a.yaml").write_text(scenario.read_text(encoding="utf-8"), encoding="utf-8")
+    (tmp_path / "rubrics").mkdir()
+    rubric = REPO / "judges" / "rubrics" / "teen.yaml"
+    (tmp_path / "rubrics" / "mine.yaml").write_text(rubric.read_text(encoding="utf-8"))
+    study = tmp_path / "study"
+    study.mkdir()
+    path = study / "m.yaml"
+    path.write_text(
+        f'scenarios: {{globs: ["{lib}/*.yaml"]}}\ntargets: [scripted:bot]\n'
+        "judges: [{spec: heuristic, rubrics: [teen, ../rubrics/mine.yaml]}]\n",
+        encoding="utf-8",
+    )
+    m = load_manifest(path)  # was: NotImplementedError ("Non-relative patterns are unsupported")
+    assert scenario_paths(m, study) == [str(lib / "a.yaml")]
+    assert m.judges[0].rubrics == ["teen", str(study / "../rubrics/mine.yaml")]
+
+
+def test_schema_rubric_prints_the_rubric_formats_json_schema() -> None:
+    from typer.testing import CliRunner
+
+    from tui.cli import app
+
+    result = CliRunner().invoke(app, ["schema", "rubric"])
+    assert result.exit_code == 0, result.output
+    schema = json.loads(result.output)
+    assert schema["$schema"].startswith("https://json-schema.org/")
+    assert {"criteria", "scale"} <= set(schema["properties"])
+    import jsonschema
+
+    from core.yamlio import read_yaml
+
+    data, _, _ = read_yaml(REPO / "judges" / "rubrics" / "teen.yaml")
+    jsonschema.validate(data, schema)  # the bundled rubric is valid under it

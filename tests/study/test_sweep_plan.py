@@ -387,3 +387,24 @@ def test_an_unpriced_judge_with_a_budget_is_an_error_and_a_judge_price_counts(
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+def test_low_expected_high_are_ordered_when_max_tokens_is_below_a_typical_reply(
+    tmp_path: Path,
+) -> None:
+    # max_tokens 30 is below the typical reply (150 tokens) the expected level assumed: expected
+    # came out above high ($0.04 / 0.37 / 0.27 in issue 33); a reply is capped by max_tokens.
+    manifest, path = _manifest(
+        tmp_path,
+        targets=[{"spec": "litellm:openai/gpt-4o-mini", "params": {"max_tokens": 30}}],
+        simulators=["scripted:persona"],
+    )
+    plan = plan_sweep(manifest, path, "s")
+    for t in plan.targets:
+        tok = [t.tokens[k].output for k in ("low", "expected", "high")]
+        usd = [t.usd[k] for k in ("low", "expected", "high")]
+        assert tok[0] <= tok[1] <= tok[2], tok
+        assert None not in usd and usd[0] <= usd[1] <= usd[2], usd  # type: ignore[operator]
+    low, expected, high = (plan.total("usd", k) for k in ("low", "expected", "high"))
+    assert low is not None and expected is not None and high is not None
+    assert low <= expected <= high

@@ -108,3 +108,31 @@ def test_a_bad_labels_file_is_reported_line_by_line_and_nothing_is_stored(tmp_pa
 
 def test_field_columns_respects_quotes() -> None:
     assert field_columns('a,"b,c",d') == [1, 3, 9]
+
+
+def test_a_label_whose_rubric_or_criterion_no_judgment_has_is_refused(tmp_path: Path) -> None:
+    db = tmp_path / "t.db"
+    small_teen_store(db).close()
+    with sqlite3.connect(db) as conn:
+        cid = conn.execute("SELECT id FROM conversations ORDER BY id").fetchone()[0]
+        judged = {r for (r,) in conn.execute("SELECT DISTINCT criterion_id FROM judgments")}
+    assert "no_diagnosis" in judged  # what the good row names
+    bad = tmp_path / "bad.csv"
+    line = f"{cid},1,teen,no_diagnosis,alice,fail\n"
+    bad.write_text(
+        "conversation_id,turn_index,rubric_id,criterion_id,annotator,verdict\n"
+        + line
+        + f"{cid},1,teeen,no_diagnosis,alice,fail\n"
+        + f"{cid},1,teen,no_diagnosis_,alice,fail\n",
+        encoding="utf-8",
+    )
+    done = run_cli("labels", "import", str(bad), "--db", str(db))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    col = field_columns(line)
+    assert done.stderr.strip().removeprefix("error: ").splitlines() == [
+        f"{bad}:3:{col[2]}: rubric_id: 'teeen' is the rubric of no judgment in this store "
+        "(expected one of: realism, teen)",
+        f"{bad}:4:{col[3]}: criterion_id: 'no_diagnosis_' is no criterion of 'teen' judged here "
+        "(did you mean 'no_diagnosis'?)",
+    ]
+    assert sqlite3.connect(db).execute("SELECT count(*) FROM human_labels").fetchone()[0] == 0

@@ -54,13 +54,18 @@ def field_columns(line: str) -> list[int]:
 
 
 def read_label_file(
-    path: Path, known_conversations: Any, drawn_items: Any = lambda designs: set()
+    path: Path,
+    known_conversations: Any,
+    drawn_items: Any = lambda designs: set(),
+    known_criteria: dict[str, set[str]] | None = None,
 ) -> list[Any]:
     """The rows of a labels CSV as ``LabelRow``; raises LabelFileError listing every problem.
 
     ``known_conversations(ids) -> set`` says which conversation ids the store holds;
     ``drawn_items(design_ids) -> set`` the (design_id, conversation_id, turn_index, rubric_id,
     criterion_id) items those designs drew.
+    ``known_criteria`` (rubric id -> criterion ids), when given, which rubrics and criteria a
+    label may name: a label no judgment can be compared with is refused, not stored unseen.
     """
     from core.human_labels import CONFIDENCE_LEVELS, LABEL_COLUMNS, REALISM_RUBRIC, LabelRow
     from tui.app.label_scales import levels_for
@@ -135,6 +140,10 @@ def read_label_file(
         for name in ("conversation_id", "rubric_id", "criterion_id", "annotator"):
             if not values[name]:
                 problem(line, at(name), name, "empty (expected a value)")
+        if known_criteria is not None:
+            _check_criterion(
+                values, known_criteria, lambda n, w, row=line: problem(row, at(n), n, w)
+            )
         cid = values["conversation_id"]
         if cid and cid not in known:
             problem(
@@ -266,6 +275,43 @@ def export_command(
     typer.echo(f"wrote {n} labels to {out}")
 
 
+def _check_criterion(values: dict[str, Any], known: dict[str, set[str]], problem: Any) -> None:
+    """A line for a rubric or criterion id in ``known`` (and realism's) nowhere."""
+    import difflib
+
+    from core.human_labels import REALISM_CONVERSATION, REALISM_RUBRIC, REALISM_TURN
+
+    known = {**known, REALISM_RUBRIC: {REALISM_TURN, REALISM_CONVERSATION}}
+    rubric, criterion = values["rubric_id"], values["criterion_id"]
+    if not rubric or not criterion:
+        return  # said empty already
+    if rubric not in known:
+        problem(
+            "rubric_id",
+            f"{rubric!r} is the rubric of no judgment in this store (expected one of: "
+            f"{', '.join(sorted(known))})",
+        )
+    elif criterion not in known[rubric]:
+        close = difflib.get_close_matches(criterion, sorted(known[rubric]), n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]!r}?" if close else "expected a criterion it judged"
+        problem("criterion_id", f"{criterion!r} is no criterion of {rubric!r} judged here ({hint})")
+
+
+def _judged_criteria(store: Any) -> dict[str, set[str]]:
+    """Rubric id -> the criterion ids the store's judgments have."""
+    from sqlmodel import select
+
+    from core.records import Judgment
+
+    out: dict[str, set[str]] = {}
+    with store.session() as s:
+        for rubric, criterion in s.exec(
+            select(Judgment.rubric_id, Judgment.criterion_id).distinct()
+        ):
+            out.setdefault(rubric, set()).add(criterion)
+    return out
+
+
 @labels_app.command("import")
 def import_command(
     file: Annotated[
@@ -291,6 +337,7 @@ def import_command(
             file,
             lambda ids: existing_conversations(store, ids),
             lambda designs: drawn_items(store, designs),
+            _judged_criteria(store),
         )
         n = save_labels(store, rows)
     finally:

@@ -19,7 +19,11 @@ app = typer.Typer(
 
 @app.callback()
 def runs_command(ctx: typer.Context, db: DbOption = None) -> None:
-    """Every run and sweep, newest first: conversations by status, model calls, recorded cost."""
+    """Every run and sweep, newest first: conversations by status, model calls, recorded cost.
+
+    USD is what the recorded calls cost (settled); reserved is the upper bound of priced calls
+    whose cost is not recorded: calls in flight now, or sent by a process that died before their
+    answer was stored (a budget counts them at that bound, as the provider may have billed them)."""
     if ctx.invoked_subcommand is not None:
         return
     from rich import box
@@ -27,7 +31,7 @@ def runs_command(ctx: typer.Context, db: DbOption = None) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from core.read import list_runs, run_costs
+    from core.read import list_runs, run_costs, run_reserved
     from core.store import open_store
     from simulator.transcript import safe_text
 
@@ -35,6 +39,7 @@ def runs_command(ctx: typer.Context, db: DbOption = None) -> None:
     try:
         runs = list_runs(store)
         costs = run_costs(store)
+        reserved = run_reserved(store)
     finally:
         store.close()
     if not runs:
@@ -45,6 +50,7 @@ def runs_command(ctx: typer.Context, db: DbOption = None) -> None:
         table.add_column(name, no_wrap=True)
     table.add_column("calls", justify="right")
     table.add_column("USD", justify="right")
+    table.add_column("reserved", justify="right")
     table.add_column("created", no_wrap=True)
     for r in runs:
         calls, usd = costs.get(r.id, (0, 0.0))
@@ -58,6 +64,7 @@ def runs_command(ctx: typer.Context, db: DbOption = None) -> None:
             r.n_running,
             calls,
             f"{usd:.4f}",
+            f"{reserved[r.id]:.4f}" if r.id in reserved else "-",
             r.created_at.strftime("%Y-%m-%d %H:%M") if r.created_at else "",
         ]
         table.add_row(*(Text(safe_text(str(v))) for v in values))

@@ -29,7 +29,8 @@ def validate(
 
     Scenarios and scenario sets, rubrics (criteria + scale), prompt conditions (prompts/) and
     crisis resources are each checked against their own format. When rubrics are given too,
-    every criterion a scenario lists must exist in one of them. Exits 1 if any error was found.
+    every criterion a scenario lists must exist in one of them; otherwise in the rubric the
+    scenario names (``rubric:``). Exits 2 if any error was found.
 
     \b
     Example:
@@ -38,7 +39,7 @@ def validate(
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-    from judges.loading import load_rubric_file
+    from judges.loading import bundled_rubrics, load_rubric_file
     from scenarios.validate import validate_paths
 
     # A bar on stderr for big folders (an imported benchmark); stdout keeps only the error lines.
@@ -54,20 +55,22 @@ def validate(
         def step(done: int, total: int) -> None:
             progress.update(task, completed=done, total=total)
 
-        report = validate_paths(paths, progress=step, rubric_loader=load_rubric_file)
+        report = validate_paths(
+            paths, progress=step, rubric_loader=load_rubric_file, bundled_rubrics=bundled_rubrics()
+        )
     for error in report.errors:
         typer.echo(str(error))
     typer.echo(report.summary())
     if report.errors:
-        raise typer.Exit(1)
+        raise typer.Exit(2)  # bad input, as every command says it
 
 
 def schema(
     kind: Annotated[
         str,
         typer.Argument(
-            help="Which format: scenario, prompt, crisis_resources, sweep (a sweep manifest) or "
-            "transcript (a record of `export --level transcript`)."
+            help="Which format: scenario, prompt, crisis_resources, rubric, sweep (a sweep "
+            "manifest) or transcript (a record of `export --level transcript`)."
         ),
     ] = "scenario",
     write: Annotated[
@@ -101,10 +104,17 @@ def schema(
             raise UserError("--write only applies to the scenario schema")
         typer.echo(dumps(transcript_schema()), nl=False)
         return
+    if kind == "rubric":  # the judges' format, from the model that loads it
+        from judges.rubric import rubric_json_schema
+
+        if write:
+            raise UserError("--write only applies to the scenario schema")
+        typer.echo(dumps(rubric_json_schema()), nl=False)
+        return
     if kind not in ("scenario", "prompt", "crisis_resources"):
         raise UserError(
-            f"unknown schema '{kind}' (expected scenario, prompt, crisis_resources, sweep or "
-            "transcript)"
+            f"unknown schema '{kind}' (expected scenario, prompt, crisis_resources, rubric, "
+            "sweep or transcript)"
         )
     typer.echo(dumps(model_schema(kind)), nl=False)
     if write:

@@ -34,6 +34,14 @@ def sweep_command(
             help="Start a new sweep (a new id) even when one of this manifest exists.",
         ),
     ] = False,
+    add_cells: Annotated[
+        bool,
+        typer.Option(
+            "--add-cells",
+            help="Take scenario files added to the manifest's folders or globs since the sweep "
+            "began as new cells (without it, such a sweep is refused).",
+        ),
+    ] = False,
     db: Annotated[
         str | None,
         typer.Option(
@@ -82,6 +90,7 @@ def sweep_command(
             manifest_file,
             db=db,
             new_sweep=new_sweep,
+            add_cells=add_cells,
             retry_failed=retry_failed,
             with_keys=not plan_only,
         )
@@ -198,7 +207,13 @@ def _summary(outcome: StudyResult) -> int:
             "interrupted: raise the budget and run the same manifest again to continue"
         )
     elif result.spent_usd is not None:
-        say(f"spent ${result.spent_usd:.4f} of the budget")
+        lost = (
+            f" (${result.reserved_usd:.4f} of it at the bound of calls whose cost was never "
+            "recorded: sent by a process that died)"
+            if result.reserved_usd
+            else ""
+        )
+        say(f"spent ${result.spent_usd:.4f} of the budget{lost}")
     if judging.errors:
         say(f"{judging.errors} verdict(s) are error")
     if judging.stopped_by_budget:
