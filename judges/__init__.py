@@ -34,6 +34,14 @@ _EXPORTS = {
     "judge_by_scenario_rubric": "judges.scenario_rubrics",
     "ajudge_by_scenario_rubric": "judges.scenario_rubrics",
     "build_kora_rubric": "judges.kora_rubric",
+    # the persona's own turns: manipulation checks and realism (issue 36)
+    "rate_personas": "judges.persona_checks",
+    "arate_personas": "judges.persona_checks",
+    "persona_judge_run": "judges.persona_checks",
+    "make_persona_rater": "judges.persona_checks",
+    "HeuristicPersonaRater": "judges.persona_checks",
+    "LLMPersonaRater": "judges.persona_checks",
+    "PersonaSummary": "judges.persona_checks",
 }
 
 __all__ = sorted(_EXPORTS)
