@@ -143,7 +143,9 @@ def write_report(
     a = analysis or run_analysis(store_or_db, run, n_boot=n_boot, seed=seed, baselines=baselines)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    sections = build_sections(a)
+    from analysis.persona_report import persona_sections  # issue 36: one self-contained section
+
+    sections = build_sections(a) + persona_sections(store_or_db, a.runs)
     written, missing = [], []
     for s in sections:
         if s.plot is not None:

@@ -9,8 +9,9 @@ rationale, evidence quotes checked against the transcript, call id for a model r
   ``not_enacted``; the criterion of ``scenarios/persona_rubrics/enactment.yaml`` that decided is
   named in the rationale. A heuristic that cannot tell writes no row (unknown, never a guess).
 - **realism** (rubric ``realism``, criterion ``persona_realism``, the key the TUI's human realism
-  ratings use, so the two pair up for agreement): every persona turn that is not a copy of a
-  sibling arm's (a shared turn is one observation), on the scale very / mostly / mixed / not.
+  ratings use, so the two pair up for agreement): every persona turn the simulator wrote (not the
+  scenario's opening) that is not a copy of a sibling arm's (a shared turn is one observation),
+  on the scale very / mostly / mixed / not.
 
 Raters: ``heuristic`` (the rubric files' offline rules) or any model spec (one call a rating, a
 JSON answer validated by pydantic; an answer that does not validate after retries, or a failed
@@ -284,7 +285,8 @@ def persona_items(
                             **base,
                         )  # fmt: skip
                     )
-            if "realism" in what and not t.origin_turn_id:
+            # The opening is the scenario's own text, not the simulator's: not its realism.
+            if "realism" in what and not t.origin_turn_id and t.exchange > 1:
                 items.append(PersonaItem(what="realism", criterion_id=REALISM_TURN, **base))
     return items
 

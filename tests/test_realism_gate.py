@@ -73,7 +73,8 @@ def test_drift_rated_low_without_the_gate(store: Any, tmp_path: Path) -> None:
     with store.session() as s:
         rows = list(s.exec(select(Judgment).where(Judgment.rubric_id == REALISM_RUBRIC)).all())
     by_turn = {r.turn_id: r for r in rows}
-    for t in turns:
+    assert not any(t.id in by_turn for t in turns if t.exchange == 1)  # the scenario's opening
+    for t in (t for t in turns if t.exchange > 1):
         r = by_turn[t.id]
         if t.content == DRIFT:
             assert r.verdict == "not" and "assistant-speak" in r.rationale and r.evidence
