@@ -33,7 +33,8 @@ INTRO = (
     "on which a branch point fired is rated enacted, partly or not enacted "
     "(`branchpoint judge --persona-judge`). Per-protocol contrasts keep only pairs whose two arms "
     "fired and were not rated not enacted (partly counts as enacted; an unchecked turn counts as "
-    "enacted, as before checks existed); 'fired but not enacted' is counted apart. Realism: every "
+    "enacted, as before checks existed; a check that is an error never does); 'fired but not "
+    "enacted' is counted apart. Realism: every "
     "persona turn rated very / mostly / mixed / not realistic for the scenario's persona."
 )
 
@@ -64,30 +65,51 @@ def _gate_notes(store_or_db: Any, runs: Sequence[str] | None) -> list[str]:
     return out
 
 
-def _enactment(store_or_db: Any, runs: Sequence[str] | None) -> pd.DataFrame:
-    t = realisation_table(store_or_db, runs, by=("simulator",))
-    if t.empty or int(t["n_enacted"].sum() + t["n_not_enacted"].sum()) == 0:
+def _enactment(t: pd.DataFrame) -> pd.DataFrame:
+    """The manipulation checks of ``t`` (``realisation_table``), or empty when none is stored."""
+    if t.empty or int(t[["n_enacted", "n_not_enacted", "n_check_error"]].to_numpy().sum()) == 0:
         return pd.DataFrame()
     return pd.DataFrame({
         "branch point": t["branch_point"], "option": t["option"], "simulator": t["simulator"],
         "arms": t["n_arms"], "fired": t["n_fired"], "enacted": t["n_enacted"],
         "fired, not enacted": t["n_not_enacted"], "unchecked": t["n_unchecked"],
+        "check error": t["n_check_error"],
         "enactment rate": [f"{x:.0%}" if x == x else "" for x in t["enactment_rate"]],
     })  # fmt: skip
+
+
+def _enactment_notes(t: pd.DataFrame, shown: pd.DataFrame) -> list[str]:
+    """Why there is no manipulation-check table, or what its error column means."""
+    if shown.empty:
+        if t.empty or int(t["n_fired"].sum()) == 0:
+            return [
+                "No branch point fired on a persona turn in these runs: there was nothing for a "
+                "manipulation check to rate (every contrast is not realised)."
+            ]
+        return ["No manipulation checks stored: run `branchpoint judge --persona-judge`."]
+    errors = int(t["n_check_error"].sum())
+    if not errors:
+        return []
+    return [
+        f"{errors} manipulation check(s) are error (the rater could not answer): those arms are "
+        "not shown to have enacted their option, so they are left out of the per-protocol "
+        "contrasts and of the enactment rate; rate them again with `branchpoint judge "
+        "--persona-judge` (errors are rated again, verdicts are kept)."
+    ]
 
 
 def persona_sections(store_or_db: Any, runs: Sequence[str] | None) -> list[Section]:
     """The report's persona section, or nothing when no persona turn was rated and no run gated."""
     gates = _gate_notes(store_or_db, runs)
-    enactment = _enactment(store_or_db, runs)
+    realised = realisation_table(store_or_db, runs, by=("simulator",))
+    enactment = _enactment(realised)
     auto = automatic_realism(store_or_db, runs)
     if enactment.empty and auto.empty and not any("gate on" in g for g in gates):
         return []
     s = Section("Manipulation checks and persona realism", text=[INTRO, *gates])
     if not enactment.empty:
         s.tables.append(("Manipulation checks by branch point, option and simulator", enactment))
-    else:
-        s.text.append("No manipulation checks stored: run `branchpoint judge --persona-judge`.")
+    s.text.extend(_enactment_notes(realised, enactment))
     if not auto.empty:
         by_sim = automatic_realism_by_simulator(auto)
         s.tables.append(

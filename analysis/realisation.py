@@ -10,7 +10,9 @@ the manipulation check (``judges.persona_checks``: the persona was told to decli
 said "ok thanks, I'll call them") differs from its twin in nothing but the label, so it is left
 out of the per-protocol pairs like an arm that never fired. ``partly`` counts as enacted; a turn
 nobody rated (``enactment`` None) counts as enacted, as every arm did before manipulation checks,
-and is counted as unchecked in the realisation table. ``fired_only`` drops the checks, for the
+and is counted as unchecked in the realisation table. A turn whose every check is ``error`` (a
+rater that could not answer) is not shown to have enacted anything: it is left out of the
+per-protocol pairs too, and counted apart (``n_check_error``), never as enacted. ``fired_only`` drops the checks, for the
 comparison that shows what they change.
 
 So each matched contrast is given twice, labelled:
@@ -35,16 +37,19 @@ import pandas as pd
 
 from analysis.forks import COUNT_COLS
 from core.domain import ENACTED, NOT_ENACTED, PARTLY_ENACTED
+from core.scales import ERROR
 
 NOT_REALISED = "not realised"
-# Manipulation-check verdicts that take an arm out of the per-protocol pairs.
-NOT_ENACTED_VERDICTS = (NOT_ENACTED,)
+# Manipulation-check verdicts that take an arm out of the per-protocol pairs: a check that failed
+# (error) is no evidence of enactment, so it is never counted as enacted.
+NOT_ENACTED_VERDICTS = (NOT_ENACTED, ERROR)
 # The realisation table's manipulation-check columns (``realisation_summary``).
 ENACTMENT_COLUMNS = [
     "n_fired",
     "n_enacted",
     "n_not_enacted",
     "n_unchecked",
+    "n_check_error",
     "enacted",
     "enactment_rate",
 ]
@@ -53,7 +58,8 @@ ITT_COLUMNS = ["n_pairs", "n_scenarios", "diff", "ci_low", "ci_high", "p_scenari
 
 
 def enacted_flags(realisation: pd.DataFrame) -> pd.Series:
-    """Per row: fired and not rated ``not_enacted`` (unrated counts as enacted)."""
+    """Per row: fired and not rated ``not_enacted`` nor only ``error`` (unrated counts as
+    enacted)."""
     flags = realisation["realised"].astype(bool)
     if "enactment" in realisation.columns:
         flags = flags & ~realisation["enactment"].isin(NOT_ENACTED_VERDICTS)
@@ -205,8 +211,9 @@ def realisation_summary(
     ``first_exchange``: the median exchange at which the realised arms' option came into force.
     Manipulation checks (issue 36): ``n_fired`` (= ``n_realised``: the branch point fired),
     ``n_enacted`` (fired, rated enacted or partly), ``n_not_enacted`` (fired but not enacted: its
-    own count), ``n_unchecked`` (fired, no rating), ``enacted`` ("n of m checked") and
-    ``enactment_rate`` (enacted over checked).
+    own count), ``n_unchecked`` (fired, no rating), ``n_check_error`` (fired, every check an
+    error: left out of the per-protocol pairs, not counted as checked), ``enacted`` ("n of m
+    checked") and ``enactment_rate`` (enacted over checked).
     """
     cols = ["branch_point", "option", *by, "n_realised", "n_arms", "realised", "first_exchange",
             *ENACTMENT_COLUMNS]  # fmt: skip
@@ -224,15 +231,17 @@ def realisation_summary(
     r = r.assign(
         _x=pd.to_numeric(r["exchange"], errors="coerce").astype(float),
         _enacted=fired & check.isin([ENACTED, PARTLY_ENACTED]),
-        _not=fired & check.isin(NOT_ENACTED_VERDICTS),
+        _not=fired & (check == NOT_ENACTED),
+        _error=fired & (check == ERROR),
         _unchecked=fired & check.isna(),
     )
     g = r.groupby(["branch_point", "option", *by], sort=True, dropna=False)
     out = g.agg(
         n_realised=("realised", "sum"), n_arms=("realised", "size"), first_exchange=("_x", "median"),
         n_enacted=("_enacted", "sum"), n_not_enacted=("_not", "sum"), n_unchecked=("_unchecked", "sum"),
+        n_check_error=("_error", "sum"),
     ).reset_index()  # fmt: skip
-    for c in ("n_realised", "n_enacted", "n_not_enacted", "n_unchecked"):
+    for c in ("n_realised", "n_enacted", "n_not_enacted", "n_unchecked", "n_check_error"):
         out[c] = out[c].astype(int)
     out["realised"] = [f"{n} of {m}" for n, m in zip(out["n_realised"], out["n_arms"])]
     out["n_fired"] = out["n_realised"]

@@ -16,7 +16,8 @@ rationale, evidence quotes checked against the transcript, call id for a model r
 Raters: ``heuristic`` (the rubric files' offline rules) or any model spec (one call a rating, a
 JSON answer validated by pydantic; an answer that does not validate after retries, or a failed
 call, is stored as ``error``, never a pass). Idempotent: a turn already rated by the same rater,
-rubric and version is skipped.
+rubric and version is skipped, unless its rating is ``error``: that one is rated again and the new
+rating replaces it (a rater that was down must not leave a run unchecked for good).
 """
 
 from __future__ import annotations
@@ -339,7 +340,7 @@ async def arate_personas(
     concurrency: int = 8,
 ) -> PersonaSummary:
     """Rate the persona turns of ``run_id`` (or of ``conversation_ids``, or of every run)."""
-    from sqlalchemy import insert, select
+    from sqlalchemy import delete, insert, select
 
     from core.read import find_run, select_conversations, turns_by_conversation
     from core.records import Judgment, utcnow
@@ -363,16 +364,16 @@ async def arate_personas(
     items = persona_items(conversations, transcripts, scenarios, what)
     j = Judgment.__table__.c  # type: ignore[attr-defined]
     with store.session() as s:
-        done = set(
-            s.scalars(
-                select(j.id).where(
-                    j.judge == rater.name,
-                    j.prompt_version == rater.version,
-                    j.rubric_id.in_([ENACTMENT_RUBRIC, REALISM_RUBRIC]),
-                    j.conversation_id.in_([c.id for c in conversations]),
-                )
+        stored = s.execute(
+            select(j.id, j.verdict).where(
+                j.judge == rater.name,
+                j.prompt_version == rater.version,
+                j.rubric_id.in_([ENACTMENT_RUBRIC, REALISM_RUBRIC]),
+                j.conversation_id.in_([c.id for c in conversations]),
             )
-        )
+        ).all()
+    done = {row_id for row_id, verdict in stored if verdict != ERROR}
+    failed = {row_id for row_id, verdict in stored if verdict == ERROR}
     sem = asyncio.Semaphore(max(1, concurrency))
 
     async def one(item: PersonaItem) -> dict[str, Any] | None:
@@ -390,6 +391,9 @@ async def arate_personas(
     rows = [r for r in await asyncio.gather(*(one(i) for i in items)) if r is not None]
     if rows:
         with store.session() as s:
+            again = [r["id"] for r in rows if r["id"] in failed]
+            if again:  # the new rating replaces the error it was asked again for
+                s.execute(delete(Judgment).where(j.id.in_(again)))
             s.execute(insert(Judgment), rows)
             s.commit()
     for r in rows:

@@ -15,9 +15,10 @@ touches only persona turns on which something fired: a few per conversation.
 ``enactment`` (issue 36) is the manipulation check of the persona turn on which the option came
 into force: ``enacted``, ``partly`` or ``not_enacted`` as rated by ``judges.persona_checks``
 (judgment rows under rubric ``enactment``, criterion = the branch point), or None when that turn
-was not rated (or the rater could not tell, or answered ``error``). Where several raters rated it,
-a model rater's verdict is preferred to the offline heuristic's (the first by name, so the choice
-is stable).
+was not rated (or the rater could not tell). ``error`` when every rating of that turn is an error
+(a rater that could not answer): never counted as enacted. Where several raters rated it, a
+verdict beats an error, and a model rater's verdict is preferred to the offline heuristic's (the
+first by name, so the choice is stable).
 
 ``recorded`` is False for the conversations of a run none of whose persona turns records a firing:
 a store written by something other than the engine (or by a tool that leaves ``fired`` empty)
@@ -33,6 +34,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from sqlalchemy import String, cast, select
 
 from core.domain import ENACTMENT_LEVELS, ENACTMENT_RUBRIC, is_branch_key
+from core.scales import ERROR
 from core.read.schema import CONVERSATIONS, JUDGMENTS, TURNS
 from core.read.source import StoreRef, read_frame
 
@@ -136,15 +138,16 @@ def _enactment_checks(
         select(j.conversation_id, j.criterion_id, t.exchange, j.judge, j.verdict)
         .join_from(JUDGMENTS, CONVERSATIONS, c.id == j.conversation_id)
         .join(TURNS, t.id == j.turn_id)
-        .where(j.rubric_id == ENACTMENT_RUBRIC, j.verdict.in_(list(ENACTMENT_LEVELS)))
+        .where(j.rubric_id == ENACTMENT_RUBRIC, j.verdict.in_([*ENACTMENT_LEVELS, ERROR]))
     )
     if runs is not None:
         q = q.where(c.run_id.in_(list(runs)))
     frame = read_frame(q, ref)
-    best: dict[tuple[str, str, int | None], tuple[tuple[bool, str], str]] = {}
+    best: dict[tuple[str, str, int | None], tuple[tuple[bool, bool, str], str]] = {}
     for cid, bp, exchange, judge, verdict in frame.itertuples(index=False, name=None):
         key = (str(cid), str(bp), int(exchange))
-        rank = (judge == HEURISTIC_RATER, str(judge))  # model raters first, then by name
+        # A verdict before an error, then model raters before the heuristic, then by name.
+        rank = (verdict == ERROR, judge == HEURISTIC_RATER, str(judge))
         if key not in best or rank < best[key][0]:
             best[key] = (rank, str(verdict))
     return {k: v for k, (_rank, v) in best.items()}
