@@ -127,14 +127,14 @@ def render_html(sections: list[Section], title: str) -> str:
             name, png, why = s.plot
             if png:
                 b64 = base64.b64encode(png).decode("ascii")
-                parts.append(
-                    f"<img alt='{_h(s.title)}' src='data:image/png;base64,{b64}'>"
-                )
+                parts.append(f"<img alt='{_h(s.title)}' src='data:image/png;base64,{b64}'>")
             else:
                 parts.append(f"<p class='note'>No plot: {_h(why)}.</p>")
         for cap, df in s.tables:
             parts.append(f"<h3>{_h(cap)}</h3>")
-            parts.append(_literal_frame(df.head(500)).to_html(index=False, escape=True, na_rep="", border=0))
+            parts.append(
+                _literal_frame(df.head(500)).to_html(index=False, escape=True, na_rep="", border=0)
+            )
     parts.append("</body></html>")
     return "\n".join(parts)
 

@@ -240,7 +240,11 @@ def small_run(store: Any, tmp_path: Path) -> tuple[Any, str, Path]:
 
 def test_empty_ratings_file_is_one_line_exit_2(small_run: tuple[Any, str, Path]) -> None:
     _store, _run_id, db = small_run
-    for name, body in (("empty.csv", ""), ("blank.csv", "\n\n"), ("header.csv", ",".join(_header()) + "\n")):
+    for name, body in (
+        ("empty.csv", ""),
+        ("blank.csv", "\n\n"),
+        ("header.csv", ",".join(_header()) + "\n"),
+    ):
         path = db.parent / name
         path.write_text(body, encoding="utf-8")
         done = run_cli("labels", "import", str(path), "--db", str(db))
@@ -269,7 +273,9 @@ def test_unknown_conversations_and_turns_one_line_each(small_run: tuple[Any, str
     assert len(lines) == 4, lines
     assert lines[0].startswith(f"{path}:2:1: conversation_id: 'nope-1' is not in the store")
     assert lines[1].startswith(f"{path}:3:1: conversation_id: 'nope-2\\x1b[2J' is not in the store")
-    assert re.match(rf"{re.escape(str(path))}:4:\d+: turn_index: 999 is not a persona turn", lines[2])
+    assert re.match(
+        rf"{re.escape(str(path))}:4:\d+: turn_index: 999 is not a persona turn", lines[2]
+    )
     assert re.match(
         rf"{re.escape(str(path))}:5:\d+: turn_index: {bot_turn} is not a persona turn", lines[3]
     )

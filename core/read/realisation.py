@@ -34,9 +34,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from sqlalchemy import String, cast, select
 
 from core.domain import ENACTMENT_LEVELS, ENACTMENT_RUBRIC, is_branch_key
-from core.scales import ERROR
 from core.read.schema import CONVERSATIONS, JUDGMENTS, TURNS
 from core.read.source import StoreRef, read_frame
+from core.scales import ERROR
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -50,10 +51,17 @@ def field_columns(line: str) -> list[int]:
     return starts
 
 
-def read_label_file(path: Path, known_conversations: Any) -> list[Any]:
+def read_label_file(
+    path: Path,
+    known_conversations: Any,
+    turn_roles: Callable[[Iterable[str]], dict[tuple[str, int], str]] | None = None,
+) -> list[Any]:
     """The rows of a labels CSV as ``LabelRow``; raises LabelFileError listing every problem.
 
-    ``known_conversations(ids) -> set`` says which conversation ids the store holds.
+    ``known_conversations(ids) -> set`` says which conversation ids the store holds;
+    ``turn_roles(ids)`` (``core.read.turn_roles``), when given, checks every ``turn_index``: a
+    turn of its conversation, and for a realism rating a persona turn (a rating nobody can pair
+    with the automatic rater's is a mistake, not a label).
     """
     from core.human_labels import CONFIDENCE_LEVELS, LABEL_COLUMNS, REALISM_RUBRIC, LabelRow
     from tui.app.label_scales import levels_for
@@ -75,6 +83,8 @@ def read_label_file(path: Path, known_conversations: Any) -> list[Any]:
 
     try:
         header = next(reader)
+        while not any(h.strip() for h in header):  # blank lines before the header: still empty
+            header = next(reader)
     except StopIteration:
         raise LabelFileError(
             f"{path}:1:1: header: empty file (expected a header row: {', '.join(LABEL_COLUMNS)})"
@@ -116,7 +126,12 @@ def read_label_file(path: Path, known_conversations: Any) -> list[Any]:
     except csv.Error as exc:
         problem(reader.line_num, 1, "row", f"{exc} (expected valid CSV)")
 
+    if not rows and not problems:
+        raise LabelFileError(
+            f"{path}:{last_line + 1}:1: row: no labels after the header (expected one row per label)"
+        )
     known = known_conversations({r["conversation_id"].strip() for _, _, r in rows})
+    roles = turn_roles(known) if turn_roles is not None else None
     out = []
     for line, cols, raw in rows:
 
@@ -140,6 +155,10 @@ def read_label_file(path: Path, known_conversations: Any) -> list[Any]:
         if turn:
             if turn.isdigit():
                 values["turn_index"] = int(turn)
+                if roles is not None and cid in known:
+                    bad = _turn_problem(cid, int(turn), values["rubric_id"], roles)
+                    if bad:
+                        problem(line, at("turn_index"), "turn_index", bad)
             else:
                 problem(
                     line,
@@ -198,6 +217,20 @@ def read_label_file(path: Path, known_conversations: Any) -> list[Any]:
             shown.append(f"{path}: and {len(problems) - MAX_SHOWN} more problems")
         raise LabelFileError("\n".join(shown))
     return out
+
+
+def _turn_problem(cid: str, index: int, rubric_id: str, roles: dict[tuple[str, int], str]) -> str:
+    """Why turn ``index`` of ``cid`` cannot carry a label of ``rubric_id``, or ""."""
+    from core.human_labels import REALISM_RUBRIC
+
+    role = roles.get((cid, index))
+    expected = "expected the index of a persona turn of that conversation, or empty for the whole conversation"
+    if rubric_id == REALISM_RUBRIC and role != "user":
+        what = "it has no such turn" if role is None else "it is the chatbot's"
+        return f"{index} is not a persona turn of {cid!r} ({what}; {expected})"
+    if role is None:
+        return f"{index} is not a turn of {cid!r} (expected a turn index of that conversation, or empty)"
+    return ""
 
 
 def write_label_file(rows: Any, out: Path) -> int:
@@ -263,12 +296,16 @@ def import_command(
     annotator, verdict (empty: not applicable), note, confidence (low/medium/high), time_spent_s,
     blind (true/false)."""
     from core.human_labels import save_labels
-    from core.read import existing_conversations
+    from core.read import existing_conversations, turn_roles
     from core.store import open_store
 
     store = open_store(db, create=False)
     try:
-        rows = read_label_file(file, lambda ids: existing_conversations(store, ids))
+        rows = read_label_file(
+            file,
+            lambda ids: existing_conversations(store, ids),
+            lambda ids: turn_roles(store, ids),
+        )
         n = save_labels(store, rows)
     finally:
         store.close()
