@@ -436,7 +436,9 @@ async def apersona_judge_run(
         if spec.strip() != "heuristic":
             from gateway.gateway import Gateway
 
-            gateway = Gateway(store=store)
+            # Uncached: a rating asked again after an error must really ask again (a cached copy
+            # of the bad answer would only repeat it); a rating already made is skipped anyway.
+            gateway = Gateway(store=store, cache=False)
         rater = make_persona_rater(spec, gateway, params)
         return await arate_personas(store, rater, run_id=run_id, what=what, concurrency=concurrency)
     finally:

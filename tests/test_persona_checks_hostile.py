@@ -280,3 +280,47 @@ def test_unknown_conversations_and_turns_one_line_each(small_run: tuple[Any, str
         rf"{re.escape(str(path))}:5:\d+: turn_index: {bot_turn} is not a persona turn", lines[3]
     )
     assert all("\x1b" not in line for line in lines)
+
+
+# ------------------------------------------------- a model rater through the gateway, and its errors
+
+
+def _rate_with_model(store: Any, run_id: str, model: ScriptedModel, monkeypatch: Any) -> Any:
+    """``branchpoint judge --persona-judge scripted:rater``, in process: the command's own gateway
+    (its cache settings included) with ``model`` registered under the rater's spec."""
+    import gateway.gateway as gw_module
+    from judges.persona_checks import persona_judge_run
+
+    class WithRater(gw_module.Gateway):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.register("scripted:rater", model)
+
+    monkeypatch.setattr(gw_module, "Gateway", WithRater)
+    return persona_judge_run(run_id, spec="scripted:rater", store=store, what=["enactment"])
+
+
+def test_a_model_rater_that_never_answers_usably_counts_nothing_as_enacted(
+    store: Any, tmp_path: Path, monkeypatch: Any
+) -> None:
+    from gateway.completion import ModelError
+
+    run_id = _run(store, tmp_path, n=2, reps=2)
+    garbage = _rate_with_model(
+        store, run_id, ScriptedModel(default='{"verdict": "yes!"}'), monkeypatch
+    )
+    assert (garbage.rated, garbage.errors) == (8, 8)
+    failing = ScriptedModel(default=ModelError("provider down", retryable=False))
+    down = _rate_with_model(
+        store, run_id, failing, monkeypatch
+    )  # the errors are asked again, and fail again
+    assert (down.rated, down.errors) == (8, 8)
+    assert _decline(store, run_id)["n_pairs"] == 0
+    table = _table(store, run_id)
+    assert set(table["n_enacted"]) == {0} and set(table["n_check_error"]) == {4}
+    # A model that answers: its verdicts replace the errors.
+    answers = ScriptedModel(default='{"verdict": "enacted", "rationale": "r", "evidence": []}')
+    fine = _rate_with_model(store, run_id, answers, monkeypatch)
+    assert (fine.rated, fine.errors) == (8, 0)
+    assert set(_table(store, run_id)["n_enacted"]) == {4}
+    assert _decline(store, run_id)["n_pairs"] == 4
