@@ -120,7 +120,7 @@ def persona_sections(store_or_db: Any, runs: Sequence[str] | None) -> list[Secti
             f"{len(low)} of {len(auto)} rated persona turns were rated mixed or not realistic."
         )
         human = realism_ratings(store_or_db, runs)
-        agree = realism_agreement(auto, human)
+        agree = realism_agreement(automatic_realism(store_or_db, runs, with_copies=True), human)
         if agree.empty:
             s.text.append(
                 "No human realism ratings of the same turns or conversations: agreement of the "

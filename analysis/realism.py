@@ -16,7 +16,7 @@ from sqlalchemy import select
 
 from analysis.agreement import cohen_kappa_quadratic, krippendorff_alpha
 from core.human_labels import REALISM_LEVELS, REALISM_RUBRIC, REALISM_TURN
-from core.read.schema import CONVERSATIONS, HUMAN_LABELS, JUDGMENTS
+from core.read.schema import CONVERSATIONS, HUMAN_LABELS, JUDGMENTS, TURNS
 from core.read.source import StoreRef, read_frame
 
 REALISTIC = ("very", "mostly")
@@ -80,18 +80,39 @@ def realism_by_simulator(ratings: pd.DataFrame) -> pd.DataFrame:
 RANK = {level: i for i, level in enumerate(REALISM_LEVELS)}  # 0 = very realistic
 
 
-def automatic_realism(ref: StoreRef, runs: Sequence[str] | None = None) -> pd.DataFrame:
+def automatic_realism(
+    ref: StoreRef, runs: Sequence[str] | None = None, *, with_copies: bool = False
+) -> pd.DataFrame:
     """One row per automatic realism rating of a persona turn: simulator, rater (the judge),
-    conversation, turn index, verdict (``error`` kept: it is no rating, and counted apart)."""
+    conversation, turn index, verdict (``error`` kept: it is no rating, and counted apart).
+
+    A turn shared by sibling arms is rated once, on its original (one observation). People see
+    the copy in each arm's transcript, and the TUI's realism queue samples copies too: with
+    ``with_copies`` the rating is also given under each copy's conversation and index, so that a
+    person's rating of a copy pairs with it (for agreement only, never for the distribution)."""
     j, c = JUDGMENTS.c, CONVERSATIONS.c
+    cols = [c.simulator, j.judge.label("rater"), j.verdict, j.conversation_id, j.turn_index]
     q = (
-        select(c.simulator, j.judge.label("rater"), j.verdict, j.conversation_id, j.turn_index)
+        select(*cols, j.turn_id)
         .join_from(JUDGMENTS, CONVERSATIONS, c.id == j.conversation_id)
         .where(j.rubric_id == REALISM_RUBRIC, j.criterion_id == REALISM_TURN)
     )
     if runs is not None:
         q = q.where(c.run_id.in_(list(runs)))
-    return read_frame(q, ref)
+    rated = read_frame(q, ref)
+    if not with_copies or rated.empty:
+        return rated.drop(columns=["turn_id"])
+    t = TURNS.c
+    copies_q = (
+        select(t.conversation_id, t.index.label("turn_index"), t.origin_turn_id.label("turn_id"))
+        .join_from(TURNS, CONVERSATIONS, c.id == t.conversation_id)
+        .where(t.role == "user", t.origin_turn_id.is_not(None))
+    )
+    if runs is not None:
+        copies_q = copies_q.where(c.run_id.in_(list(runs)))
+    copies = read_frame(copies_q, ref)
+    on_copies = rated.drop(columns=["conversation_id", "turn_index"]).merge(copies, on="turn_id")
+    return pd.concat([rated, on_copies[rated.columns]], ignore_index=True).drop(columns=["turn_id"])
 
 
 def automatic_realism_by_simulator(auto: pd.DataFrame) -> pd.DataFrame:

@@ -324,3 +324,50 @@ def test_a_model_rater_that_never_answers_usably_counts_nothing_as_enacted(
     assert (fine.rated, fine.errors) == (8, 0)
     assert set(_table(store, run_id)["n_enacted"]) == {4}
     assert _decline(store, run_id)["n_pairs"] == 4
+
+
+# ----------------------------------------- realism agreement on turns shared by sibling arms
+
+
+def test_human_ratings_of_shared_turns_pair_with_the_automatic_rating(
+    store: Any, tmp_path: Path
+) -> None:
+    """The TUI's realism queue samples every persona turn, copies in sibling arms included; the
+    rater rates a shared turn once, on its original. A person's rating of the copy is a rating of
+    the same turn and must pair with it."""
+    from analysis.realism import automatic_realism, realism_agreement, realism_ratings
+    from core.human_labels import REALISM_RUBRIC, REALISM_TURN, LabelRow, save_labels
+
+    def late_helper(messages: list[Message], params: Any) -> str:
+        replies = sum(1 for m in messages if m.role == "assistant")
+        return "Maybe talk to a school counselor about this." if replies == 1 else "ok"
+
+    run_id = _run(store, tmp_path, n=2, reps=1, bot=ScriptedModel(default=late_helper))
+    rate_personas(store, HeuristicPersonaRater(), run_id=run_id, what=["realism"])
+    labels, copies = [], 0
+    for conv in conversations(store, run_id):
+        for t in turns_of(store, conv.id):
+            if t.role == "user" and t.exchange > 1:
+                copies += bool(t.origin_turn_id)
+                labels.append(
+                    LabelRow(
+                        conversation_id=conv.id,
+                        turn_index=t.index,
+                        rubric_id=REALISM_RUBRIC,
+                        criterion_id=REALISM_TURN,
+                        annotator="ann",
+                        verdict="very",
+                        blind=True,
+                    )  # fmt: skip
+                )
+    assert copies > 0  # the design has shared persona turns that people rate
+    save_labels(store, labels)
+    assert len(automatic_realism(store, [run_id])) == len(labels) - copies  # rated once
+    auto = automatic_realism(store, [run_id], with_copies=True)
+    agree = realism_agreement(auto, realism_ratings(store, [run_id]))
+    assert int(agree.query("unit == 'persona turn'")["n_items"].iloc[0]) == len(labels)
+    (section,) = persona_sections(store, [run_id])
+    shown = dict(section.tables)[
+        "Automatic realism rater against people (quadratic kappa, ordinal alpha)"
+    ]
+    assert int(shown["n_items"].iloc[0]) == len(labels)
