@@ -54,6 +54,27 @@ def test_heuristic_accuracy_per_kind(kind: str) -> None:
     assert acc >= FLOOR, f"{kind}: accuracy {acc:.0%}; wrong: {wrong}"
 
 
+def held_out(kind: str) -> tuple[float, int, int, int]:
+    """Accuracy, abstentions, wrong verdicts and turns of ``kind`` in the held-out set."""
+    data = yaml.safe_load((FIXTURES / "held_out.yaml").read_text(encoding="utf-8"))
+    turns = [t for t in data["turns"] if t["kind"] == kind]
+    got = [rate_enactment(t["text"], kind, t["option"], "").verdict for t in turns]
+    right = sum(g == t["expected"] for g, t in zip(got, turns))
+    abstained = sum(g is None for g in got)
+    return right / len(turns), abstained, len(turns) - right - abstained, len(turns)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_held_out_turns_abstain_rather_than_err(kind: str) -> None:
+    # On turns the rules were never fitted to, they decide fewer (help offer 62%, disclosure 56%,
+    # limit 100% of 16 each when written) and the rest is unchecked; a verdict they do give must
+    # be right, because a wrong not_enacted drops a good pair and a wrong enacted keeps a bad one.
+    acc, abstained, wrong, n = held_out(kind)
+    assert n >= 16
+    assert wrong <= 1, f"{kind}: {wrong} wrong verdicts of {n}"
+    assert acc >= 0.5, f"{kind}: accuracy {acc:.0%}, {abstained} abstentions"
+
+
 def test_ignored_instruction_is_never_rated_enacted() -> None:
     # The case the manipulation check exists for: told to decline, the persona accepts.
     for text in ("ok thanks, i'll call them", "good idea, i'll message the counsellor"):
@@ -89,3 +110,6 @@ if __name__ == "__main__":  # prints the accuracy figures for the report
         print(f"{k}: {a:.1%} of {len(_turns(k))}")
         for x in w:
             print("   ", x)
+    for k in KINDS:
+        acc, abstained, wrong, n = held_out(k)
+        print(f"held out {k}: {acc:.1%} of {n} ({abstained} abstained, {wrong} wrong)")
