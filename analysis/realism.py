@@ -93,13 +93,22 @@ def automatic_realism(
     j, c = JUDGMENTS.c, CONVERSATIONS.c
     cols = [c.simulator, j.judge.label("rater"), j.verdict, j.conversation_id, j.turn_index]
     q = (
-        select(*cols, j.turn_id)
+        select(*cols, j.turn_id, j.created_at, j.id)
         .join_from(JUDGMENTS, CONVERSATIONS, c.id == j.conversation_id)
         .where(j.rubric_id == REALISM_RUBRIC, j.criterion_id == REALISM_TURN)
     )
     if runs is not None:
         q = q.where(c.run_id.in_(list(runs)))
-    rated = read_frame(q, ref)
+    # A rater that rated again after its rubric or rules changed left its older rating beside
+    # the new one (a different id): the newest counts, once.
+    rated = (
+        read_frame(q, ref)
+        .sort_values(["created_at", "id"], kind="stable")
+        .drop_duplicates(["turn_id", "rater"], keep="last")
+        .drop(columns=["created_at", "id"])
+        .sort_index()
+        .reset_index(drop=True)
+    )
     if not with_copies or rated.empty:
         return rated.drop(columns=["turn_id"])
     t = TURNS.c

@@ -371,3 +371,30 @@ def test_human_ratings_of_shared_turns_pair_with_the_automatic_rating(
         "Automatic realism rater against people (quadratic kappa, ordinal alpha)"
     ]
     assert int(shown["n_items"].iloc[0]) == len(labels)
+
+
+# ------------------------------------------- the same rater again, after its rubric or rules changed
+
+
+def test_the_newest_rating_by_a_rater_stands(store: Any, tmp_path: Path) -> None:
+    """A rubric edit changes the rating's id, so rating again adds a row beside the old one under
+    the same rater: the newest must count, once (not whichever the database returns first)."""
+    from analysis.realism import automatic_realism
+
+    run_id = _run(store, tmp_path)
+    rate_personas(store, HeuristicPersonaRater(), run_id=run_id)
+    before = automatic_realism(store, [run_id])
+    decline = _table(store, run_id).query("option == 'decline'").iloc[0]
+    assert (decline["n_enacted"], decline["n_not_enacted"]) == (12, 12)
+
+    class Revised(FixedRater):
+        async def rate(self, item: PersonaItem) -> tuple[PersonaVerdict, str | None]:
+            if item.what == "realism":
+                return PersonaVerdict(verdict="mixed", rationale="revised"), None
+            return await super().rate(item)
+
+    rate_personas(store, Revised("heuristic", ENACTED), run_id=run_id)  # same rater, new version
+    decline = _table(store, run_id).query("option == 'decline'").iloc[0]
+    assert (decline["n_enacted"], decline["n_not_enacted"]) == (24, 0)
+    after = automatic_realism(store, [run_id])
+    assert len(after) == len(before) and set(after["verdict"]) == {"mixed"}

@@ -18,7 +18,8 @@ into force: ``enacted``, ``partly`` or ``not_enacted`` as rated by ``judges.pers
 was not rated (or the rater could not tell). ``error`` when every rating of that turn is an error
 (a rater that could not answer): never counted as enacted. Where several raters rated it, a
 verdict beats an error, and a model rater's verdict is preferred to the offline heuristic's (the
-first by name, so the choice is stable).
+first by name, so the choice is stable); of one rater's ratings (it rated again after its rubric
+changed), the newest.
 
 ``recorded`` is False for the conversations of a run none of whose persona turns records a firing:
 a store written by something other than the engine (or by a tool that leaves ``fired`` empty)
@@ -135,7 +136,9 @@ def _enactment_checks(
     """(conversation, branch point, exchange) -> the manipulation check's verdict there."""
     j, c, t = JUDGMENTS.c, CONVERSATIONS.c, TURNS.c
     q = (
-        select(j.conversation_id, j.criterion_id, t.exchange, j.judge, j.verdict)
+        select(
+            j.conversation_id, j.criterion_id, t.exchange, j.judge, j.verdict, j.created_at, j.id
+        )
         .join_from(JUDGMENTS, CONVERSATIONS, c.id == j.conversation_id)
         .join(TURNS, t.id == j.turn_id)
         .where(j.rubric_id == ENACTMENT_RUBRIC, j.verdict.in_([*ENACTMENT_LEVELS, ERROR]))
@@ -143,11 +146,13 @@ def _enactment_checks(
     if runs is not None:
         q = q.where(c.run_id.in_(list(runs)))
     frame = read_frame(q, ref)
+    # Oldest first, so that of one rater's ratings of a turn the newest is seen last and wins.
+    frame = frame.sort_values(["created_at", "id"], kind="stable")
     best: dict[tuple[str, str, int | None], tuple[tuple[bool, bool, str], str]] = {}
-    for cid, bp, exchange, judge, verdict in frame.itertuples(index=False, name=None):
+    for cid, bp, exchange, judge, verdict, _at, _id in frame.itertuples(index=False, name=None):
         key = (str(cid), str(bp), int(exchange))
         # A verdict before an error, then model raters before the heuristic, then by name.
         rank = (verdict == ERROR, judge == HEURISTIC_RATER, str(judge))
-        if key not in best or rank < best[key][0]:
+        if key not in best or rank <= best[key][0]:
             best[key] = (rank, str(verdict))
     return {k: v for k, (_rank, v) in best.items()}
