@@ -409,6 +409,24 @@ def rate_personas(store: Any, rater: PersonaRater, **kwargs: Any) -> PersonaSumm
     return asyncio.run(arate_personas(store, rater, **kwargs))
 
 
+def _has_errors(store: Any, rater: str, run_id: str | None) -> bool:
+    """Whether ``rater`` has stored an error rating of a persona turn (of ``run_id``, or any)."""
+    from sqlalchemy import select
+
+    from core.records import Conversation, Judgment
+
+    j, c = Judgment.__table__.c, Conversation.__table__.c  # type: ignore[attr-defined]
+    q = select(j.id).where(
+        j.judge == rater,
+        j.verdict == ERROR,
+        j.rubric_id.in_([ENACTMENT_RUBRIC, REALISM_RUBRIC]),
+    )
+    if run_id is not None:
+        q = q.join(Conversation, c.id == j.conversation_id).where(c.run_id == run_id)
+    with store.session() as s:
+        return s.execute(q.limit(1)).first() is not None
+
+
 async def apersona_judge_run(
     run_id: str | None = None,
     *,
@@ -436,9 +454,11 @@ async def apersona_judge_run(
         if spec.strip() != "heuristic":
             from gateway.gateway import Gateway
 
-            # Uncached: a rating asked again after an error must really ask again (a cached copy
-            # of the bad answer would only repeat it); a rating already made is skipped anyway.
-            gateway = Gateway(store=store, cache=False)
+            # Cached (a turn shared by sibling arms is asked once), except when earlier ratings
+            # by this rater are errors: asked again, they must really be asked again (a cached
+            # copy of the bad answer would only repeat it), as ``judge --retry-errors`` does.
+            retrying = _has_errors(store, spec.strip(), None if all_runs else run_id)
+            gateway = Gateway(store=store, cache=not retrying)
         rater = make_persona_rater(spec, gateway, params)
         return await arate_personas(store, rater, run_id=run_id, what=what, concurrency=concurrency)
     finally:

@@ -28,6 +28,7 @@ from analysis.tables import conversation_table, judgment_table
 from core import read
 from core.domain import ENACTED, NOT_ENACTED
 from gateway.completion import Message
+from gateway.gateway import Gateway
 from gateway.providers.scripted import ScriptedModel
 from judges.persona_checks import (
     ERROR,
@@ -285,16 +286,21 @@ def test_unknown_conversations_and_turns_one_line_each(small_run: tuple[Any, str
 # ------------------------------------------------- a model rater through the gateway, and its errors
 
 
+ORIGINAL_GATEWAY = Gateway  # the command's gateway class, before a test replaces it
+CACHED: list[bool] = []  # whether each persona-judge gateway served cached answers
+
+
 def _rate_with_model(store: Any, run_id: str, model: ScriptedModel, monkeypatch: Any) -> Any:
     """``branchpoint judge --persona-judge scripted:rater``, in process: the command's own gateway
     (its cache settings included) with ``model`` registered under the rater's spec."""
     import gateway.gateway as gw_module
     from judges.persona_checks import persona_judge_run
 
-    class WithRater(gw_module.Gateway):
+    class WithRater(ORIGINAL_GATEWAY):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self.register("scripted:rater", model)
+            CACHED.append(kwargs.get("cache", True))
 
     monkeypatch.setattr(gw_module, "Gateway", WithRater)
     return persona_judge_run(run_id, spec="scripted:rater", store=store, what=["enactment"])
@@ -322,6 +328,10 @@ def test_a_model_rater_that_never_answers_usably_counts_nothing_as_enacted(
     answers = ScriptedModel(default='{"verdict": "enacted", "rationale": "r", "evidence": []}')
     fine = _rate_with_model(store, run_id, answers, monkeypatch)
     assert (fine.rated, fine.errors) == (8, 0)
+    # cached on a first rating; uncached while errors are asked again
+    assert CACHED[-3:] == [True, False, False]
+    _rate_with_model(store, run_id, answers, monkeypatch)
+    assert CACHED[-1] is True
     assert set(_table(store, run_id)["n_enacted"]) == {4}
     assert _decline(store, run_id)["n_pairs"] == 4
 
