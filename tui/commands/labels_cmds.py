@@ -4,7 +4,8 @@ clinicians who label in a spreadsheet count as much as those who use ``branchpoi
 Columns (a header row first; the order is free, unknown columns are an error):
 
   conversation_id  required; must exist in the store
-  turn_index       the turn's index in the transcript; empty for the whole conversation
+  turn_index       the turn's index in the transcript; empty for the whole conversation; must be
+                   a turn of that conversation (for realism: a persona turn)
   rubric_id        required: teen, ed, another rubric id, or realism (persona realism ratings)
   criterion_id     required (for realism: persona_realism or conversation_realism)
   annotator        required: who labelled
