@@ -408,3 +408,21 @@ def test_the_newest_rating_by_a_rater_stands(store: Any, tmp_path: Path) -> None
     assert (decline["n_enacted"], decline["n_not_enacted"]) == (24, 0)
     after = automatic_realism(store, [run_id])
     assert len(after) == len(before) and set(after["verdict"]) == {"mixed"}
+
+
+# ------------------------------------------------------------- the scenario files are gone
+
+
+def test_persona_judge_says_when_scenarios_are_missing(store: Any, tmp_path: Path) -> None:
+    """Without its scenario a fired branch point has no kind, option text or persona: its check
+    cannot be made (unchecked, counted as enacted). The command must say so, not pass quietly."""
+    if not str(store.url).startswith("sqlite"):
+        pytest.skip("the command line test runs on the SQLite store")
+    run_id = _run(store, tmp_path, n=1, reps=1)
+    for f in (tmp_path / "scenarios").iterdir():
+        f.unlink()
+    done = run_cli("judge", run_id, "--persona-judge", "heuristic", "--db", str(tmp_path / "t.db"))
+    assert done.returncode == 0, done.stderr
+    out = " ".join(done.stdout.split())
+    assert "scenario(s) not found" in out and "mc-help-0" in out
+    assert "manipulation checks cannot be made" in out

@@ -161,17 +161,28 @@ def _rate_persona(
     from rich.console import Console
     from rich.markup import escape
 
+    from core.yamlio import printable
     from gateway.specs import params_from_pairs
     from judges.persona_checks import persona_judge_run
 
     params = params_from_pairs(pairs, where="--judge-param") if pairs else None
     s = persona_judge_run(run_id, spec=spec, db=db, params=params, all_runs=all_runs)
     counts = ", ".join(f"{k} {v}" for k, v in sorted(s.by_verdict.items())) or "none"
-    Console(highlight=False).print(
+    console = Console(highlight=False)
+    console.print(
         f"persona ({escape(spec)}): {s.conversations} conversation(s), {s.rated} rating(s) written "
         f"({escape(counts)}), {s.skipped} already rated, {s.unknown} the rater could not tell, "
         f"{s.errors} error(s)"
     )
+    if s.scenarios_not_found:
+        missing = ", ".join(s.scenarios_not_found[:5])
+        console.print(
+            "scenario(s) not found, so their manipulation checks cannot be made (no branch-point "
+            "kind or option text: unchecked, which counts as enacted) and realism is rated without "
+            "the persona's name and age: "
+            + escape(printable(missing))
+            + (" ..." if len(s.scenarios_not_found) > 5 else "")
+        )
     if s.errors:
         raise typer.Exit(1)
 
