@@ -330,6 +330,12 @@ def _row(
     }  # fmt: skip
 
 
+# Conversations rated and stored together: memory stays bounded on a sweep of any size, every id
+# list stays under the databases' limits on bound parameters, and a rating stopped halfway keeps
+# what it stored (rating again skips it).
+CONVERSATIONS_PER_CHUNK = 200
+
+
 async def arate_personas(
     store: Any,
     rater: PersonaRater,
@@ -338,28 +344,64 @@ async def arate_personas(
     conversation_ids: Sequence[str] | None = None,
     what: Sequence[What] = WHAT,
     concurrency: int = 8,
+    chunk: int | None = None,
 ) -> PersonaSummary:
-    """Rate the persona turns of ``run_id`` (or of ``conversation_ids``, or of every run)."""
-    from sqlalchemy import delete, insert, select
-
-    from core.read import find_run, select_conversations, turns_by_conversation
-    from core.records import Judgment, utcnow
+    """Rate the persona turns of ``run_id`` (or of ``conversation_ids``, or of every run),
+    ``chunk`` conversations at a time (``CONVERSATIONS_PER_CHUNK``), each chunk stored before
+    the next is rated."""
+    from core.read import select_conversations
 
     summary = PersonaSummary()
     conversations = select_conversations(store, run_id, conversation_ids)
     summary.conversations = len(conversations)
     context = ScenarioContext()
     paths: dict[str, list[str]] = {}
-    scenarios: dict[str, Any] = {}
+    sem = asyncio.Semaphore(max(1, concurrency))
+    step = max(1, chunk or CONVERSATIONS_PER_CHUNK)
+    for i in range(0, len(conversations), step):
+        part = conversations[i : i + step]
+        scenarios = _scenarios_of(store, part, context, paths, summary)
+        await _rate_chunk(store, rater, part, scenarios, what, sem, summary)
+    return summary
+
+
+def _scenarios_of(
+    store: Any,
+    conversations: Sequence[Any],
+    context: ScenarioContext,
+    paths: dict[str, list[str]],
+    summary: PersonaSummary,
+) -> dict[str, Any]:
+    """conversation id -> its scenario (None when not found, named once in ``summary``)."""
+    from core.read import find_run
+
+    out: dict[str, Any] = {}
     for conv in conversations:
         if conv.run_id not in paths:
             run = find_run(store, conv.run_id)
             paths[conv.run_id] = _run_scenario_paths(run.config if run else {})
-        scenarios[conv.id] = context.find(
+        out[conv.id] = context.find(
             conv.scenario_id, [conv.scenario_path or "", *paths[conv.run_id]]
         )
-        if scenarios[conv.id] is None and conv.scenario_id not in summary.scenarios_not_found:
+        if out[conv.id] is None and conv.scenario_id not in summary.scenarios_not_found:
             summary.scenarios_not_found.append(conv.scenario_id)
+    return out
+
+
+async def _rate_chunk(
+    store: Any,
+    rater: PersonaRater,
+    conversations: Sequence[Any],
+    scenarios: dict[str, Any],
+    what: Sequence[What],
+    sem: asyncio.Semaphore,
+    summary: PersonaSummary,
+) -> None:
+    from sqlalchemy import delete, insert, select
+
+    from core.read import turns_by_conversation
+    from core.records import Judgment, utcnow
+
     transcripts = turns_by_conversation(store, [c.id for c in conversations])
     items = persona_items(conversations, transcripts, scenarios, what)
     j = Judgment.__table__.c  # type: ignore[attr-defined]
@@ -374,7 +416,6 @@ async def arate_personas(
         ).all()
     done = {row_id for row_id, verdict in stored if verdict != ERROR}
     failed = {row_id for row_id, verdict in stored if verdict == ERROR}
-    sem = asyncio.Semaphore(max(1, concurrency))
 
     async def one(item: PersonaItem) -> dict[str, Any] | None:
         probe = _row(item, rater, PersonaVerdict(verdict=None, rationale=""), None, None)
@@ -401,7 +442,6 @@ async def arate_personas(
         summary.errors += r["verdict"] == ERROR
         key = f"{r['rubric_id']}:{r['verdict']}"
         summary.by_verdict[key] = summary.by_verdict.get(key, 0) + 1
-    return summary
 
 
 def rate_personas(store: Any, rater: PersonaRater, **kwargs: Any) -> PersonaSummary:

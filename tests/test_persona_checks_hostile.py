@@ -426,3 +426,28 @@ def test_persona_judge_says_when_scenarios_are_missing(store: Any, tmp_path: Pat
     out = " ".join(done.stdout.split())
     assert "scenario(s) not found" in out and "mc-help-0" in out
     assert "manipulation checks cannot be made" in out
+
+
+# ------------------------------------------------------------- a rating stopped halfway
+
+
+def test_a_rating_stopped_halfway_keeps_what_it_stored(
+    store: Any, tmp_path: Path, monkeypatch: Any
+) -> None:
+    import judges.persona_checks as persona_checks
+
+    class DiesAtFifth(FixedRater):
+        calls = 0
+
+        async def rate(self, item: PersonaItem) -> tuple[PersonaVerdict, str | None]:
+            self.calls += 1
+            if self.calls == 5:
+                raise RuntimeError("killed")
+            return await super().rate(item)
+
+    run_id = _run(store, tmp_path, n=2, reps=2)  # 8 conversations, one fired turn each
+    monkeypatch.setattr(persona_checks, "CONVERSATIONS_PER_CHUNK", 2)
+    with pytest.raises(RuntimeError):
+        rate_personas(store, DiesAtFifth("scripted:r", ENACTED), run_id=run_id, what=["enactment"])
+    again = rate_personas(store, FixedRater("scripted:r", ENACTED), run_id=run_id)
+    assert (again.skipped, again.rated) == (4, 4)  # two chunks were stored before it stopped
