@@ -268,10 +268,11 @@ def test_unknown_conversations_and_turns_one_line_each(small_run: tuple[Any, str
         w.writerow(["nope-2\x1b[2J", "2", "realism", "persona_realism", "ann", "mixed"])
         w.writerow([conv.id, "999", "realism", "persona_realism", "ann", "not"])
         w.writerow([conv.id, str(bot_turn), "realism", "persona_realism", "ann", "not"])
+        w.writerow([conv.id, "", "realism", "persona_realism", "ann", "not"])
     done = run_cli("labels", "import", str(path), "--db", str(db))
     assert done.returncode == 2 and "Traceback" not in done.stderr
     lines = done.stderr.strip().removeprefix("error: ").splitlines()
-    assert len(lines) == 4, lines
+    assert len(lines) == 5, lines
     assert lines[0].startswith(f"{path}:2:1: conversation_id: 'nope-1' is not in the store")
     assert lines[1].startswith(f"{path}:3:1: conversation_id: 'nope-2\\x1b[2J' is not in the store")
     assert re.match(
@@ -279,6 +280,11 @@ def test_unknown_conversations_and_turns_one_line_each(small_run: tuple[Any, str
     )
     assert re.match(
         rf"{re.escape(str(path))}:5:\d+: turn_index: {bot_turn} is not a persona turn", lines[3]
+    )
+    assert re.match(
+        rf"{re.escape(str(path))}:6:\d+: criterion_id: 'persona_realism' \(expected "
+        "conversation_realism",
+        lines[4],
     )
     assert all("\x1b" not in line for line in lines)
 

@@ -64,7 +64,14 @@ def read_label_file(
     turn of its conversation, and for a realism rating a persona turn (a rating nobody can pair
     with the automatic rater's is a mistake, not a label).
     """
-    from core.human_labels import CONFIDENCE_LEVELS, LABEL_COLUMNS, REALISM_RUBRIC, LabelRow
+    from core.human_labels import (
+        CONFIDENCE_LEVELS,
+        LABEL_COLUMNS,
+        REALISM_CONVERSATION,
+        REALISM_RUBRIC,
+        REALISM_TURN,
+        LabelRow,
+    )
     from tui.app.label_scales import levels_for
 
     try:
@@ -183,6 +190,23 @@ def read_label_file(
                 "verdict",
                 "empty (expected a realism level: very / mostly / mixed / not)",
             )
+        if values["rubric_id"] == REALISM_RUBRIC and values["criterion_id"]:
+            # A persona turn's rating and a whole conversation's pair with different things.
+            want = (
+                REALISM_TURN if values["turn_index"] is not None or turn else REALISM_CONVERSATION
+            )
+            if values["criterion_id"] != want:
+                problem(
+                    line,
+                    at("criterion_id"),
+                    "criterion_id",
+                    f"{values['criterion_id']!r} (expected {want} for a realism rating "
+                    + (
+                        "of one persona turn)"
+                        if want == REALISM_TURN
+                        else "with no turn_index: the whole conversation)"
+                    ),
+                )
         values["verdict"] = verdict or None
         conf = values.get("confidence", "")
         if conf and conf not in CONFIDENCE_LEVELS:
@@ -225,7 +249,10 @@ def _turn_problem(cid: str, index: int, rubric_id: str, roles: dict[tuple[str, i
     from core.human_labels import REALISM_RUBRIC
 
     role = roles.get((cid, index))
-    expected = "expected the index of a persona turn of that conversation, or empty for the whole conversation"
+    expected = (
+        "expected the index of a persona turn of that conversation, or an empty turn_index with "
+        "criterion_id conversation_realism for the whole conversation"
+    )
     if rubric_id == REALISM_RUBRIC and role != "user":
         what = "it has no such turn" if role is None else "it is the chatbot's"
         return f"{index} is not a persona turn of {cid!r} ({what}; {expected})"
