@@ -27,6 +27,7 @@ from analysis.realism import (
     realism_ratings,
 )
 from analysis.report_sections import Section
+from core.human_labels import REALISM_LEVELS
 
 INTRO = (
     "A manipulation check asks whether the persona did what its arm told it to: the persona turn "
@@ -116,8 +117,16 @@ def persona_sections(store_or_db: Any, runs: Sequence[str] | None) -> list[Secti
             ("Automatic realism ratings of persona turns, by simulator", by_sim.round(3))
         )
         low = auto[auto["verdict"].isin(["mixed", "not"])]
+        failed = int((~auto["verdict"].isin(REALISM_LEVELS)).sum())
         s.text.append(
-            f"{len(low)} of {len(auto)} rated persona turns were rated mixed or not realistic."
+            f"{len(low)} of {len(auto) - failed} rated persona turns were rated mixed or not "
+            "realistic."
+            + (
+                f" {failed} realism rating(s) are error (the rater could not answer): counted "
+                "in no level."
+                if failed
+                else ""
+            )
         )
         human = realism_ratings(store_or_db, runs)
         agree = realism_agreement(automatic_realism(store_or_db, runs, with_copies=True), human)

@@ -457,3 +457,22 @@ def test_a_rating_stopped_halfway_keeps_what_it_stored(
         rate_personas(store, DiesAtFifth("scripted:r", ENACTED), run_id=run_id, what=["enactment"])
     again = rate_personas(store, FixedRater("scripted:r", ENACTED), run_id=run_id)
     assert (again.skipped, again.rated) == (4, 4)  # two chunks were stored before it stopped
+
+
+def test_realism_errors_are_no_rating(store: Any, tmp_path: Path) -> None:
+    class RealismDown:
+        name, version = "scripted:down", "1"
+
+        async def rate(self, item: PersonaItem) -> tuple[PersonaVerdict, str | None]:
+            if item.what == "realism":
+                return PersonaVerdict(verdict=ERROR, rationale="rater call failed"), None
+            return PersonaVerdict(verdict=None, rationale="not rated"), None
+
+    run_id = _run(store, tmp_path, n=1, reps=1)
+    rate_personas(store, HeuristicPersonaRater(), run_id=run_id, what=["realism"])
+    n = rate_personas(store, RealismDown(), run_id=run_id).errors
+    assert n > 0
+    (section,) = persona_sections(store, [run_id])
+    text = " ".join(section.text)
+    assert f"0 of {n} rated persona turns were rated mixed or not realistic." in text
+    assert f"{n} realism rating(s) are error" in text
