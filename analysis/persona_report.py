@@ -119,7 +119,7 @@ def persona_sections(store_or_db: Any, runs: Sequence[str] | None) -> list[Secti
         low = auto[auto["verdict"].isin(["mixed", "not"])]
         failed = int((~auto["verdict"].isin(REALISM_LEVELS)).sum())
         s.text.append(
-            f"{len(low)} of {len(auto) - failed} rated persona turns were rated mixed or not "
+            f"{len(low)} of {len(auto) - failed} automatic realism ratings of persona turns (every rater) were mixed or not "
             "realistic."
             + (
                 f" {failed} realism rating(s) are error (the rater could not answer): counted "

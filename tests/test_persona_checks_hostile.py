@@ -474,5 +474,8 @@ def test_realism_errors_are_no_rating(store: Any, tmp_path: Path) -> None:
     assert n > 0
     (section,) = persona_sections(store, [run_id])
     text = " ".join(section.text)
-    assert f"0 of {n} rated persona turns were rated mixed or not realistic." in text
+    assert (
+        f"0 of {n} automatic realism ratings of persona turns (every rater) were mixed or not realistic."
+        in text
+    )
     assert f"{n} realism rating(s) are error" in text
