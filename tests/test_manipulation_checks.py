@@ -160,6 +160,14 @@ def test_enactment_half_of_decline_arms_and_the_planted_effect(judged: tuple[Any
     assert decline["enactment_rate"] == pytest.approx(0.5)
     assert decline["enacted"] == "12 of 24 checked"
     assert accept["enactment_rate"] == pytest.approx(1.0)
+    # ... and the report's persona section says so
+    from analysis.persona_report import persona_sections
+
+    (section,) = persona_sections(store, [run_id])
+    shown = dict(section.tables)["Manipulation checks by branch point, option and simulator"]
+    row = shown[shown["option"] == "decline"].iloc[0]
+    assert (row["fired"], row["enacted"], row["fired, not enacted"]) == (24, 12, 12)
+    assert row["enactment rate"] == "50%"
 
     enacted = _contrast(store, run_id, rows)
     fired = _contrast(store, run_id, fired_only(rows))
