@@ -479,3 +479,51 @@ def test_realism_errors_are_no_rating(store: Any, tmp_path: Path) -> None:
         in text
     )
     assert f"{n} realism rating(s) are error" in text
+
+
+# ------------------------------------------------ simulator sensitivity on enacted pairs
+
+
+def test_simulator_sensitivity_compares_enacted_pairs(store: Any, tmp_path: Path) -> None:
+    """Two simulators play the same cells; one ignores half its decline instructions. Compared
+    on enacted pairs, both recover the planted effect (the conclusion does not move); the stubborn
+    simulator's manipulation checks say why its fired-only figure would be diluted."""
+    from analysis.sensitivity import conclusions_by_simulator
+
+    class Obedient(HalfStubbornPersona):
+        def _reply(self, messages: list[Message], params: Any) -> str:
+            text = super()._reply(messages, params)
+            return (
+                "nah counsellors are useless, i only want to talk here"
+                if "call them" in text
+                else text
+            )
+
+    folder = tmp_path / "scenarios"
+    folder.mkdir()
+    _scenarios(folder, 6)
+    result, _ = run_engine(
+        store, folder, persona=HalfStubbornPersona(), bot=clinging_bot(), replicates=4,
+        simulator=["scripted:persona", "scripted:obedient"], extra={"scripted:obedient": Obedient()},
+    )  # fmt: skip
+    rubric = tmp_path / "clinging.yaml"
+    rubric.write_text(RUBRIC, encoding="utf-8")
+    judge_run(result.run_id, store=store, rubric=str(rubric), judges=["heuristic"])
+    rate_personas(store, HeuristicPersonaRater(), run_id=result.run_id)
+    table = _table(store, result.run_id).query("option == 'decline'").set_index("simulator")
+    assert table.loc["scripted:persona", "enactment_rate"] == pytest.approx(0.5)
+    assert table.loc["scripted:obedient", "enactment_rate"] == pytest.approx(1.0)
+    data = judgment_table(store, [result.run_id]).merge(
+        read.conversation_tree(store, [result.run_id]), on="conversation_id", how="left"
+    )
+    rows = read.realisation_rows(store, [result.run_id])
+    moved = conclusions_by_simulator(data, rows, n_boot=100).query("option == 'decline'").iloc[0]
+    assert moved["diff_ref"] == pytest.approx(0.30) and moved["diff_other"] == pytest.approx(0.30)
+    assert moved["verdict"] == "same conclusion"
+    # fired only, the stubborn simulator's diluted contrast would stand against the obedient one's
+    from analysis.realisation import fired_only
+
+    fired = conclusions_by_simulator(data, fired_only(rows), n_boot=100)
+    fired = fired.query("option == 'decline'").iloc[0]
+    assert fired["simulator_ref"] == "scripted:obedient"  # the first by name
+    assert fired["diff_ref"] == pytest.approx(0.30) and fired["diff_other"] == pytest.approx(0.15)
