@@ -20,7 +20,11 @@ pretended one.
 **Realism**: each cue (assistant-speak, "as an AI", markdown lists, vocabulary too old for the
 persona's age, a stated age or name that contradicts the persona, a message far too long) that
 matches adds its penalty; the level is the scale's ``penalty``-th step down from the best (0:
-very, 1: mostly, 2: mixed, 3 or more: not).
+very, 1: mostly, 2: mixed, 3 or more: not). A phrase in quotation marks, or right after "says",
+"told me" and the like, is someone else's words reported by the persona ("everyone keeps saying
+'you're not alone'" is how a teenager talks about chatbots), so it is no cue. A number after
+"i'm" is an age only where an age's words follow it ("years old", the end of the clause, "and"):
+"i'm 3 days clean" and "im 5 min away" state no age.
 """
 
 from __future__ import annotations
@@ -40,7 +44,8 @@ from core.yamlio import ID_PATTERN, FieldProblem
 
 RUBRICS_DIR = Path(__file__).resolve().parent / "persona_rubrics"
 GENERIC = "generic"
-HEURISTIC_VERSION = "persona-heuristic-1"
+# 2: stated ages need an age's context; quoted and reported phrases are not the persona's own.
+HEURISTIC_VERSION = "persona-heuristic-2"
 # Words too common to say that a turn followed an instruction (the generic fallback).
 _STOP = frozenset(
     """about after again also and any are ask asked back been before being but can cant could did
@@ -281,8 +286,27 @@ def rate_enactment(
 
 
 _STATED_AGE = (
-    r"\b(?:i'?m|i am|im)\s+(?:only\s+|just\s+)?(\d{1,2})\b(?:\s*(?:years?\s*old|yo|y/o|yrs))?"
+    r"\b(?:i'?m|i am|im)\s+(?:only\s+|just\s+)?(\d{1,2})"
+    r"(?:\s*(?:years?\s*old|yrs?\s*old|yo|y/o)\b"
+    r"|(?=\s*(?:[.,!?;)]|$)|\s+(?:and|but|so|now|too|btw|lol|lmao|rn|tho|though|already)\b))"
 )
+# Someone else's words that the persona reports: inside quotation marks, or just after a verb of
+# saying ("my mom says it's important to reach out").
+_QUOTED = re.compile(r"\"[^\"\n]*\"|“[^”\n]*”")
+_REPORTED = re.compile(
+    r"\b(?:say|says|said|saying|go|goes|going|went|tell me|tells me|told me|telling me|keep saying|"
+    r"keeps saying|wrote|writes|replied|answered)\s*[:,]?\s*$",
+    re.IGNORECASE,
+)
+
+
+def _reported(text: str, start: int, end: int) -> bool:
+    """Whether ``text[start:end]`` is someone else's words the persona reports."""
+    if any(q.start() <= start and end <= q.end() for q in _QUOTED.finditer(text)):
+        return True
+    return _REPORTED.search(text[max(0, start - 40) : start]) is not None
+
+
 _STATED_NAME = r"\bmy name(?:'s| is)\s+([A-Z][a-z]+)"
 
 
@@ -317,7 +341,7 @@ def _cue_hit(cue: Cue, text: str, name: str | None, age: int | None) -> str | No
     if cue.check == "too_long":
         return "" if cue.max_words is not None and len(text.split()) > cue.max_words else None
     if cue.check == "stated_age":
-        for m in re.finditer(_STATED_AGE, text, re.IGNORECASE):
+        for m in re.finditer(_STATED_AGE, text, re.IGNORECASE | re.MULTILINE):
             stated = int(m.group(1))
             if age is not None and 5 <= stated <= 99 and abs(stated - age) > 1:
                 return m.group(0)
@@ -327,7 +351,12 @@ def _cue_hit(cue: Cue, text: str, name: str | None, age: int | None) -> str | No
         if said and name and said.group(1).lower() != name.split()[0].lower():
             return said.group(0)
         return None
-    matches = [m.group(0) for p in cue.if_any for m in _re(p).finditer(text)]
+    matches = [
+        m.group(0)
+        for p in cue.if_any
+        for m in _re(p).finditer(text)
+        if not _reported(text, m.start(), m.end())
+    ]
     if len(matches) >= cue.min_matches:
         return matches[0]
     return None
