@@ -190,6 +190,9 @@ def test_one_scenario_recovers_the_effect_without_a_scenario_interval(
     assert row["n_pairs"] == 2 and row["n_scenarios"] == 1
     assert row["diff"] == pytest.approx(0.2)  # scenario 0 clings on 1 of 5 post-fork replies
     assert row["diff_itt"] == pytest.approx(0.1)
+    # one scenario is one cluster: no scenario-level interval or test is pretended
+    assert row["interval"].startswith("none: one scenario")
+    assert row["ci_low"] != row["ci_low"] and row["p_scenario"] != row["p_scenario"]  # NaN
 
 
 # ---------------------------------------------------- terminal escapes and markup never pass
