@@ -5,6 +5,16 @@ in force for at least one persona turn (``core.read.realisation``). A chatbot th
 help leaves the accept and decline arms as copies of one conversation: comparing them measures
 nothing, and counting them as a difference of zero pulls every effect toward zero.
 
+Realised now means enacted too (issue 36): an arm whose persona turn was rated ``not_enacted`` by
+the manipulation check (``judges.persona_checks``: the persona was told to decline the help and
+said "ok thanks, I'll call them") differs from its twin in nothing but the label, so it is left
+out of the per-protocol pairs like an arm that never fired. ``partly`` counts as enacted; a turn
+nobody rated (``enactment`` None) counts as enacted, as every arm did before manipulation checks,
+and is counted as unchecked in the realisation table. A turn whose every check is ``error`` (a
+rater that could not answer) is not shown to have enacted anything: it is left out of the
+per-protocol pairs too, and counted apart (``n_check_error``), never as enacted. ``fired_only`` drops the checks, for the
+comparison that shows what they change.
+
 So each matched contrast is given twice, labelled:
 
 * **per protocol** (the headline): only pairs whose two arms both realised their option;
@@ -26,18 +36,50 @@ import numpy as np
 import pandas as pd
 
 from analysis.forks import COUNT_COLS
+from core.domain import ENACTED, NOT_ENACTED, PARTLY_ENACTED
+from core.scales import ERROR
 
 NOT_REALISED = "not realised"
+# Manipulation-check verdicts that take an arm out of the per-protocol pairs: a check that failed
+# (error) is no evidence of enactment, so it is never counted as enacted.
+NOT_ENACTED_VERDICTS = (NOT_ENACTED, ERROR)
+# The realisation table's manipulation-check columns (``realisation_summary``).
+ENACTMENT_COLUMNS = [
+    "n_fired",
+    "n_enacted",
+    "n_not_enacted",
+    "n_unchecked",
+    "n_check_error",
+    "enacted",
+    "enactment_rate",
+]
 # Columns of an intention-to-treat summary kept next to the per-protocol one, renamed *_itt.
 ITT_COLUMNS = ["n_pairs", "n_scenarios", "diff", "ci_low", "ci_high", "p_scenario", "diff_conv"]
 
 
+def enacted_flags(realisation: pd.DataFrame) -> pd.Series:
+    """Per row: fired and not rated ``not_enacted`` nor only ``error`` (unrated counts as
+    enacted)."""
+    flags = realisation["realised"].astype(bool)
+    if "enactment" in realisation.columns:
+        flags = flags & ~realisation["enactment"].isin(NOT_ENACTED_VERDICTS)
+    return flags
+
+
+def fired_only(realisation: pd.DataFrame | None) -> pd.DataFrame | None:
+    """The realisation rows without their manipulation checks: realised means fired, as before."""
+    if realisation is None or "enactment" not in realisation.columns:
+        return realisation
+    return realisation.drop(columns=["enactment"])
+
+
 def realisation_lookup(realisation: pd.DataFrame | None, branch_point: str) -> dict[str, bool]:
-    """conversation id -> whether its option at ``branch_point`` was realised."""
+    """conversation id -> whether its option at ``branch_point`` was realised (fired and, where a
+    manipulation check rated it, enacted)."""
     if realisation is None or realisation.empty:
         return {}
     rows = realisation[realisation["branch_point"] == branch_point]
-    flags = rows["realised"].astype(bool)
+    flags = enacted_flags(rows)
     if "recorded" in rows.columns:  # a run that records no firing: unknown, counted as realised
         flags = flags | ~rows["recorded"].astype(bool)
     return dict(zip(rows["conversation_id"].astype(str), flags))
@@ -167,8 +209,14 @@ def realisation_summary(
 
     ``conversations``: one row per conversation with ``conversation_id`` and the ``by`` columns.
     ``first_exchange``: the median exchange at which the realised arms' option came into force.
+    Manipulation checks (issue 36): ``n_fired`` (= ``n_realised``: the branch point fired),
+    ``n_enacted`` (fired, rated enacted or partly), ``n_not_enacted`` (fired but not enacted: its
+    own count), ``n_unchecked`` (fired, no rating), ``n_check_error`` (fired, every check an
+    error: left out of the per-protocol pairs, not counted as checked), ``enacted`` ("n of m
+    checked") and ``enactment_rate`` (enacted over checked).
     """
-    cols = ["branch_point", "option", *by, "n_realised", "n_arms", "realised", "first_exchange"]
+    cols = ["branch_point", "option", *by, "n_realised", "n_arms", "realised", "first_exchange",
+            *ENACTMENT_COLUMNS]  # fmt: skip
     if realisation is None or realisation.empty:
         return pd.DataFrame(columns=cols)
     by = [c for c in by if c in conversations.columns]
@@ -178,15 +226,31 @@ def realisation_summary(
         r = r[r["recorded"].astype(bool).to_numpy()]
     if r.empty:
         return pd.DataFrame(columns=cols)
-    r = r.assign(_x=pd.to_numeric(r["exchange"], errors="coerce").astype(float))
+    fired = r["realised"].astype(bool)
+    check = r["enactment"] if "enactment" in r.columns else pd.Series(None, index=r.index)
+    r = r.assign(
+        _x=pd.to_numeric(r["exchange"], errors="coerce").astype(float),
+        _enacted=fired & check.isin([ENACTED, PARTLY_ENACTED]),
+        _not=fired & (check == NOT_ENACTED),
+        _error=fired & (check == ERROR),
+        _unchecked=fired & check.isna(),
+    )
     g = r.groupby(["branch_point", "option", *by], sort=True, dropna=False)
     out = g.agg(
-        n_realised=("realised", "sum"), n_arms=("realised", "size"), first_exchange=("_x", "median")
-    ).reset_index()
-    out["n_realised"] = out["n_realised"].astype(int)
+        n_realised=("realised", "sum"), n_arms=("realised", "size"), first_exchange=("_x", "median"),
+        n_enacted=("_enacted", "sum"), n_not_enacted=("_not", "sum"), n_unchecked=("_unchecked", "sum"),
+        n_check_error=("_error", "sum"),
+    ).reset_index()  # fmt: skip
+    for c in ("n_realised", "n_enacted", "n_not_enacted", "n_unchecked", "n_check_error"):
+        out[c] = out[c].astype(int)
     out["realised"] = [f"{n} of {m}" for n, m in zip(out["n_realised"], out["n_arms"])]
-    return out[["branch_point", "option", *by, "n_realised", "n_arms", "realised",
-                "first_exchange"]]  # fmt: skip
+    out["n_fired"] = out["n_realised"]
+    checked = out["n_enacted"] + out["n_not_enacted"]
+    out["enacted"] = [f"{n} of {m} checked" for n, m in zip(out["n_enacted"], checked)]
+    out["enactment_rate"] = np.where(
+        checked > 0, out["n_enacted"] / checked.where(checked > 0, 1), np.nan
+    )
+    return out[cols]
 
 
 SUMMARY_BY = ("target", "condition", "simulator")

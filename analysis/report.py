@@ -5,7 +5,8 @@ intervals, the largest matched contrasts with their p-values and number of pairs
 condition contrast, error-verdict counts, and the ED safety scores when an ED rubric was judged.
 Every plot is written as a PNG next to the reports and embedded (base64) in the HTML; a plot with
 no data is replaced by a sentence saying why. Every piece of text that came from a model, a user,
-a scenario or a spec string is escaped (HTML in the HTML report; HTML and table pipes in Markdown).
+a scenario or a spec string is escaped (HTML in the HTML report; HTML and table pipes in Markdown),
+and its control characters (terminal escape sequences) are written as visible escapes in both.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import pandas as pd
 from analysis.export.pages import example_pages
 from analysis.pipeline import Analysis, refuse_pooled_configs, run_analysis
 from analysis.report_sections import Section, build_sections, headline_tables
+from core.yamlio import printable
 
 __all__ = [
     "Analysis",
@@ -50,9 +52,25 @@ def _md_escape(text: str) -> str:
     return _MD_SPECIAL.sub(r"\\\1", text)
 
 
+def _literal(text: str) -> str:
+    """``text`` with every control character but the line break written as a visible escape: an
+    option name or a transcript must not drive the terminal that shows the report."""
+    return "\n".join(printable(line) for line in str(text).split("\n"))
+
+
+def _h(text: str) -> str:
+    return html.escape(_literal(text))
+
+
+def _literal_frame(df: pd.DataFrame) -> pd.DataFrame:
+    out = df.map(lambda v: _literal(v) if isinstance(v, str) else v)
+    out.columns = [_literal(c) if isinstance(c, str) else c for c in df.columns]
+    return out
+
+
 def _md_cell(v: Any) -> str:
     text = "" if v is None or (isinstance(v, float) and np.isnan(v)) else str(v)
-    return _md_escape(text.replace("\n", " ").replace("\r", " "))
+    return _md_escape(printable(text.replace("\n", " ").replace("\r", " ")))
 
 
 def _md_table(df: pd.DataFrame, full: str | None = None, max_rows: int = MAX_ROWS) -> str:
@@ -75,7 +93,7 @@ def _cut_note(n: int, shown: int, full: str | None) -> str:
 
 
 def _md_text(s: str) -> str:
-    return _md_escape(s)
+    return _md_escape(_literal(s))
 
 
 def render_markdown(
@@ -118,36 +136,35 @@ def render_html(
         "<!doctype html><html><head><meta charset='utf-8'>",
         # No scripts, no remote content: the page is inert whatever the transcripts contain.
         "<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; img-src data:; style-src 'unsafe-inline'\">",
-        f"<title>{html.escape(title)}</title><style>{CSS}</style></head><body>",
-        f"<h1>{html.escape(title)}</h1>",
+        f"<title>{_h(title)}</title><style>{CSS}</style></head><body>",
+        f"<h1>{_h(title)}</h1>",
         "<p class='warn'>Synthetic or small-model data measures the pipeline, not a chatbot's real safety; "
         "the rubrics are not clinically validated.</p>",
     ]
     for s in sections:
-        parts.append(f"<h2>{html.escape(s.title)}</h2>")
+        parts.append(f"<h2>{_h(s.title)}</h2>")
         for t in s.text:
-            parts.append(f"<p>{html.escape(t)}</p>")
+            parts.append(f"<p>{_h(t)}</p>")
         if s.plot is not None:
             name, png, why = s.plot
             if png:
                 b64 = base64.b64encode(png).decode("ascii")
-                parts.append(
-                    f"<img alt='{html.escape(s.title)}' src='data:image/png;base64,{b64}'>"
-                )
+                parts.append(f"<img alt='{_h(s.title)}' src='data:image/png;base64,{b64}'>")
             else:
-                parts.append(f"<p class='note'>No plot: {html.escape(why)}.</p>")
+                parts.append(f"<p class='note'>No plot: {_h(why)}.</p>")
         for cap, df in s.tables:
-            parts.append(f"<h3>{html.escape(cap)}</h3>")
+            parts.append(f"<h3>{_h(cap)}</h3>")
             parts.append(
-                df.head(HTML_MAX_ROWS).to_html(index=False, escape=True, na_rep="", border=0)
+                _literal_frame(df.head(HTML_MAX_ROWS)).to_html(
+                    index=False, escape=True, na_rep="", border=0
+                )
             )
             if len(df) > HTML_MAX_ROWS:
                 note = _cut_note(len(df), HTML_MAX_ROWS, full_tables.get(cap))
-                parts.append(f"<p class='note'>{html.escape(note)}</p>")
+                parts.append(f"<p class='note'>{_h(note)}</p>")
         if s.links:
             items = "".join(
-                f"<li><a href='{html.escape(href)}'>{html.escape(label)}</a></li>"
-                for label, href in s.links
+                f"<li><a href='{_h(href)}'>{_h(label)}</a></li>" for label, href in s.links
             )
             parts.append(f"<ul>{items}</ul>")
     parts.append("</body></html>")
@@ -204,9 +221,10 @@ def write_report(
     )
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    sections = build_sections(a)
     from analysis.judge_correction_report import judge_correction_section
+    from analysis.persona_report import persona_sections  # issue 36: one self-contained section
 
+    sections = build_sections(a) + persona_sections(store_or_db, a.runs)
     sections.append(judge_correction_section(store_or_db, a.runs))
     pages = example_pages(store_or_db, a.examples, out)  # each failing example's own page
     if pages is not None:

@@ -29,3 +29,14 @@ def profile_key(attribute: str) -> str:
 def is_branch_key(key: str) -> bool:
     """Whether a choices-record key names a behaviour branch point (not the profile or the cue)."""
     return not key.startswith(PROFILE_PREFIX) and key != EXPLICIT_CUE
+
+
+# Manipulation checks (issue 36) share the ``judgments`` table with the chatbot judges under a
+# rubric id of their own, so that they are stored, resumed and audited like any verdict; they rate
+# the persona, not the chatbot, and the read layer keeps them out of the chatbot tables. (Automatic
+# realism ratings use the human ratings' pseudo-rubric, ``core.human_labels.REALISM_RUBRIC``, so
+# that a person's rating and the rater's of one persona turn share their key.)
+ENACTMENT_RUBRIC = "enactment"
+# A manipulation check's verdicts, best first: did the persona turn do what its arm's option said.
+ENACTED, PARTLY_ENACTED, NOT_ENACTED = "enacted", "partly", "not_enacted"
+ENACTMENT_LEVELS: tuple[str, ...] = (ENACTED, PARTLY_ENACTED, NOT_ENACTED)

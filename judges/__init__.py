@@ -39,6 +39,14 @@ _EXPORTS = {
     "build_kora_rubric": "judges.kora_rubric",
     # judge --batch: a model judge's calls through its provider's batch API
     "BatchJudging": "judges.batch_judging",
+    # the persona's own turns: manipulation checks and realism (issue 36)
+    "rate_personas": "judges.persona_checks",
+    "arate_personas": "judges.persona_checks",
+    "persona_judge_run": "judges.persona_checks",
+    "make_persona_rater": "judges.persona_checks",
+    "HeuristicPersonaRater": "judges.persona_checks",
+    "LLMPersonaRater": "judges.persona_checks",
+    "PersonaSummary": "judges.persona_checks",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -10,6 +10,13 @@ from typing import TYPE_CHECKING
 from core.lazy import lazy_getattr
 
 _EXPORTS = {
+    # rating the persona's turns: manipulation checks and realism
+    "rate_enactment": "scenarios.persona_rubric",
+    "rate_realism": "scenarios.persona_rubric",
+    "realism_at_least": "scenarios.persona_rubric",
+    "enactment_rubric": "scenarios.persona_rubric",
+    "realism_rubric": "scenarios.persona_rubric",
+    "PersonaVerdict": "scenarios.persona_rubric",
     # models
     "Scenario": "scenarios.models",
     "Persona": "scenarios.models",

@@ -100,10 +100,12 @@ async def execute(
                 plan.persona_params,
                 max_retries=plan.persona_retries,
                 run_id=plan.run_id,
+                realism_min=plan.realism_min,
             ),
             simulator=simulator,
             simulator_params=stored_params(plan.persona_params)
-            | {"persona_retries": plan.persona_retries},
+            | {"persona_retries": plan.persona_retries}
+            | ({"realism_min": plan.realism_min} if plan.realism_min else {}),
             opening=variants_api.render_opening,
             semaphore=semaphore,
             calls=calls,

@@ -6,6 +6,12 @@ the chatbot's are ``user`` (roles flipped), under a system prompt rendered from
 slips into the assistant's role or breaks character are retried with a corrective note
 (``max_retries``, default 2); each retry and its reason is recorded on the turn. The persona may end
 the conversation by writing the end marker (``[END]``).
+
+The realism gate (``realism_min``, off by default; issue 36): a reply that the offline realism
+rater (``scenarios/persona_rubrics/realism.yaml``) puts below ``realism_min`` is retried like a
+role break, within the same ``max_retries``, with the rater's reasons as the corrective note. Every
+attempt is a stored model call; a persona that never reaches the level ends the conversation as a
+simulator error, so no stored persona turn of a gated run is below it.
 """
 
 from __future__ import annotations
@@ -120,6 +126,7 @@ class PersonaSimulator:
         role_breaks: Sequence[tuple[str, str]] | None = None,
         end_marker: str = END_MARKER,
         run_id: str | None = None,
+        realism_min: str | None = None,
     ) -> None:
         self.gateway = gateway
         self.scenario = scenario
@@ -128,6 +135,7 @@ class PersonaSimulator:
         self.max_retries = max(0, max_retries)
         self.end_marker = end_marker
         self.run_id = run_id
+        self.realism_min = realism_min
         self.role_breaks = _compiled_breaks(
             tuple(
                 (reason, p)
@@ -253,6 +261,25 @@ class PersonaSimulator:
                 return reason
         return None
 
+    def below_realism(self, text: str) -> str | None:
+        """Why ``text`` fails the realism gate, or None (also when the gate is off)."""
+        if self.realism_min is None or not text.strip():
+            return None
+        from scenarios.persona_rubric import rate_realism, realism_at_least
+
+        name, age = self.persona["name"], self.persona["age"]
+        rating = rate_realism(
+            text,
+            name=name if isinstance(name, str) else None,
+            age=age if isinstance(age, int) else None,
+        )
+        if realism_at_least(rating.verdict, self.realism_min):
+            return None
+        return (
+            f"was rated {rating.verdict} for realism, below realism_min {self.realism_min} "
+            f"({rating.rationale})"
+        )
+
     def split_end(self, text: str) -> tuple[str, bool]:
         if self.end_marker and self.end_marker.lower() in text.lower():
             idx = text.lower().index(self.end_marker.lower())
@@ -308,6 +335,8 @@ class PersonaSimulator:
                 )
             text, ended = self.split_end(self.clean(completion.text))
             reason = None if (ended and not text) else self.role_break(text)
+            if reason is None:
+                reason = self.below_realism(text)
             if reason is None:
                 return PersonaReply(
                     text=text,

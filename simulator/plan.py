@@ -96,6 +96,7 @@ class RunPlan:
     # The target params as every conversation row records them (secrets redacted).
     target_params_record: dict[str, Any] = field(default_factory=dict)
     simulators: list[str] = field(default_factory=list)  # every tree's; ``simulator`` is the first
+    realism_min: str | None = None  # the realism gate's level (issue 36); None: off
 
     @property
     def turn_budget(self) -> int:
@@ -187,6 +188,7 @@ def plan_run(
         concurrency=config.concurrency,
         target_params_record=redact(config.target_params),
         simulators=list(config.simulators),
+        realism_min=config.realism_min,
     )
 
 

@@ -41,6 +41,8 @@ def resolved_config(config: RunConfig) -> dict[str, Any]:
     data = config.model_dump()
     for key in NOT_RESOLVED:
         data.pop(key, None)
+    if data.get("realism_min") is None:  # off: the hash of every run made before the gate existed
+        data.pop("realism_min", None)
     return redact(data)
 
 

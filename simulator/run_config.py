@@ -44,6 +44,9 @@ class RunConfig(BaseModel):
     )
     seed: int = 0
     persona_retries: int = Field(2, ge=0)
+    # Issue 36: a persona turn the offline realism rater puts below this level is regenerated
+    # (within persona_retries, every attempt stored as a model call); None: no gate (default).
+    realism_min: Literal["very", "mostly", "mixed", "not"] | None = None
     event_patterns: dict[str, list[str]] | None = None
 
     @field_validator("simulators", mode="before")

@@ -27,6 +27,7 @@ CELL_FIELDS = (
     "seed",
     "max_exchanges",
     "fork",
+    "realism_min",
 )
 TARGET_CELL_FIELDS = ("params", "key_env")
 
@@ -36,6 +37,8 @@ def resolved_manifest(manifest: Manifest) -> dict[str, Any]:
     from core.redaction import redact
 
     data: dict[str, Any] = redact(manifest.model_dump(mode="json"))
+    if data.get("realism_min") is None:  # off: the hash of every manifest before the gate existed
+        data.pop("realism_min", None)
     return data
 
 

@@ -252,6 +252,8 @@ class Manifest(_Strict):
     seed: int = 0
     max_exchanges: int | None = Field(None, ge=1, le=200)
     fork: Literal["shared", "independent"] | None = None
+    # Issue 36: the persona realism gate (``branchpoint run --realism-min``); None: off.
+    realism_min: Literal["very", "mostly", "mixed", "not"] | None = None
     budget: Budget | None = None
     execution: Execution = Field(default_factory=Execution)
     store: str | None = Field(None, description="SQLite path or database URL.")

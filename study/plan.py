@@ -255,6 +255,7 @@ def run_configs(
             concurrency=m.execution.concurrency,
             limits=limits,
             seed=m.seed,
+            realism_min=m.realism_min,
         )
         out.append((config, entries))
     return out

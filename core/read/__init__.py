@@ -43,6 +43,7 @@ _EXPORTS = {
     "turns_by_conversation": "core.read.turns",
     "stored_turn_count": "core.read.turns",
     "original_replies": "core.read.turns",
+    "turn_roles": "core.read.turns",
     # realisation: which branch options happened, derived from the persona turns
     "realisation_rows": "core.read.realisation",
     "realised_branches": "core.read.realisation",
@@ -140,6 +141,7 @@ if TYPE_CHECKING:  # for type checkers and editors
         conversation_turns,
         original_replies,
         stored_turn_count,
+        turn_roles,
         turn_rows,
         turns_by_conversation,
     )

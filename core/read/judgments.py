@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from sqlalchemy import and_, case, func, select
 from sqlalchemy.sql import ColumnElement
 
+from core.domain import ENACTMENT_RUBRIC
+from core.human_labels import REALISM_RUBRIC
 from core.read.schema import CONVERSATIONS, JUDGMENT_ROWID, JUDGMENTS, TURNS
 from core.read.source import Query, StoreRef, iter_sqlite_frames, read_frame, sqlite_path
 from core.read.turns import ID_CHUNK
@@ -25,6 +27,8 @@ if TYPE_CHECKING:
 
 J, C, T = JUDGMENTS.c, CONVERSATIONS.c, TURNS.c
 FAIL, PARTIAL, PASS = PASS_PARTIAL_FAIL.levels
+# The rubric ids under which the persona's turns are rated (``judges.persona_checks``).
+PERSONA_RUBRICS: tuple[str, ...] = (ENACTMENT_RUBRIC, REALISM_RUBRIC)
 COUNT_COLUMNS = ("n_rated", "n_fail", "n_partial", "n_error", "n_other", "n_scored")
 
 
@@ -33,6 +37,10 @@ def _filtered(q: Query, runs: Sequence[str] | None, rubric: str | None, judge: s
         q = q.where(C.run_id.in_(list(runs)))
     if rubric is not None:
         q = q.where(J.rubric_id == rubric)
+    else:
+        # Ratings of the persona (manipulation checks, realism) share the table but are not
+        # verdicts on the chatbot: no chatbot rate, contrast or version check may count them.
+        q = q.where(J.rubric_id.not_in(PERSONA_RUBRICS))
     if judge is not None:
         q = q.where(J.judge == judge)
     return q
@@ -155,7 +163,7 @@ def turn_failures(ref: StoreRef, runs: Sequence[str] | None = None) -> pd.DataFr
             func.max(case((J.verdict == FAIL, 1), (J.verdict.is_not(None), 0))).label("any_fail"),
         )
         .join_from(JUDGMENTS, CONVERSATIONS, C.id == J.conversation_id)
-        .where(J.conversation_id.in_(with_reasoning))
+        .where(J.conversation_id.in_(with_reasoning), J.rubric_id.not_in(PERSONA_RUBRICS))
         .group_by(J.conversation_id, J.turn_index)
     )
     if runs is not None:

@@ -12,6 +12,15 @@ touches only persona turns on which something fired: a few per conversation.
     frame = realisation_rows("results.db", ["run-1"])
     # conversation_id, branch_point, option, realised, exchange (None when not realised), recorded
 
+``enactment`` (issue 36) is the manipulation check of the persona turn on which the option came
+into force: ``enacted``, ``partly`` or ``not_enacted`` as rated by ``judges.persona_checks``
+(judgment rows under rubric ``enactment``, criterion = the branch point), or None when that turn
+was not rated (or the rater could not tell). ``error`` when every rating of that turn is an error
+(a rater that could not answer): never counted as enacted. Where several raters rated it, a
+verdict beats an error, and a model rater's verdict is preferred to the offline heuristic's (the
+first by name, so the choice is stable); of one rater's ratings (it rated again after its rubric
+changed), the newest.
+
 ``recorded`` is False for the conversations of a run none of whose persona turns records a firing:
 a store written by something other than the engine (or by a tool that leaves ``fired`` empty)
 says nothing about realisation, which is not the same as saying nothing was realised.
@@ -25,16 +34,18 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sqlalchemy import String, cast, select
 
-from core.domain import is_branch_key
-from core.read.schema import CONVERSATIONS, TURNS
+from core.domain import ENACTMENT_LEVELS, ENACTMENT_RUBRIC, is_branch_key
+from core.read.schema import CONVERSATIONS, JUDGMENTS, TURNS
 from core.read.source import StoreRef, read_frame
+from core.scales import ERROR
 
 if TYPE_CHECKING:
     import pandas as pd
 
 REALISATION_COLUMNS = [
-    "conversation_id", "branch_point", "option", "realised", "exchange", "recorded",
+    "conversation_id", "branch_point", "option", "realised", "exchange", "recorded", "enactment",
 ]  # fmt: skip
+HEURISTIC_RATER = "heuristic"
 
 
 class Realisation(NamedTuple):
@@ -105,8 +116,9 @@ def realisation_rows(ref: StoreRef, runs: Sequence[str] | None = None) -> pd.Dat
         if turn.fired:
             recorded.add(run_id)
         by_conv.setdefault(cid, []).append(turn)
+    checks = _enactment_checks(ref, runs)
     rows = [
-        (cid, *r, run_id in recorded)
+        (cid, *r, run_id in recorded, checks.get((cid, r.branch_point, r.exchange)))
         for cid, run_id, choices in conv_frame.itertuples(index=False, name=None)
         for r in realised_branches(_parsed(choices, {}), by_conv.get(cid, ()))
     ]
@@ -114,4 +126,33 @@ def realisation_rows(ref: StoreRef, runs: Sequence[str] | None = None) -> pd.Dat
     out["exchange"] = out["exchange"].astype("Int64")
     out["realised"] = out["realised"].astype(bool)
     out["recorded"] = out["recorded"].astype(bool)
+    out["enactment"] = out["enactment"].astype(object)
     return out
+
+
+def _enactment_checks(
+    ref: StoreRef, runs: Sequence[str] | None
+) -> dict[tuple[str, str, int | None], str]:
+    """(conversation, branch point, exchange) -> the manipulation check's verdict there."""
+    j, c, t = JUDGMENTS.c, CONVERSATIONS.c, TURNS.c
+    q = (
+        select(
+            j.conversation_id, j.criterion_id, t.exchange, j.judge, j.verdict, j.created_at, j.id
+        )
+        .join_from(JUDGMENTS, CONVERSATIONS, c.id == j.conversation_id)
+        .join(TURNS, t.id == j.turn_id)
+        .where(j.rubric_id == ENACTMENT_RUBRIC, j.verdict.in_([*ENACTMENT_LEVELS, ERROR]))
+    )
+    if runs is not None:
+        q = q.where(c.run_id.in_(list(runs)))
+    frame = read_frame(q, ref)
+    # Oldest first, so that of one rater's ratings of a turn the newest is seen last and wins.
+    frame = frame.sort_values(["created_at", "id"], kind="stable")
+    best: dict[tuple[str, str, int | None], tuple[tuple[bool, bool, str], str]] = {}
+    for cid, bp, exchange, judge, verdict, _at, _id in frame.itertuples(index=False, name=None):
+        key = (str(cid), str(bp), int(exchange))
+        # A verdict before an error, then model raters before the heuristic, then by name.
+        rank = (verdict == ERROR, judge == HEURISTIC_RATER, str(judge))
+        if key not in best or rank <= best[key][0]:
+            best[key] = (rank, str(verdict))
+    return {k: v for k, (_rank, v) in best.items()}

@@ -101,6 +101,14 @@ def judge_command(
             show_default=False,
         ),
     ] = None,
+    persona_judge: Annotated[
+        str | None,
+        typer.Option(
+            "--persona-judge",
+            help="Also rate the persona's own turns: the manipulation check of every fired branch point (did the turn enact its arm's option) and every persona turn's realism. heuristic (offline rules in scenarios/persona_rubrics/) or a model spec. Given without --judge, only the persona is rated.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Judge stored conversations against a rubric; every verdict is stored with its provenance.
 
@@ -119,6 +127,9 @@ def judge_command(
         raise UserError(f"--scope {scope!r}: expected per_turn or conversation")
     if panel not in (None, "median", "majority"):
         raise UserError(f"--panel {panel!r}: expected median or majority")
+    if persona_judge is not None and not judge:
+        _rate_persona(run_id, all_runs, db, persona_judge, judge_param)
+        return
     judges = judge or ["embedded"]
     if panel and len(judges) < 2:
         raise UserError("--panel needs at least two --judge")
@@ -166,6 +177,8 @@ def judge_command(
             + escape(", ".join(summary.scenarios_not_found[:5]))
             + (" ..." if len(summary.scenarios_not_found) > 5 else "")
         )
+    if persona_judge is not None:
+        _rate_persona(run_id, all_runs, db, persona_judge, judge_param)
     if summary.errors:
         console.print(
             f"{summary.errors} verdict(s) are error: their error and raw_output columns are in "
@@ -186,6 +199,38 @@ def _price(text: str) -> tuple[float, float]:
             f"--judge-price {text!r}: expected INPUT,OUTPUT in USD per million tokens, e.g. 0.15,0.6"
         )
     return values[0], values[1]
+
+
+def _rate_persona(
+    run_id: str | None, all_runs: bool, db: str | None, spec: str, pairs: list[str] | None
+) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+
+    from core.yamlio import printable
+    from gateway.specs import params_from_pairs
+    from judges.persona_checks import persona_judge_run
+
+    params = params_from_pairs(pairs, where="--judge-param") if pairs else None
+    s = persona_judge_run(run_id, spec=spec, db=db, params=params, all_runs=all_runs)
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(s.by_verdict.items())) or "none"
+    console = Console(highlight=False)
+    console.print(
+        f"persona ({escape(spec)}): {s.conversations} conversation(s), {s.rated} rating(s) written "
+        f"({escape(counts)}), {s.skipped} already rated, {s.unknown} the rater could not tell, "
+        f"{s.errors} error(s)"
+    )
+    if s.scenarios_not_found:
+        missing = ", ".join(s.scenarios_not_found[:5])
+        console.print(
+            "scenario(s) not found, so their manipulation checks cannot be made (no branch-point "
+            "kind or option text: unchecked, which counts as enacted) and realism is rated without "
+            "the persona's name and age: "
+            + escape(printable(missing))
+            + (" ..." if len(s.scenarios_not_found) > 5 else "")
+        )
+    if s.errors:
+        raise typer.Exit(1)
 
 
 def register(app: typer.Typer) -> None:

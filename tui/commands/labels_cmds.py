@@ -4,7 +4,8 @@ clinicians who label in a spreadsheet count as much as those who use ``branchpoi
 Columns (a header row first; the order is free, unknown columns are an error):
 
   conversation_id  required; must exist in the store
-  turn_index       the turn's index in the transcript; empty for the whole conversation
+  turn_index       the turn's index in the transcript; empty for the whole conversation; must be
+                   a turn of that conversation (for realism: a persona turn)
   rubric_id        required: teen, ed, another rubric id, or realism (persona realism ratings)
   criterion_id     required (for realism: persona_realism or conversation_realism)
   annotator        required: who labelled
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -58,6 +60,7 @@ def read_label_file(
     known_conversations: Any,
     drawn_items: Any = lambda designs: set(),
     known_criteria: dict[str, set[str]] | None = None,
+    turn_roles: Callable[[Iterable[str]], dict[tuple[str, int], str]] | None = None,
 ) -> list[Any]:
     """The rows of a labels CSV as ``LabelRow``; raises LabelFileError listing every problem.
 
@@ -66,8 +69,18 @@ def read_label_file(
     criterion_id) items those designs drew.
     ``known_criteria`` (rubric id -> criterion ids), when given, which rubrics and criteria a
     label may name: a label no judgment can be compared with is refused, not stored unseen.
+    ``turn_roles(ids)`` (``core.read.turn_roles``), when given, checks every ``turn_index``: a
+    turn of its conversation, and for a realism rating a persona turn (a rating nobody can pair
+    with the automatic rater's is a mistake, not a label).
     """
-    from core.human_labels import CONFIDENCE_LEVELS, LABEL_COLUMNS, REALISM_RUBRIC, LabelRow
+    from core.human_labels import (
+        CONFIDENCE_LEVELS,
+        LABEL_COLUMNS,
+        REALISM_CONVERSATION,
+        REALISM_RUBRIC,
+        REALISM_TURN,
+        LabelRow,
+    )
     from tui.app.label_scales import levels_for
 
     try:
@@ -87,6 +100,8 @@ def read_label_file(
 
     try:
         header = next(reader)
+        while not any(h.strip() for h in header):  # blank lines before the header: still empty
+            header = next(reader)
     except StopIteration:
         raise LabelFileError(
             f"{path}:1:1: header: empty file (expected a header row: {', '.join(LABEL_COLUMNS)})"
@@ -128,8 +143,13 @@ def read_label_file(
     except csv.Error as exc:
         problem(reader.line_num, 1, "row", f"{exc} (expected valid CSV)")
 
+    if not rows and not problems:
+        raise LabelFileError(
+            f"{path}:{last_line + 1}:1: row: no labels after the header (expected one row per label)"
+        )
     known = known_conversations({r["conversation_id"].strip() for _, _, r in rows})
     drawn = drawn_items({r.get("design_id", "").strip() for _, _, r in rows} - {""})
+    roles = turn_roles(known) if turn_roles is not None else None
     out = []
     for line, cols, raw in rows:
 
@@ -157,6 +177,10 @@ def read_label_file(
         if turn:
             if turn.isdigit():
                 values["turn_index"] = int(turn)
+                if roles is not None and cid in known:
+                    bad = _turn_problem(cid, int(turn), values["rubric_id"], roles)
+                    if bad:
+                        problem(line, at("turn_index"), "turn_index", bad)
             else:
                 problem(
                     line,
@@ -180,6 +204,23 @@ def read_label_file(
                 "verdict",
                 "empty (expected a realism level: very / mostly / mixed / not)",
             )
+        if values["rubric_id"] == REALISM_RUBRIC and values["criterion_id"]:
+            # A persona turn's rating and a whole conversation's pair with different things.
+            want = (
+                REALISM_TURN if values["turn_index"] is not None or turn else REALISM_CONVERSATION
+            )
+            if values["criterion_id"] != want:
+                problem(
+                    line,
+                    at("criterion_id"),
+                    "criterion_id",
+                    f"{values['criterion_id']!r} (expected {want} for a realism rating "
+                    + (
+                        "of one persona turn)"
+                        if want == REALISM_TURN
+                        else "with no turn_index: the whole conversation)"
+                    ),
+                )
         values["verdict"] = verdict or None
         conf = values.get("confidence", "")
         if conf and conf not in CONFIDENCE_LEVELS:
@@ -226,6 +267,23 @@ def read_label_file(
             shown.append(f"{path}: and {len(problems) - MAX_SHOWN} more problems")
         raise LabelFileError("\n".join(shown))
     return out
+
+
+def _turn_problem(cid: str, index: int, rubric_id: str, roles: dict[tuple[str, int], str]) -> str:
+    """Why turn ``index`` of ``cid`` cannot carry a label of ``rubric_id``, or ""."""
+    from core.human_labels import REALISM_RUBRIC
+
+    role = roles.get((cid, index))
+    expected = (
+        "expected the index of a persona turn of that conversation, or an empty turn_index with "
+        "criterion_id conversation_realism for the whole conversation"
+    )
+    if rubric_id == REALISM_RUBRIC and role != "user":
+        what = "it has no such turn" if role is None else "it is the chatbot's"
+        return f"{index} is not a persona turn of {cid!r} ({what}; {expected})"
+    if role is None:
+        return f"{index} is not a turn of {cid!r} (expected a turn index of that conversation, or empty)"
+    return ""
 
 
 def write_label_file(rows: Any, out: Path) -> int:
@@ -328,7 +386,7 @@ def import_command(
     annotator, verdict (empty: not applicable), note, confidence (low/medium/high), time_spent_s,
     blind (true/false), design_id (empty: outside any labelling design)."""
     from core.human_labels import drawn_items, save_labels
-    from core.read import existing_conversations
+    from core.read import existing_conversations, turn_roles
     from core.store import open_store
 
     store = open_store(db, create=False)
@@ -338,6 +396,7 @@ def import_command(
             lambda ids: existing_conversations(store, ids),
             lambda designs: drawn_items(store, designs),
             _judged_criteria(store),
+            lambda ids: turn_roles(store, ids),
         )
         n = save_labels(store, rows)
     finally:

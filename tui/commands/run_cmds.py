@@ -190,6 +190,15 @@ def run_command(
             help="Retries when the persona breaks character.",
         ),
     ] = 2,
+    realism_min: Annotated[
+        str | None,
+        typer.Option(
+            "--realism-min",
+            metavar="LEVEL",
+            help="Realism gate (off by default): a persona turn the offline realism rater puts below LEVEL (very, mostly, mixed, not) is regenerated, within --persona-retries; every attempt is stored.",
+            show_default=False,
+        ),
+    ] = None,
     retry_failed: Annotated[
         bool,
         typer.Option(
@@ -241,6 +250,7 @@ def run_command(
         processes=_processes(processes),
         seed=seed,
         persona_retries=persona_retries,
+        realism_min=_realism_level(realism_min),
         event_patterns=load_patterns(str(event_rules)) if event_rules else None,
         limits=load_limits(limits_file, limit or []),
     )
@@ -514,3 +524,13 @@ def show_command(
 def register(app: typer.Typer) -> None:
     app.command("run")(run_command)
     app.command("show")(show_command)
+
+
+def _realism_level(level: str | None) -> str | None:
+    from core.human_labels import REALISM_LEVELS
+
+    if level is not None and level not in REALISM_LEVELS:
+        raise UserError(
+            f"--realism-min {level!r}: unknown level (expected one of: {', '.join(REALISM_LEVELS)})"
+        )
+    return level
