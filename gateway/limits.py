@@ -234,13 +234,17 @@ class Limiter(AdaptiveLimit):
     async def acquire(self) -> None:
         await self._slot()
         try:
-            await self._cool_down()
-            if self.tokens is not None:
-                await self.tokens.acquire()
-            if self.bucket is not None:
-                await self.bucket.acquire()
-            # A 429 may have come back while this call waited for the bucket: wait it out too.
-            await self._cool_down()
+            while True:
+                await self._cool_down()
+                if self.tokens is not None:
+                    await self.tokens.acquire()
+                if self.bucket is not None:
+                    await self.bucket.acquire()
+                if self.cooling_until <= time.monotonic():
+                    break
+                # A 429 came back while this call waited for its rate token: wait the cool-down
+                # out and take a fresh token after it, or every call holding one would leave
+                # together the moment it ends (a burst over the rate limit).
         except BaseException:
             self._free()
             raise

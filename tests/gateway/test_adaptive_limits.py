@@ -141,3 +141,33 @@ def test_the_gateway_takes_its_limiters_from_the_factory() -> None:
         assert state.key == f"oai:{url}" and state.ok == 5 and state.in_flight == 0
     finally:
         server.stop()
+
+
+def test_calls_released_by_the_end_of_a_retry_after_keep_the_rate_limit() -> None:
+    """Issue 33: after a Retry-After ended, the calls that had taken their rate token before it
+    began all left in the same millisecond (7 in one second at a 4/s limit). Each now takes a
+    fresh token once the cool-down is over, so they leave at the limit's pace."""
+
+    async def main() -> list[float]:
+        limiter = Limiter(ProviderLimits(max_concurrency=16, rpm=240), "p")  # 4 per second
+        left: list[float] = []
+        loop = asyncio.get_running_loop()
+
+        async def call() -> None:
+            await limiter.acquire()
+            left.append(loop.time())
+            limiter.release("ok")
+
+        await call()  # the bucket's first token
+        waiting = [asyncio.create_task(call()) for _ in range(7)]  # in line for the bucket
+        await asyncio.sleep(0.1)
+        limiter.in_flight += 1  # an earlier call's 429, while they wait for their tokens
+        limiter.release("throttled", retry_after=1.0)
+        await asyncio.gather(*waiting)
+        return left[1:]
+
+    times = sorted(asyncio.run(main()))
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    # one token may be in the bucket when the cool-down ends; after it, one every 0.25 s
+    assert sum(1 for g in gaps if g < 0.2) <= 1, gaps
+    assert max(sum(1 for t in times if s <= t < s + 1.0) for s in times) <= 5, times
