@@ -97,8 +97,8 @@ def rm_command(
             f"verdicts, {c.human_labels} human labels, {c.model_calls} model calls"
         )
         if not yes and not typer.confirm(f"delete {what}?", default=False):
-            typer.echo("nothing deleted")
-            raise typer.Exit(1)
+            typer.echo("nothing deleted")  # declined: done as asked, exit 0 (as sweep's question)
+            return
         delete_run(store, run_id)
     finally:
         store.close()
