@@ -263,27 +263,55 @@ def _influence(
     return _Influence(u, v, r, tb, tb_a, tj, big_n, cells)
 
 
+def _leave_one_out(cells: np.ndarray) -> tuple[np.ndarray, ...] | None:
+    """``_side_estimate`` with each scenario left out in turn, all at once: (theta_b, theta_a,
+    items) per scenario left out (G) and the centred totals of b and a (G x G: left out x
+    scenario, zero on the diagonal); None when leaving one out leaves a stratum unlabelled."""
+    big_n, n, ys, hs, alls = cells
+    rest = cells.sum(1)[:, None, :] - cells  # 5 x G x H: the stratum sums without scenario g
+    r_big_n, r_n, r_ys, r_hs = rest[_N], rest[_LAB], rest[_Y], rest[_YHAT_LAB]
+    if (r_n < 1).any():
+        return None
+    ybar, hbar = r_ys / r_n, r_hs / r_n
+    k = np.sqrt(np.where(r_n > 1, r_n / np.maximum(r_n - 1, 1), 1.0))
+    kw = k * r_big_n / r_n  # G x H
+    # [g, c]: scenario c's total with g left out
+    b = (big_n[None] * ybar[:, None] + kw[:, None] * (ys[None] - n[None] * ybar[:, None])).sum(2)
+    a = (alls[None] - big_n[None] * hbar[:, None] - kw[:, None] * (hs[None] - n[None] * hbar[:, None])).sum(2)  # fmt: skip
+    off = 1.0 - np.eye(len(big_n))
+    b, a = b * off, a * off
+    counts = big_n.sum(1)
+    total = counts.sum() - counts
+    tb, ta = b.sum(1) / total, a.sum(1) / total
+    return (
+        tb,
+        ta,
+        total,
+        (b - tb[:, None] * counts[None]) * off,
+        (a - ta[:, None] * counts[None]) * off,
+    )
+
+
 def _jackknife_se(o: _Influence, b: _Influence, lam: float | None) -> float | None:
     """Standard error of the corrected difference by leaving out one scenario at a time, lambda
     tuned again each time (unless fixed): the tuned lambda is chosen on the very data whose
     variance it minimises, and with tens of scenarios the plug-in variance then comes out too
     small (the contrasts covered 93% at nominal 95% in our simulation; 95% with lambda fixed).
     None when leaving out a scenario leaves a stratum without labels."""
-    g = o.cells.shape[1]
-    out = np.empty(g)
-    keep = np.ones(g, bool)
-    for i in range(g):
-        keep[i] = False
-        so, sb = _side_estimate(o.cells[:, keep]), _side_estimate(b.cells[:, keep])
-        keep[i] = True
-        if so is None or sb is None:
-            return None
-        n_o = o.cells[_N].sum() - o.cells[_N][i].sum()
-        n_b = b.cells[_N].sum() - b.cells[_N][i].sum()
-        u, v = so[2] / n_o - sb[2] / n_b, so[3] / n_o - sb[3] / n_b
-        lam_i = lam if lam is not None else _tuned(u, v)
-        out[i] = (so[0] + lam_i * so[1]) - (sb[0] + lam_i * sb[1])
-    return math.sqrt((g - 1) / g * float(((out - out.mean()) ** 2).sum()))
+    so, sb = _leave_one_out(o.cells), _leave_one_out(b.cells)
+    if so is None or sb is None:
+        return None
+    u = so[3] / so[2][:, None] - sb[3] / sb[2][:, None]
+    v = so[4] / so[2][:, None] - sb[4] / sb[2][:, None]
+    if lam is None:
+        vv = (v * v).sum(1)
+        lams = np.clip(-(u * v).sum(1) / np.where(vv > 0, vv, 1.0), 0, 1)
+        lams = np.where(vv > 0, lams, 0.0)
+    else:
+        lams = np.full(len(u), lam)
+    est = (so[0] + lams * so[1]) - (sb[0] + lams * sb[1])
+    g = len(est)
+    return math.sqrt((g - 1) / g * float(((est - est.mean()) ** 2).sum()))
 
 
 def _tuned(u: np.ndarray, v: np.ndarray) -> float:
