@@ -212,25 +212,28 @@ def correct_contrast_frames(
         option = side_items(pairs, "b", data, tree)
         base = side_items(pairs, "a", data, tree)
         keys = ["judge", "condition", "rubric_id"]
-        for crit_level in (True, False):
-            by = [*keys, "criterion_id"] if crit_level else keys
-            groups = pairs.groupby(by, sort=True)
-            for values, grp in groups:
-                values = values if isinstance(values, tuple) else (values,)
-                rec: dict[str, Any] = {"judge": values[0], **label, "condition": values[1],
-                                       "rubric_id": values[2], "criterion_id": ALL}  # fmt: skip
-                if crit_level:
-                    rec["criterion_id"] = values[3]
-                rec["n_pairs"] = int(
-                    len(grp)
-                    if crit_level
-                    else grp[["conversation_id_a", "conversation_id_b"]].drop_duplicates().shape[0]
-                )
-                chosen = set(grp["_pair"])
-                opt, bas = option[option["pair"].isin(chosen)], base[base["pair"].isin(chosen)]
-                if opt.empty or base.empty:
-                    rec.update(note="no design items after the fork on one side")
-                    rows.append(rec)
+        for by in ([*keys, "criterion_id"], keys):
+            code = pairs.groupby(by, sort=True).ngroup().to_numpy()
+            n_pairs = (
+                pairs.assign(_g=code)
+                .drop_duplicates(["_g", "conversation_id_a", "conversation_id_b"])
+                .groupby("_g")
+                .size()
+            )
+            sides = [
+                dict(iter(items.groupby(code[items["pair"].to_numpy()], sort=False)))
+                for items in (option, base)
+            ]
+            for g, first in pairs.assign(_g=code).drop_duplicates("_g").set_index("_g").iterrows():
+                rec: dict[str, Any] = {"judge": first["judge"], **label,
+                                       "condition": first["condition"],
+                                       "rubric_id": first["rubric_id"], "criterion_id": ALL,
+                                       "n_pairs": int(n_pairs[g])}  # fmt: skip
+                if "criterion_id" in by:
+                    rec["criterion_id"] = first["criterion_id"]
+                opt, bas = sides[0].get(g), sides[1].get(g)
+                if opt is None or bas is None:
+                    rows.append({**rec, "note": "no design items after the fork on one side"})
                     continue
                 rows.append({**rec, **contrast_row(opt, bas, alpha)})
     table = pd.DataFrame(rows)

@@ -43,10 +43,10 @@ def test_the_corrected_contrast_covers_the_planted_difference_and_the_judge_only
 ):
     """A decline arm that fails 20 points more after the fork, a judge that catches half its
     failures but 90% of the baseline arm's: the judge-only contrast is near zero, the corrected
-    one covers +20 in >= 94% of seeded replications: 25 studies of 30 scenarios x 8 conditions,
-    each condition its own contrast, per criterion and over both (600 rows, +20 in each).
-    Measured apart (seed 7, 60 studies): 96.7% of 480 all-criteria rows, 96.0% of 960
-    per-criterion rows; judge-only 0% and 1.6%; people-only 94.8% and 94.3%."""
+    one covers +20 in >= 94% of seeded replications: 25 studies of 30 scenarios x 16 conditions,
+    each condition its own contrast, per criterion and over both (about 1,200 rows, +20 in each).
+    Measured with this seed 95.6% (judge-only 1.1%); seeds 1 and 2 gave 94.7% and 95.3%, so the
+    margin over 94% is thin: the estimator is close to nominal, not conservative."""
     conditions = tuple(f"c{i}" for i in range(16))
     s = ContrastSetting(n_scenarios=30, n_labels=1600, conditions=conditions)
     rng = np.random.default_rng(34)
@@ -354,3 +354,35 @@ def test_the_jackknife_equals_leaving_each_scenario_out_by_hand() -> None:
     est = ppi_contrast(*sides)
     assert not isinstance(est, str)
     assert est.corrected.se == pytest.approx(max(by_hand(None), est.corrected.se), rel=1e-12)
+
+
+def test_a_turn_two_arms_of_one_side_carry_is_one_item_kept_where_it_was_produced() -> None:
+    """A factorial tree: option arm o2 copies o1's turns 0-5, and both are compared from turn 4
+    (their forks from their own baseline arms): turns 4 and 5 of o2 are o1's, counted once, in
+    o1, whichever copy was labelled."""
+    from analysis.forks import Tree
+    from analysis.judge_correction_contrasts import side_items
+
+    tree = Tree(
+        pd.DataFrame(
+            {"conversation_id": ["o1", "o2"], "parent_id": [None, "o1"], "fork_turn": [None, 6]}
+        )
+    )
+    pairs = pd.DataFrame(
+        {
+            "conversation_id_b": ["o1", "o2"],
+            "rubric_id": "r",
+            "criterion_id": "x",
+            "judge": "j",
+            "fork_turn": [4.0, 4.0],
+            "_pair": [0, 1],
+        }  # fmt: skip
+    )
+    data = pd.DataFrame(
+        [{"conversation_id": c, "turn_index": t, "rubric_id": "r", "criterion_id": "x",
+          "judge": "j", "labelled": c == "o2"} for c in ("o1", "o2") for t in (1, 3, 5, 7)]
+    )  # fmt: skip
+    got = side_items(pairs, "b", data, tree)
+    assert sorted(zip(got["conversation_id"], got["turn_index"])) == [
+        ("o1", 5), ("o1", 7), ("o2", 7)
+    ]  # fmt: skip
