@@ -386,3 +386,27 @@ def test_a_turn_two_arms_of_one_side_carry_is_one_item_kept_where_it_was_produce
     assert sorted(zip(got["conversation_id"], got["turn_index"])) == [
         ("o1", 5), ("o1", 7), ("o2", 7)
     ]  # fmt: skip
+
+
+def test_only_realised_pairs_enter_and_none_realised_is_one_line() -> None:
+    st = contrast_study(ContrastSetting(), np.random.default_rng(5))
+    convs = st.judgments.drop_duplicates("conversation_id")
+    decline = convs.loc[convs["choice:help"] == "decline", "conversation_id"].tolist()
+    real = pd.DataFrame(
+        {"conversation_id": convs["conversation_id"], "branch_point": "help", "realised": True}
+    )
+    everyone = correct_contrast_frames(
+        st.judgments, st.judged, st.labels, st.designs, st.items, realisation=real
+    ).table
+    half = real.assign(realised=~real["conversation_id"].isin(decline[::2]))
+    some = correct_contrast_frames(
+        st.judgments, st.judged, st.labels, st.designs, st.items, realisation=half
+    ).table
+    pooled = [t[t["criterion_id"] == ALL].iloc[0] for t in (everyone, some)]
+    assert pooled[1]["n_pairs"] < pooled[0]["n_pairs"]
+    assert pooled[1]["n_option"] < pooled[0]["n_option"]
+    none = real.assign(realised=~real["conversation_id"].isin(decline))
+    c = correct_contrast_frames(
+        st.judgments, st.judged, st.labels, st.designs, st.items, realisation=none
+    )
+    assert c.empty and summary_line(c) == "no matched pairs rated after their fork to correct"
