@@ -48,6 +48,7 @@ _EXPORTS = {
     "ppi_contrast": "analysis.judge_correction",
     "ppi_mean_iid": "analysis.judge_correction",
     "judge_correction_section": "analysis.judge_correction_report",
+    "judge_corrected_contrasts": "analysis.judge_correction_contrasts",
 }
 
 __all__ = sorted(_EXPORTS)

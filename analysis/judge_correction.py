@@ -199,7 +199,8 @@ def ppi_design(
 @dataclass(frozen=True)
 class _Influence:
     """One group's per-scenario totals of the influence values (b + lambda a) and of the judge,
-    centred, and its mean pieces: theta = theta_b + lambda theta_a."""
+    centred, and its mean pieces: theta = theta_b + lambda theta_a; ``cells``: its sums per
+    scenario x stratum, from which any subset of scenarios is estimated again (the jackknife)."""
 
     u: np.ndarray
     v: np.ndarray
@@ -208,6 +209,34 @@ class _Influence:
     theta_a: float
     theta_j: float
     n: int
+    cells: np.ndarray
+
+
+# Per scenario x stratum sums of one side: items, labels, sum of human y over the labels, of the
+# judge over the labels, of the judge over every item.
+_N, _LAB, _Y, _YHAT_LAB, _YHAT = range(5)
+
+
+def _side_estimate(cells: np.ndarray) -> tuple[float, float, np.ndarray, np.ndarray] | None:
+    """(theta_b, theta_a, centred scenario totals of b, of a) from ``cells`` (5 x G x H), or
+    None when a stratum has no label left.
+
+    The labelled residuals sum to zero within a stratum (they leave the estimate alone) and are
+    scaled by sqrt(n_h / (n_h - 1)): their spread is measured around the labels' own mean, which
+    uses up one label per stratum (the unbiased sample variance). A side of a contrast holds few
+    labels per stratum; without it the people-only intervals covered 92% at nominal 95%."""
+    big_n, n, ys, hs, alls = cells
+    big_n_h, n_h = big_n.sum(0), n.sum(0)
+    if (n_h < 1).any():
+        return None
+    ybar, hbar = ys.sum(0) / n_h, hs.sum(0) / n_h
+    k = np.sqrt(np.where(n_h > 1, n_h / np.maximum(n_h - 1, 1), 1.0))
+    w = big_n_h / n_h
+    b = (big_n * ybar + k * w * (ys - n * ybar)).sum(1)
+    a = (alls - big_n * hbar - k * w * (hs - n * hbar)).sum(1)
+    total, counts = big_n.sum(), big_n.sum(1)
+    tb, ta = float(b.sum() / total), float(a.sum() / total)
+    return tb, ta, b - tb * counts, a - ta * counts
 
 
 def _influence(
@@ -219,23 +248,75 @@ def _influence(
     if big_n == 0:
         return "no judged items"
     n_h = np.bincount(s_codes, weights=lab.astype(float), minlength=n_strata)
-    big_n_h = np.bincount(s_codes, minlength=n_strata).astype(float)
     short = [str(s_names[i]) for i in np.flatnonzero(n_h < MIN_LABELS_PER_STRATUM)]
     if short:
         return f"too few labels (< {MIN_LABELS_PER_STRATUM}) in stratum {', '.join(short[:3])}"
     y = np.where(lab, y, 0.0)
-    ybar = np.bincount(s_codes, weights=y * lab, minlength=n_strata) / n_h
-    yhat_lab = np.bincount(s_codes, weights=yhat * lab, minlength=n_strata) / n_h
-    w = (big_n_h / n_h)[s_codes] * lab
-    b = ybar[s_codes] + w * (y - ybar[s_codes])
-    a = yhat - yhat_lab[s_codes] - w * (yhat - yhat_lab[s_codes])
-    counts = np.bincount(c_codes, minlength=n_clusters).astype(float)
-    totals = _cluster_variance(np.column_stack([b, a, yhat]), c_codes, n_clusters)
-    tb, ta, tj = totals.sum(0) / big_n
-    return _Influence(
-        totals[:, 0] - tb * counts, totals[:, 1] - ta * counts, totals[:, 2] - tj * counts,
-        float(tb), float(ta), float(tj), big_n,
-    )  # fmt: skip
+    cells = np.zeros((5, n_clusters, n_strata))
+    for i, values in enumerate((np.ones(big_n), lab * 1.0, y * lab, yhat * lab, yhat)):
+        np.add.at(cells[i], (c_codes, s_codes), values)
+    got = _side_estimate(cells)
+    assert got is not None  # every stratum has labels (checked above)
+    tb, tb_a, u, v = got
+    tj = float(yhat.sum() / big_n)
+    r = cells[_YHAT].sum(1) - tj * cells[_N].sum(1)
+    return _Influence(u, v, r, tb, tb_a, tj, big_n, cells)
+
+
+def _leave_one_out(cells: np.ndarray) -> tuple[np.ndarray, ...] | None:
+    """``_side_estimate`` with each scenario left out in turn, all at once: (theta_b, theta_a,
+    items) per scenario left out (G) and the centred totals of b and a (G x G: left out x
+    scenario, zero on the diagonal); None when leaving one out leaves a stratum unlabelled."""
+    big_n, n, ys, hs, alls = cells
+    rest = cells.sum(1)[:, None, :] - cells  # 5 x G x H: the stratum sums without scenario g
+    r_big_n, r_n, r_ys, r_hs = rest[_N], rest[_LAB], rest[_Y], rest[_YHAT_LAB]
+    if (r_n < 1).any():
+        return None
+    ybar, hbar = r_ys / r_n, r_hs / r_n
+    k = np.sqrt(np.where(r_n > 1, r_n / np.maximum(r_n - 1, 1), 1.0))
+    kw = k * r_big_n / r_n  # G x H
+    # [g, c]: scenario c's total with g left out
+    b = (big_n[None] * ybar[:, None] + kw[:, None] * (ys[None] - n[None] * ybar[:, None])).sum(2)
+    a = (alls[None] - big_n[None] * hbar[:, None] - kw[:, None] * (hs[None] - n[None] * hbar[:, None])).sum(2)  # fmt: skip
+    off = 1.0 - np.eye(len(big_n))
+    b, a = b * off, a * off
+    counts = big_n.sum(1)
+    total = counts.sum() - counts
+    tb, ta = b.sum(1) / total, a.sum(1) / total
+    return (
+        tb,
+        ta,
+        total,
+        (b - tb[:, None] * counts[None]) * off,
+        (a - ta[:, None] * counts[None]) * off,
+    )
+
+
+def _jackknife_se(o: _Influence, b: _Influence, lam: float | None) -> float | None:
+    """Standard error of the corrected difference by leaving out one scenario at a time, lambda
+    tuned again each time (unless fixed): the tuned lambda is chosen on the very data whose
+    variance it minimises, and with tens of scenarios the plug-in variance then comes out too
+    small (the contrasts covered 93% at nominal 95% in our simulation; 95% with lambda fixed).
+    None when leaving out a scenario leaves a stratum without labels."""
+    so, sb = _leave_one_out(o.cells), _leave_one_out(b.cells)
+    if so is None or sb is None:
+        return None
+    u = so[3] / so[2][:, None] - sb[3] / sb[2][:, None]
+    v = so[4] / so[2][:, None] - sb[4] / sb[2][:, None]
+    if lam is None:
+        vv = (v * v).sum(1)
+        lams = np.clip(-(u * v).sum(1) / np.where(vv > 0, vv, 1.0), 0, 1)
+        lams = np.where(vv > 0, lams, 0.0)
+    else:
+        lams = np.full(len(u), lam)
+    est = (so[0] + lams * so[1]) - (sb[0] + lams * sb[1])
+    g = len(est)
+    return math.sqrt((g - 1) / g * float(((est - est.mean()) ** 2).sum()))
+
+
+def _tuned(u: np.ndarray, v: np.ndarray) -> float:
+    """The lambda in [0, 1] that minimises the clustered variance of u + lambda v."""
+    return float(np.clip(-(u @ v) / (v @ v), 0, 1)) if v @ v > 0 else 0.0
 
 
 @dataclass(frozen=True)
@@ -254,6 +335,7 @@ def ppi_contrast(
     baseline: dict[str, np.ndarray],
     *,
     alpha: float = 0.05,
+    lam: float | None = None,
 ) -> PPIContrast | str:
     """The judge-corrected difference of two groups' rates (option minus baseline), e.g. the
     post-fork turns of the option arms and of their matched baseline arms.
@@ -262,7 +344,8 @@ def ppi_contrast(
     ``stratum``, ``cluster`` arrays), corrected with the labels that fell on that side; the
     variance is the cluster-robust variance over scenarios of the difference of the two sides'
     influence totals, so the pairing (both arms in one scenario) is kept, and one lambda
-    minimises it. Valid when labels fall on both sides, whether or not both arms of a pair were
+    minimises it. The corrected interval's standard error is the larger of that and the
+    leave-one-scenario-out jackknife with lambda tuned again in each (``_jackknife_se``). Valid when labels fall on both sides, whether or not both arms of a pair were
     labelled: the design draws each side's labelled turns at random within its strata. A side
     with fewer than two labels in one of its strata gives no estimate (said in one line)."""
     names = pd.Index(
@@ -289,17 +372,23 @@ def ppi_contrast(
     u = o.u / o.n - b.u / b.n
     v = o.v / o.n - b.v / b.n
     r = o.r / o.n - b.r / b.n
-    lam = float(np.clip(-(u @ v) / (v @ v), 0, 1)) if v @ v > 0 else 0.0
+    jack = _jackknife_se(o, b, lam)
+    if lam is None:
+        lam = _tuned(u, v)
     scale = g / (g - 1)
+    values = np.concatenate([np.asarray(side["yhat"], float) for side in (option, baseline)])
+    # a difference of two rates lies in [-1, 1]: its interval never runs past (scores are free)
+    bound = 1.0 if values.min() >= 0 and values.max() <= 1 else math.inf
 
-    def interval(estimate: float, z: np.ndarray) -> Interval:
-        se = math.sqrt(scale * float(z @ z))
+    def interval(estimate: float, z: np.ndarray, se: float | None = None) -> Interval:
+        plug_in = math.sqrt(scale * float(z @ z))
+        se = plug_in if se is None else max(se, plug_in)
         t = stats.t.ppf(1 - alpha / 2, effective_df(z))
-        return Interval(estimate, estimate - t * se, estimate + t * se, se)
+        return Interval(estimate, max(-bound, estimate - t * se), min(bound, estimate + t * se), se)
 
     return PPIContrast(
         corrected=interval(
-            (o.theta_b + lam * o.theta_a) - (b.theta_b + lam * b.theta_a), u + lam * v
+            (o.theta_b + lam * o.theta_a) - (b.theta_b + lam * b.theta_a), u + lam * v, jack
         ),
         judge_only=interval(o.theta_j - b.theta_j, r),
         human_only=interval(o.theta_b - b.theta_b, u),

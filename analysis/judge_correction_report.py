@@ -4,7 +4,7 @@ the store with ``analysis.judge_correction`` and appended to the report's sectio
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -16,6 +16,17 @@ from analysis.judge_correction import (
     correct_frames,
     correct_score_frames,
     store_frames,
+)
+from analysis.judge_correction_contrasts import (
+    METHOD as CONTRAST_METHOD,
+)
+from analysis.judge_correction_contrasts import (
+    TITLE as CONTRAST_TITLE,
+)
+from analysis.judge_correction_contrasts import (
+    contrast_display,
+    judge_corrected_contrasts,
+    summary_line,
 )
 from analysis.report_sections import Section
 
@@ -136,9 +147,15 @@ def corrected_plot(table: pd.DataFrame) -> bytes | None:
 
 
 def judge_correction_section(
-    store_or_db: Any, runs: Sequence[str] | None = None, correction: Correction | None = None
+    store_or_db: Any,
+    runs: Sequence[str] | None = None,
+    correction: Correction | None = None,
+    *,
+    contrasts: Correction | None = None,
+    baselines: Mapping[str, str] | None = None,
 ) -> Section:
-    """The report section; one line when there are no design-sampled labels."""
+    """The report section; one line when there are no design-sampled labels. ``contrasts``: the
+    corrected contrasts (``judge_corrected_contrasts``), read from the store when not given."""
     frames = store_frames(store_or_db, runs) if correction is None else None
     c = correction if correction is not None else correct_frames(*frames)  # type: ignore[misc]
     s = Section(TITLE)
@@ -162,6 +179,25 @@ def judge_correction_section(
             )
         )
         s.text += [n for n in scores.notes if n not in c.notes]
+    if contrasts is None:
+        contrasts = judge_corrected_contrasts(store_or_db, runs, baselines=baselines, frames=frames)
+    add_contrasts(s, contrasts, c.notes)
     png = corrected_plot(c.table)
     s.plot = (PLOT, png, "" if png else "no corrected rate to plot")
     return s
+
+
+def add_contrasts(s: Section, contrasts: Correction, shown: Sequence[str] = ()) -> None:
+    """The corrected contrasts' paragraph and table, or one line saying why there are none."""
+    s.text.append(f"{CONTRAST_TITLE}: {CONTRAST_METHOD}")
+    line = summary_line(contrasts)
+    s.text += [n for n in contrasts.notes if n not in shown and (line is None or n not in line)]
+    if line is not None:
+        s.text.append(f"{CONTRAST_TITLE}: {line}")
+        return
+    s.tables.append(
+        (
+            f"{CONTRAST_TITLE} (option minus baseline, percentage points, 95% interval)",
+            contrast_display(contrasts.table),
+        )
+    )

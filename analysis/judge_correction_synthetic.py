@@ -14,6 +14,7 @@ equal shares per target x condition.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -95,3 +96,108 @@ def simulate(s: Setting, rng: np.random.Generator) -> Study:
         idx = np.flatnonzero((target == t) & (condition == c))
         labelled[rng.choice(idx, share + (i < extra), replace=False)] = True
     return Study(target, condition, scenario, stratum, y, yhat, labelled)
+
+
+# --------------------------------------------------------------------------- matched contrasts
+
+
+@dataclass(frozen=True)
+class ContrastSetting:
+    """A teen-like study of one branch point (help: accept, the baseline, or decline) whose
+    decline arm fails more by ``delta`` on every criterion after the fork, judged by a judge
+    whose sensitivity differs by arm (so the judge's contrast is biased), with ``n_labels``
+    design labels drawn at random, equal shares per target x condition."""
+
+    n_scenarios: int = 30
+    targets: tuple[str, ...] = ("scripted:a", "scripted:b")
+    conditions: tuple[str, ...] = ("none",)  # no condition effect: each a replicate contrast
+    n_exchanges: int = 6
+    fork_exchange: int = 2  # the decline arm shares the first exchanges with its accept arm
+    forked: bool = True  # False: independent arms, every turn compared
+    delta: float = 0.2
+    base_fail: float = 0.3
+    sensitivity: tuple[float, float] = (0.5, 0.9)  # option arm, baseline arm
+    specificity: float = 0.95
+    n_labels: int = 300
+    scenario_sd: float = 0.05
+
+
+@dataclass
+class ContrastStudy:
+    """The store's frames as ``analysis.judge_correction_contrasts`` reads them, and the truth."""
+
+    judgments: Any  # judgment table with choice columns and the fork tree
+    judged: Any
+    labels: Any
+    designs: Any
+    items: Any
+    truth: Any  # the planted verdict of each judged item
+    delta: float  # the planted option-minus-baseline difference after the fork
+
+
+def contrast_study(s: ContrastSetting, rng: np.random.Generator) -> ContrastStudy:
+    import pandas as pd
+
+    from analysis.testing.synthetic import Effect, TeenDesign, simulate_teen_judgments
+
+    criteria = {"c1": "area", "c2": "area"}
+    d = TeenDesign(
+        n_scenarios=s.n_scenarios, targets=s.targets,
+        branch_points={"help": ["accept", "decline"]}, n_exchanges=s.n_exchanges,
+        criteria=criteria, base_fail=s.base_fail, conditions=s.conditions, condition_effect={},
+        effects=(Effect("help", "decline", tuple(criteria), s.delta),), p_error=0.0,
+        scenario_sd=s.scenario_sd, run_id="r",
+    )  # fmt: skip
+    conv, judg = simulate_teen_judgments(d, int(rng.integers(2**31)))
+    conv["arm"] = [ch["help"] for ch in conv["choices"]]
+    cell = ["scenario_id", "target", "condition", "simulator", "replicate"]
+    parent = conv[conv["arm"] == "accept"].set_index(cell)["conversation_id"]
+    conv["parent_id"] = [
+        parent[tuple(k)] if arm == "decline" and s.forked else None
+        for k, arm in zip(conv[cell].itertuples(index=False, name=None), conv["arm"])
+    ]
+    conv["fork_turn"] = np.where(conv["parent_id"].notna(), 2.0 * s.fork_exchange, np.nan)
+    jt = judg.merge(conv.drop(columns=["choices"]), on="conversation_id")
+    # the judge: misses failures more often in the option arm
+    sens = np.where(jt["arm"] == "decline", s.sensitivity[0], s.sensitivity[1])
+    failed = (jt["verdict"] == "fail").to_numpy()
+    flag = np.where(failed, rng.random(len(jt)) < sens, rng.random(len(jt)) >= s.specificity)
+    judge = np.where(flag, "fail", np.where(failed, "pass", jt["verdict"].astype(object)))
+    jt["truth"] = jt["verdict"]
+    jt["verdict"] = np.where(jt["verdict"].isna(), None, judge)
+    if s.forked:  # the shared prefix: the parent's own turns (and verdicts) copied
+        own = jt.set_index(["conversation_id", "turn_index", "criterion_id"])
+        pre = jt["parent_id"].notna() & (jt["turn_index"] < jt["fork_turn"])
+        src = list(zip(jt.loc[pre, "parent_id"], jt.loc[pre, "turn_index"],
+                       jt.loc[pre, "criterion_id"]))  # fmt: skip
+        for col in ("applicable", "verdict", "truth"):
+            jt.loc[pre, col] = own.loc[src, col].to_numpy()
+    jt = jt.assign(
+        run_id="r", rubric_id="teen", rubric_hash="h", judge="scripted:judge",
+        prompt_version="v1", scenario_path=None, created_at="2026-01-01 00:00:00",
+        **{"choice:help": jt["arm"]},
+    )  # fmt: skip
+    rated = jt["applicable"].astype(bool) & jt["verdict"].notna()
+    judged = jt[rated].reset_index(drop=True)
+    key = ["conversation_id", "turn_index", "rubric_id", "criterion_id"]
+    n_strata = len(s.targets) * len(s.conditions)
+    drawn = pd.concat(
+        [
+            grp.sample(min(len(grp), s.n_labels // n_strata), random_state=rng)
+            for _, grp in judged.groupby(["target", "condition"])
+        ]
+    ).assign(design_id="d1")
+    labels = drawn[key].assign(
+        annotator="ann", verdict=drawn["truth"].to_numpy(), blind=1.0, design_id="d1"
+    )
+    designs = pd.DataFrame([{
+        "id": "d1", "kind": "criterion", "settings": {"by_criterion": False}, "strata": {},
+        "created_at": "2026-02-01 00:00:00",
+    }])  # fmt: skip
+    judged_cols = [*key, "judge", "verdict", "created_at", "run_id", "scenario_id", "target",
+                   "condition"]  # fmt: skip
+    table = jt.drop(columns=["truth", "arm", "s", "ti", "realised", "exchange", "score"])
+    return ContrastStudy(
+        table, judged[judged_cols], labels, designs, drawn[[*key, "design_id"]],
+        judged[[*key, "truth"]], s.delta,
+    )  # fmt: skip

@@ -99,7 +99,9 @@ def register(app: typer.Typer) -> None:
                 "realisation: per branch point x option x target x condition x simulator, how "
                 "many arms realised their option (n of N); corrected: judge-corrected failure "
                 "rates (PPI++) per judge x target x condition x criterion and per target, beside "
-                "the judge-only and people-only rates and the judge's sensitivity and specificity.",
+                "the judge-only and people-only rates and the judge's sensitivity and specificity, and "
+                "the judge-corrected matched contrasts in a second file beside it, named "
+                "<out>_contrasts (e.g. corrected_contrasts.csv).",
             ),
         ] = "judgment",
         rubric: Annotated[str | None, typer.Option("--rubric", help="Only this rubric id.")] = None,
@@ -144,12 +146,20 @@ def register(app: typer.Typer) -> None:
             return
         elif level == "corrected":
             from analysis.judge_correction import judge_corrected
+            from analysis.judge_correction_contrasts import judge_corrected_contrasts
 
             corrected = judge_corrected(store, selected)
             for note in corrected.notes:
                 typer.echo(note)
             _write_table(corrected.table, out, fmt)
             n = len(corrected.table)
+            contrasts = judge_corrected_contrasts(store, selected)
+            for note in contrasts.notes:
+                if note not in corrected.notes:
+                    typer.echo(note)
+            side = out.with_name(f"{out.stem}_contrasts{out.suffix}")
+            _write_table(contrasts.table, side, fmt)
+            typer.echo(f"wrote {len(contrasts.table)} corrected contrast rows to {side}")
         elif level == "realisation":
             from analysis.realisation import realisation_table
 
@@ -205,11 +215,20 @@ def register(app: typer.Typer) -> None:
                 exclude_retried=exclude_retried,
             )
         from analysis.judge_correction import ALL, judge_corrected
+        from analysis.judge_correction_contrasts import (
+            TITLE as CONTRAST_TITLE,
+        )
+        from analysis.judge_correction_contrasts import (
+            contrast_display,
+            judge_corrected_contrasts,
+            summary_line,
+        )
         from analysis.judge_correction_report import TITLE, display_table
 
         corrected = judge_corrected(_store(db), selected)
+        contrasts = judge_corrected_contrasts(_store(db), selected, baselines=_baselines(baseline))
         if fmt == "json":
-            typer.echo(analysis_json(a, corrected))
+            typer.echo(analysis_json(a, corrected, contrasts))
             return
         copies = (
             f" ({a.n_copied_conversations} arms that never forked counted once)"
@@ -247,6 +266,18 @@ def register(app: typer.Typer) -> None:
                 ]
             ]  # per target; every cell in `report` and `export --level corrected`
             _print_table(console, f"{TITLE} (PPI++, per target)", shown)
+            line = summary_line(contrasts)
+            if line is not None:
+                console.print(_text(f"{CONTRAST_TITLE}: {line}"))
+            else:
+                pooled = contrasts.table[contrasts.table["criterion_id"] == ALL]
+                cols = ["judge", "contrast", "condition", "labelled (option/baseline)",
+                        "judge only", "corrected"]  # fmt: skip
+                _print_table(
+                    console,
+                    f"{CONTRAST_TITLE} (all criteria; points, option minus baseline)",
+                    contrast_display(pooled)[cols],
+                )  # per criterion: `report` and `export --level corrected`
 
     @app.command("report")
     def report(
@@ -336,9 +367,9 @@ def _text(s: str) -> Any:
     return Text(s)  # a Text is never parsed for markup
 
 
-def analysis_json(a: Any, corrected: Any = None) -> str:
+def analysis_json(a: Any, corrected: Any = None, contrasts: Any = None) -> str:
     """Every table of an analysis as JSON records (NaN as null), with its counts and notes, and
-    the judge-corrected rates when given."""
+    the judge-corrected rates and contrasts when given."""
     import json
 
     from analysis.report_sections import printed_notes
@@ -381,7 +412,12 @@ def analysis_json(a: Any, corrected: Any = None) -> str:
         "plotted_judge": a.primary_judge,
         "judge_corrected": None
         if corrected is None
-        else {"rates": records(corrected.table), "notes": list(corrected.notes)},
+        else {
+            "rates": records(corrected.table),
+            "notes": list(corrected.notes),
+            "contrasts": [] if contrasts is None else records(contrasts.table),
+            "contrast_notes": [] if contrasts is None else list(contrasts.notes),
+        },
         "notes": printed_notes(a),
     }
     return json.dumps(out, indent=1, default=str)
