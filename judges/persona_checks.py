@@ -62,12 +62,11 @@ _SCORES: dict[str, dict[str, float]] = {
 
 @lru_cache(maxsize=1)
 def _template() -> Any:
-    from jinja2 import StrictUndefined
-    from jinja2.sandbox import SandboxedEnvironment
+    from core.templates import prompt_template
 
-    # Sandboxed, like the judge prompt: the transcript is model text and the rubric a user file.
-    env = SandboxedEnvironment(undefined=StrictUndefined, autoescape=False)
-    return env.from_string(_TEMPLATE_TEXT)
+    # The project's one sandbox, like the judge prompt: the transcript is model text and the
+    # rubric a user file.
+    return prompt_template(_TEMPLATE_TEXT)
 
 
 @dataclass

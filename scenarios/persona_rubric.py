@@ -37,9 +37,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from core.domain import ENACTED, ENACTMENT_LEVELS, NOT_ENACTED, PARTLY_ENACTED
+from core.strict import FrozenStrictModel as _Strict
 from core.yamlio import ID_PATTERN, FieldProblem
 
 RUBRICS_DIR = Path(__file__).resolve().parent / "persona_rubrics"
@@ -55,10 +56,6 @@ _STOP = frozenset(
     these they thing this those through tell told too try very want was way were what when where
     which while who why will with would you your yours""".split()  # noqa: SIM905
 )
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 def _compiles(values: list[str]) -> list[str]:
