@@ -34,9 +34,17 @@ def is_branch_key(key: str) -> bool:
 # Manipulation checks (issue 36) share the ``judgments`` table with the chatbot judges under a
 # rubric id of their own, so that they are stored, resumed and audited like any verdict; they rate
 # the persona, not the chatbot, and the read layer keeps them out of the chatbot tables. (Automatic
-# realism ratings use the human ratings' pseudo-rubric, ``core.human_labels.REALISM_RUBRIC``, so
-# that a person's rating and the rater's of one persona turn share their key.)
+# realism ratings use the human ratings' pseudo-rubric, ``REALISM_RUBRIC`` below, so that a
+# person's rating and the rater's of one persona turn share their key.)
 ENACTMENT_RUBRIC = "enactment"
 # A manipulation check's verdicts, best first: did the persona turn do what its arm's option said.
 ENACTED, PARTLY_ENACTED, NOT_ENACTED = "enacted", "partly", "not_enacted"
 ENACTMENT_LEVELS: tuple[str, ...] = (ENACTED, PARTLY_ENACTED, NOT_ENACTED)
+
+# Persona realism, rated by people (core.human_labels) and by the rater: the pseudo-rubric, its
+# two criteria and its levels, best first. Here, not beside the labels' store code, so that `run
+# --realism-min` can check a level without importing the store before its fork server starts.
+REALISM_RUBRIC = "realism"
+REALISM_TURN = "persona_realism"
+REALISM_CONVERSATION = "conversation_realism"
+REALISM_LEVELS: tuple[str, ...] = ("very", "mostly", "mixed", "not")

@@ -27,6 +27,10 @@ from sqlalchemy import Select, func, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
+from core.domain import REALISM_CONVERSATION as REALISM_CONVERSATION  # the labels' API too
+from core.domain import REALISM_LEVELS as REALISM_LEVELS
+from core.domain import REALISM_RUBRIC as REALISM_RUBRIC
+from core.domain import REALISM_TURN as REALISM_TURN
 from core.records import (
     Conversation,
     HumanLabel,
@@ -38,10 +42,6 @@ from core.records import (
 )
 from core.store import Store
 
-REALISM_RUBRIC = "realism"
-REALISM_TURN = "persona_realism"
-REALISM_CONVERSATION = "conversation_realism"
-REALISM_LEVELS: tuple[str, ...] = ("very", "mostly", "mixed", "not")
 CONFIDENCE_LEVELS: tuple[str, ...] = ("low", "medium", "high")
 
 C = Conversation.__table__.c  # type: ignore[attr-defined]

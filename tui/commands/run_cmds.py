@@ -527,7 +527,7 @@ def register(app: typer.Typer) -> None:
 
 
 def _realism_level(level: str | None) -> str | None:
-    from core.human_labels import REALISM_LEVELS
+    from core.domain import REALISM_LEVELS  # not core.human_labels: that imports the store
 
     if level is not None and level not in REALISM_LEVELS:
         raise UserError(
