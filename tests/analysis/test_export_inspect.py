@@ -195,6 +195,7 @@ async def _page_text(
         return text, found
 
 
+@pytest.mark.slow
 def test_inspect_view_shows_a_conversation_and_its_verdict_in_chromium(
     logs: tuple[Path, str, Path], tmp_path: Path
 ) -> None:

@@ -244,6 +244,7 @@ def _paired_arms(rng: np.random.Generator, n_scen: int = 60, turns: int = 20, la
     return sides, mean(base_logit + shift) - mean(base_logit)
 
 
+@pytest.mark.slow
 def test_a_corrected_contrast_removes_a_judge_that_errs_differently_by_arm() -> None:
     from analysis.judge_correction import ppi_contrast
 

@@ -22,6 +22,7 @@ pytestmark = pytest.mark.anyio
 KEY = {"pass": "1", "partial": "2", "fail": "3"}
 
 
+@pytest.mark.slow
 async def test_sixty_blind_labels_reach_the_report_and_the_agreement_screen(
     tmp_path: Path,
 ) -> None:

@@ -85,6 +85,7 @@ def test_specs_without_a_batch_api_are_refused() -> None:
     assert (openai.api_base, openai.model) == ("https://api.openai.com/v1", "gpt-4o-mini")
 
 
+@pytest.mark.slow
 def test_batch_prices() -> None:
     # litellm's map has OpenAI's batch prices: half the list price
     mini = batch_price_of("litellm:openai/gpt-4o-mini")

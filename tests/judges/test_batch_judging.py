@@ -247,6 +247,7 @@ def _judge_args(db: Path, url: str) -> list[str]:
     )  # fmt: skip
 
 
+@pytest.mark.slow
 def test_sigkill_while_a_batch_is_pending_then_rerun_polls_the_same_batch(tmp_path: Path) -> None:
     replies = REPLIES[:4]  # no error verdicts: the command ends with status 0
     srv = server(batch_delay_s=8.0)

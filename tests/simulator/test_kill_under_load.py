@@ -12,6 +12,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
 from fixtures.engine.crash_checks import assert_resume_makes_exactly_the_missing_calls, count
 from fixtures.engine.helpers import cli_command, plugin_env, scripted_run
 
@@ -33,6 +34,7 @@ def _cli(db: str, *extra: str) -> list[str]:
     )
 
 
+@pytest.mark.slow
 def test_sigkill_under_heavy_write_load_then_resume_makes_exactly_the_missing_calls(
     cli_db: str,
 ) -> None:

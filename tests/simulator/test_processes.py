@@ -457,6 +457,7 @@ def test_the_parent_of_the_workers_does_not_load_the_conversation_engine() -> No
     assert out.stdout.strip() == "[]"
 
 
+@pytest.mark.slow
 def test_the_run_reports_its_workers_cpu_time(cli_db: str) -> None:
     """The workers are the fork server's children: the run's own usage (what ``wait4`` and
     ``time`` report) has their CPU only if the fork server reaped them and was waited for."""

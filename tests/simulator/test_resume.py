@@ -136,6 +136,7 @@ def _wait_for_turns(db: str, n: int, proc: subprocess.Popen, limit_s: float = 18
     raise AssertionError(f"no {n} turns within {limit_s}s")
 
 
+@pytest.mark.slow
 def test_sigkill_midway_then_resume_completes_without_redoing_turns(cli_db: str) -> None:
     proc = _start(cli_db, "rk", delay_s=0.25)
     try:
@@ -202,6 +203,7 @@ def test_sigterm_marks_conversations_interrupted(cli_db: str) -> None:
     assert run_status == "interrupted"
 
 
+@pytest.mark.slow
 def test_a_run_in_progress_cannot_be_resumed_by_a_second_process(cli_db: str) -> None:
     # Slow replies (1 s each) keep the first process busy while the second one starts and is refused.
     proc = _start(cli_db, "rl", delay_s=1.0)

@@ -140,6 +140,7 @@ def test_show_unknown_conversation_and_missing_store(cli, tmp_path) -> None:
         cli("show", "abc", "--db", str(tmp_path / "nope.db"))
 
 
+@pytest.mark.slow
 def test_errors_are_one_line_without_traceback(tmp_path) -> None:
     cases = [
         ([str(FIX / "at_turn.yaml"), "--condition", "no_such_prompt"], "unknown condition"),

@@ -194,6 +194,7 @@ def _killed_three_times_then_finished(tmp_path: Path, store: str, *, ray: bool) 
         server.stop()
 
 
+@pytest.mark.slow
 def test_sigkilled_budgeted_sweep_on_sqlite_never_bills_past_its_budget(tmp_path: Path) -> None:
     _killed_three_times_then_finished(tmp_path, str(tmp_path / "results.db"), ray=False)
 

@@ -8,6 +8,8 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from gateway.pricing import Price, Tokens
 from gateway.providers.scripted import ScriptedModel
 from gateway.testing.openai_server import ServerThread
@@ -16,6 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 SCENARIO = REPO / "scenarios" / "library" / "teen" / "teen-ah-rail-bridge-jump.yaml"
 
 
+@pytest.mark.slow
 def test_a_batch_judge_in_a_sweep(tmp_path: Path, sweep_plugin: Any) -> None:
     from typer.testing import CliRunner
 

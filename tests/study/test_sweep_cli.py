@@ -60,6 +60,7 @@ def rows(db: Path, sql: str) -> list[tuple[object, ...]]:
         return con.execute(sql).fetchall()
 
 
+@pytest.mark.slow
 def test_plan_only_prints_the_plan_and_writes_nothing(tmp_path: Path) -> None:
     manifest = write(tmp_path / "study.yaml", ["scripted:quiet", "scripted:eager"])
     from scenarios.loader import require_scenarios
@@ -154,6 +155,7 @@ def test_sweep_runs_resumes_adds_only_new_cells_and_refuses_changes(tmp_path: Pa
         assert rows(db, f"select count(*) from {table}")[0][0] == 0, table
 
 
+@pytest.mark.slow
 def test_a_scenario_file_added_or_removed_is_refused_unless_add_cells(tmp_path: Path) -> None:
     folder = tmp_path / "scenarios"
     folder.mkdir()

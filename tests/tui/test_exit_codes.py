@@ -64,6 +64,7 @@ def test_run_against_a_port_with_no_server_exits_1_saying_why(tmp_path: Path) ->
     assert f"127.0.0.1:{port}" in lines[0]
 
 
+@pytest.mark.slow
 def test_run_that_completes_exits_0_and_bad_usage_exits_2(tmp_path: Path) -> None:
     db = str(tmp_path / "r.db")
     common = ["--simulator", "scripted:persona", "--max-turns", "2", "--db", db]
@@ -75,6 +76,7 @@ def test_run_that_completes_exits_0_and_bad_usage_exits_2(tmp_path: Path) -> Non
     assert bad.stderr.strip() == "error: --fork 'sometimes': expected shared or independent"
 
 
+@pytest.mark.slow
 def test_judge_with_error_verdicts_exits_1(tmp_path: Path) -> None:
     db = str(tmp_path / "r.db")
     run = cli(

@@ -26,6 +26,7 @@ def _sql(db: Path, query: str, *params: object) -> list[tuple]:
         return conn.execute(query, params).fetchall()
 
 
+@pytest.mark.slow
 async def test_filtering_and_paging_match_the_store(tmp_path: Path) -> None:
     db = tmp_path / "t.db"
     store = small_teen_store(db)

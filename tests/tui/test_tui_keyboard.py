@@ -32,6 +32,7 @@ def tree(tmp_path: Path):  # type: ignore[no-untyped-def]
     store.close()
 
 
+@pytest.mark.slow
 async def test_compare_scrolls_to_its_last_turn_by_keyboard(tree) -> None:  # type: ignore[no-untyped-def]
     store, arms = tree
     app = BranchpointApp(store, conversation=arms["open"].id)

@@ -101,6 +101,7 @@ async def test_a_queue_resumes_where_the_annotator_left_it(tmp_path: Path) -> No
     store.close()
 
 
+@pytest.mark.slow
 async def test_realism_ratings_are_blind_to_the_simulator(tmp_path: Path) -> None:
     db = tmp_path / "t.db"
     store = small_teen_store(db, simulators=("scripted:simA", "scripted:simB"))
@@ -130,6 +131,7 @@ async def test_realism_ratings_are_blind_to_the_simulator(tmp_path: Path) -> Non
     store.close()
 
 
+@pytest.mark.slow
 async def test_labelling_every_turn_of_one_conversation(tmp_path: Path) -> None:
     db = tmp_path / "t.db"
     store = small_teen_store(db)
