@@ -14,7 +14,7 @@ the sweep, as the command does; the results are read through ``core.read``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -64,6 +64,10 @@ class StudyResult:
 
     sweep: SweepResult
     judging: JudgeSummary
+    # The sweep's model call rows in the store at the end, by purpose (target, persona,
+    # detector, judge): what ``branchpoint runs`` counts, and what the summary prints. A call the
+    # budget refused before sending it has no row (``sweep.calls`` counts the calls attempted).
+    stored_calls: dict[str, int] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -196,7 +200,18 @@ async def arun_study(
 
         result.spent_usd = sum(spend_of_run(store, sweep.sweep_id).values())
         result.reserved_usd = sum(reserved_by_target(store, sweep.sweep_id).values())
-    return StudyResult(result, judging.summary())
+    return StudyResult(result, judging.summary(), _stored_calls(store, sweep.sweep_id))
+
+
+def _stored_calls(store: Store, sweep_id: str) -> dict[str, int]:
+    from sqlalchemy import func, select
+
+    from core.read.schema import MODEL_CALLS
+
+    m = MODEL_CALLS.c
+    q = select(m.purpose, func.count()).where(m.run_id == sweep_id).group_by(m.purpose)
+    with store.engine.connect() as conn:
+        return {str(p): int(n) for p, n in conn.execute(q)}
 
 
 def _store_url(manifest: Manifest, path: Path) -> str | None:

@@ -2,10 +2,14 @@
 
 ``SweepMonitor`` holds no model text, only counts, ids and times. It is fed three ways:
 
-- ``on_progress(done, total)``: the turns written (``run_sweep``'s progress callback), for the
-  overall rate and ETA;
-- ``refresh()``: a read of the store (conversations of the sweep by target and status, and the
-  tokens and dollars of its model calls), so that what it shows is what the store holds; while
+- ``on_progress(done, total)``: ``run_sweep``'s progress callback, for the plan's turn budget
+  (shown beside the turns stored, never as a share: branching can store more);
+- ``refresh()``: a read of the store (conversations of the sweep by target and status, its
+  stored turns, and its model call rows by target and by role: purpose and spec), so that what
+  it shows is what the store holds and what ``branchpoint runs`` counts; progress and the one ETA
+  are conversations finished (completed or failed, each counted apart) of those planned, never
+  above 100% however many turns branching adds; dollars are ``None`` ("unpriced") where a call
+  row has no cost recorded (a model with no known price); while
   ``run_sweep`` runs it is called from a worker thread every ``interval_s`` (longer on a store so
   large that one read takes a while), never on the event loop;
 - the gateway: calls made (``Gateway.stats``; a gateway without stats, the stand-in of a sweep on
@@ -24,12 +28,12 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import func, select
+from sqlalchemy import and_, case, func, select
 
-from core.read.schema import CONVERSATIONS, MODEL_CALLS
+from core.read.schema import CONVERSATIONS, MODEL_CALLS, TURNS
 
 if TYPE_CHECKING:
     from core.store import Store
@@ -48,13 +52,24 @@ class TargetFigures:
     failed: int = 0
     calls: int = 0  # model calls recorded for its conversations (persona and detector included)
     tokens: int = 0
-    usd: float = 0.0
-    eta_s: float | None = None  # None: no conversation finished yet in this invocation
+    usd: float | None = 0.0  # None: some of its calls have no price known (unpriced)
 
     @property
     def waiting(self) -> int:
         """Planned conversations neither finished nor running (pending, interrupted, not begun)."""
         return max(0, self.planned - self.done - self.running - self.failed)
+
+
+@dataclass(frozen=True)
+class RoleFigures:
+    """One role (a model call row's purpose: target, persona, detector, judge) and the spec it
+    called, from the sweep's call rows: what ``branchpoint runs`` counts, split."""
+
+    role: str
+    spec: str
+    calls: int
+    tokens: int
+    usd: float | None  # None: some of these calls have no price known (unpriced)
 
 
 @dataclass(frozen=True)
@@ -67,6 +82,9 @@ class ProviderFigures:
     configured: int
     throttled: int  # 429 answers so far
     cooling_s: float = 0.0  # Retry-After cool-down left
+    # the roles and specs whose calls it limits ("target oai:x, persona oai:y"), from the sweep's
+    # call rows; empty until a call of it is stored (the view shows the key then)
+    roles: str = ""
 
 
 @dataclass(frozen=True)
@@ -85,13 +103,13 @@ class JudgingFigures:
 class MonitorSnapshot:
     sweep_id: str
     elapsed_s: float
-    turns_done: int
-    turns_total: int
+    turns_done: int  # turns stored in the sweep's conversations (at the last read)
+    turns_total: int  # the plan's turn budget: branching can store more, so never a percentage
     calls: int  # model calls this process made (gateway), cached ones included
     calls_per_s: float
     tokens: int
-    usd: float
-    eta_s: float | None
+    usd: float | None  # None: some calls have no price known (unpriced)
+    eta_s: float | None  # the one ETA: from conversations finished in this invocation
     targets: list[TargetFigures]
     providers: list[ProviderFigures]
     oldest_running: tuple[str, float] | None  # (conversation id, seconds seen running)
@@ -99,6 +117,18 @@ class MonitorSnapshot:
     judging_planned: int  # passes the manifest asks for (live ones per target, and after)
     refreshed: bool  # the store has been read at least once
     read_error: str | None = None  # why the last read of the store failed, if it did
+    roles: list[RoleFigures] = field(default_factory=list)
+
+    @property
+    def planned(self) -> int:
+        return sum(t.planned for t in self.targets)
+
+    @property
+    def finished_pct(self) -> float:
+        """Conversations finished (completed or failed) of those planned: at most 100."""
+        planned = self.planned
+        finished = sum(min(t.planned, t.done + t.failed) for t in self.targets)
+        return 100.0 * finished / planned if planned else 0.0
 
 
 class SweepMonitor:
@@ -125,7 +155,6 @@ class SweepMonitor:
         self.started = clock()
         self._lock = threading.Lock()
         self._turns = (0, 0)
-        self._turn_marks: deque[tuple[float, int]] = deque()
         self._call_marks: deque[tuple[float, int]] = deque()
         self._running_since: dict[str, float] = {}
         self._finished_at_start: dict[str, int] | None = None
@@ -134,6 +163,11 @@ class SweepMonitor:
         self._refreshed = False
         self._last_read_s = 0.0
         self._stored_calls = 0  # the sweep's call rows at the last refresh
+        self._stored_turns = 0  # the turns of its conversations at the last refresh
+        self._roles: list[RoleFigures] = []
+        self._key_roles: dict[str, list[tuple[str, str]]] = {}
+        self._eta: float | None = None
+        self._eta_since = self.started
         self.read_error: str | None = None  # the last failed read of the store, if the last failed
 
     # -- feeds ---------------------------------------------------------------------------------
@@ -143,17 +177,15 @@ class SweepMonitor:
         self.gateway = gateway
 
     def on_progress(self, done: int, total: int) -> None:
-        now = self.clock()
         with self._lock:
             self._turns = (done, total)
-            _mark(self._turn_marks, now, done)
 
     def rates_from_here(self) -> None:
-        """Measure the turn rate from now on: what came before (a resume's stored turns) was
-        not made by this run."""
+        """Measure the ETA's rate from now on: what came before (a resume's finished
+        conversations) was not done by this run; they count from the next read on."""
         with self._lock:
-            self._turn_marks.clear()
-            _mark(self._turn_marks, self.clock(), self._turns[0])
+            self._finished_at_start = None
+            self._eta_since = self.clock()
 
     def judge_started(self, label: str, when: str, conversations: int) -> None:
         with self._lock:
@@ -171,7 +203,16 @@ class SweepMonitor:
     def refresh(self) -> None:
         """Read the sweep's conversations and calls from the store (see the module docstring)."""
         began = time.perf_counter()
-        c, m = CONVERSATIONS.c, MODEL_CALLS.c
+        c, m, t = CONVERSATIONS.c, MODEL_CALLS.c, TURNS.c
+        # a call row sent (not cached), answered (no error) and with no cost: no price known
+        answered_unpriced = and_(m.cost.is_(None), m.error.is_(None), m.cached.is_(False))
+        unpriced = func.coalesce(func.sum(case((answered_unpriced, 1), else_=0)), 0)
+        spent = (
+            func.count(),
+            func.coalesce(func.sum(m.tokens_in + m.tokens_out), 0),
+            func.coalesce(func.sum(m.cost), 0.0),
+            unpriced,
+        )
         with self.store.engine.connect() as conn:
             by_status = conn.execute(
                 select(c.target, c.status, func.count())
@@ -181,61 +222,89 @@ class SweepMonitor:
             running = conn.execute(
                 select(c.id).where(c.run_id == self.sweep_id, c.status == "running")
             ).all()
-            spent = conn.execute(
-                select(
-                    c.target,
-                    func.count(),
-                    func.coalesce(func.sum(m.tokens_in + m.tokens_out), 0),
-                    func.coalesce(func.sum(m.cost), 0.0),
-                )
+            by_target = conn.execute(
+                select(c.target, *spent)
                 .select_from(MODEL_CALLS.join(CONVERSATIONS, m.conversation_id == c.id))
                 .where(m.run_id == self.sweep_id)
                 .group_by(c.target)
             ).all()
+            by_role = conn.execute(
+                select(m.purpose, m.model, *spent)
+                .where(m.run_id == self.sweep_id)
+                .group_by(m.purpose, m.model)
+            ).all()
+            samples = _limiter_keys(
+                conn.execute(
+                    select(MODEL_CALLS.c.params, m.purpose, m.model).where(
+                        m.id.in_(
+                            select(func.max(m.id))
+                            .where(m.run_id == self.sweep_id)
+                            .group_by(m.purpose, m.model)
+                        )
+                    )
+                ).all()
+            )
+            turns = conn.execute(
+                select(func.count())
+                .select_from(TURNS.join(CONVERSATIONS, t.conversation_id == c.id))
+                .where(c.run_id == self.sweep_id)
+            ).scalar_one()
         now = self.clock()
         counts: dict[str, dict[str, int]] = {}
         for target, status, n in by_status:
             counts.setdefault(str(target), {})[str(status)] = int(n)
-        costs = {str(t): (int(n), int(tok), float(usd)) for t, n, tok, usd in spent}
+        costs = {str(r[0]): (int(r[1]), int(r[2]), _usd(r[3], r[4])) for r in by_target}
+        roles = [
+            RoleFigures(str(p), str(spec), int(n), int(tok), _usd(usd, unp))
+            for p, spec, n, tok, usd, unp in sorted(
+                by_role, key=lambda r: (_role_order(r[0]), r[1])
+            )
+        ]
         ids = {str(r[0]) for r in running}
-        self._stored_calls = sum(n for n, _, _ in costs.values())
+        self._stored_calls = sum(r.calls for r in roles)
         calls_now = self._gateway_calls()
         with self._lock:
             _mark(self._call_marks, now, calls_now)
             self._running_since = {i: self._running_since.get(i, now) for i in ids}
             finished = {
-                t: counts.get(t, {}).get("completed", 0) + counts.get(t, {}).get("failed", 0)
+                t: min(
+                    len(self.planned[t]),
+                    counts.get(t, {}).get("completed", 0) + counts.get(t, {}).get("failed", 0),
+                )
                 for t in self.planned
             }
             if self._finished_at_start is None:
                 self._finished_at_start = finished
-            elapsed = max(now - self.started, 1e-9)
+            # One ETA: the conversations left at the rate this invocation has finished them
+            # (completed or failed alike: either is one fewer to wait for).
+            remaining = sum(len(p) for p in self.planned.values()) - sum(finished.values())
+            now_finished = sum(finished.values()) - sum(self._finished_at_start.values())
+            elapsed = max(now - self._eta_since, 1e-9)
+            self._eta = (
+                0.0
+                if remaining <= 0
+                else (remaining * elapsed / now_finished if now_finished > 0 else None)
+            )
             figures = []
             for target, ids_planned in self.planned.items():
                 got = counts.get(target, {})
                 calls, tokens, usd = costs.get(target, (0, 0, 0.0))
-                done, failed = got.get("completed", 0), got.get("failed", 0)
-                remaining = len(ids_planned) - done - failed
-                now_finished = finished[target] - self._finished_at_start.get(target, 0)
-                eta = (
-                    0.0
-                    if remaining <= 0
-                    else (remaining * elapsed / now_finished if now_finished > 0 else None)
-                )
                 figures.append(
                     TargetFigures(
                         target=target,
                         planned=len(ids_planned),
-                        done=done,
+                        done=got.get("completed", 0),
                         running=got.get("running", 0),
-                        failed=failed,
+                        failed=got.get("failed", 0),
                         calls=calls,
                         tokens=tokens,
                         usd=usd,
-                        eta_s=eta,
                     )
                 )
             self._targets = figures
+            self._roles = roles
+            self._key_roles = samples
+            self._stored_turns = int(turns)
             self._refreshed = True
         self._last_read_s = time.perf_counter() - began
 
@@ -267,15 +336,13 @@ class SweepMonitor:
         calls = self._gateway_calls()
         providers = _providers(self.gateway)
         with self._lock:
+            providers = [
+                replace(p, roles=", ".join(f"{r} {s}" for r, s in self._key_roles.get(p.key, [])))
+                for p in providers
+            ]
             _mark(self._call_marks, now, calls)
-            done, total = self._turns
-            turn_rate = _rate(self._turn_marks)
+            total = self._turns[1]
             call_rate = _rate(self._call_marks)
-            eta = (
-                (total - done) / turn_rate
-                if turn_rate > 0 and total > done
-                else (0.0 if total and done >= total else None)
-            )
             oldest = (
                 min(self._running_since.items(), key=lambda kv: (kv[1], kv[0]))
                 if self._running_since
@@ -285,13 +352,13 @@ class SweepMonitor:
             return MonitorSnapshot(
                 sweep_id=self.sweep_id,
                 elapsed_s=now - self.started,
-                turns_done=done,
+                turns_done=self._stored_turns,
                 turns_total=total,
                 calls=calls,
                 calls_per_s=call_rate,
-                tokens=sum(t.tokens for t in targets),
-                usd=sum(t.usd for t in targets),
-                eta_s=eta,
+                tokens=sum(r.tokens for r in self._roles),
+                usd=_sum_usd(r.usd for r in self._roles),
+                eta_s=self._eta,
                 targets=targets,
                 providers=providers,
                 oldest_running=(oldest[0], now - oldest[1]) if oldest else None,
@@ -299,7 +366,50 @@ class SweepMonitor:
                 judging_planned=self.judging_planned,
                 refreshed=self._refreshed,
                 read_error=self.read_error,
+                roles=list(self._roles),
             )
+
+
+_ROLES = ("target", "persona", "detector", "judge")
+
+
+def _role_order(purpose: object) -> int:
+    return _ROLES.index(str(purpose)) if str(purpose) in _ROLES else len(_ROLES)
+
+
+def _limiter_keys(samples: Iterable[Any]) -> dict[str, list[tuple[str, str]]]:
+    """Provider limiter key -> the (role, spec) pairs whose calls it limits, from one stored call
+    row of each (its params carry the endpoint the key is made of)."""
+    from core.errors import UserError
+    from gateway.completion import GenParams
+    from gateway.providers.registry import provider_kind
+    from gateway.specs import parse_spec
+
+    out: dict[str, list[tuple[str, str]]] = {}
+    for params, purpose, model in samples:
+        try:
+            spec = parse_spec(str(model))
+            key = provider_kind(spec.kind).key(spec.model, GenParams.model_validate(params or {}))
+        except (UserError, ValueError):  # a row this build cannot read is left unlabelled
+            continue
+        out.setdefault(key, []).append((str(purpose), str(model)))
+    for pairs in out.values():
+        pairs.sort(key=lambda p: (_role_order(p[0]), p[1]))
+    return out
+
+
+def _usd(cost: Any, unpriced: Any) -> float | None:
+    """The dollars of a group of call rows; None where any has no price known."""
+    return None if int(unpriced or 0) else float(cost or 0.0)
+
+
+def _sum_usd(values: Iterable[float | None]) -> float | None:
+    total = 0.0
+    for v in values:
+        if v is None:
+            return None
+        total += v
+    return total
 
 
 def _mark(marks: deque[tuple[float, int]], now: float, value: int) -> None:
@@ -339,6 +449,7 @@ __all__ = [
     "JudgingFigures",
     "MonitorSnapshot",
     "ProviderFigures",
+    "RoleFigures",
     "SweepMonitor",
     "TargetFigures",
 ]

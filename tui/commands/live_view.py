@@ -1,7 +1,10 @@
 """The live view of a running sweep, drawn from a ``SweepMonitor`` (study/monitor.py).
 
-On a terminal (stderr) it is a rich ``Live`` display: per target done / running / failed, calls,
-tokens, dollars and ETA; per provider calls in flight against the current limit and the 429s;
+On a terminal (stderr) it is a rich ``Live`` display: conversations finished of those planned
+(completed and failed apart, so the share never passes 100% and a failed one is never "done"),
+the turns stored, one ETA; per target done / running / failed, calls, tokens, dollars; per role
+(target, persona, detector, judge) with its spec, the calls, tokens and dollars of its call rows
+(what ``branchpoint runs`` counts), "unpriced" where no price is known; per provider calls in flight against the current limit and the 429s;
 the oldest running conversation; judging. Anywhere else (CI logs, a pipe) it prints one plain
 line every ``plain_every_s`` seconds, so that a log stays readable.
 
@@ -37,8 +40,22 @@ def duration(seconds: float | None) -> str:
     return f"{s}s"
 
 
-def _usd(value: float) -> str:
+def _usd(value: float | None) -> str:
+    """Dollars; ``unpriced`` where a call's price is not known (never a made-up $0)."""
+    if value is None:
+        return "unpriced"
     return f"${value:.4f}" if value < 1 else f"${value:,.2f}"
+
+
+def progress(snap: MonitorSnapshot) -> str:
+    """``3 done, 40 failed, 1 running of 44 conversations (98%)``: finished of planned."""
+    done = sum(t.done for t in snap.targets)
+    failed = sum(t.failed for t in snap.targets)
+    running = sum(t.running for t in snap.targets)
+    return (
+        f"{done} done, {failed} failed, {running} running of {snap.planned} conversations "
+        f"({snap.finished_pct:.0f}%)"
+    )
 
 
 def _safe(value: object) -> str:
@@ -56,13 +73,13 @@ def render(snap: MonitorSnapshot) -> Group:
     head = Text.assemble(
         _t(f"sweep {snap.sweep_id}", "bold"),
         _t(
-            f"  turns {snap.turns_done}/{snap.turns_total}  {snap.calls_per_s:.1f} calls/s  "
-            f"{snap.tokens:,} tokens  {_usd(snap.usd)}  elapsed {duration(snap.elapsed_s)}  "
-            f"ETA {duration(snap.eta_s)}"
+            f"  {progress(snap)}  turns stored {snap.turns_done:,}  "
+            f"{snap.calls_per_s:.1f} calls/s  {snap.tokens:,} tokens  {_usd(snap.usd)}  "
+            f"elapsed {duration(snap.elapsed_s)}  ETA {duration(snap.eta_s)}"
         ),
     )
     targets = Table(box=None, pad_edge=False, show_edge=False)
-    for name in ("target", "done", "running", "failed", "waiting", "calls", "tokens", "USD", "ETA"):
+    for name in ("target", "done", "running", "failed", "waiting", "calls", "tokens", "USD"):
         targets.add_column(Text(name), justify="left" if name == "target" else "right")
     for t in snap.targets:
         targets.add_row(
@@ -74,16 +91,22 @@ def render(snap: MonitorSnapshot) -> Group:
             _t(t.calls),
             _t(f"{t.tokens:,}"),
             _t(_usd(t.usd)),
-            _t(duration(t.eta_s)),
         )
     parts: list[Any] = [head, targets]
+    if snap.roles:
+        roles = Table(box=None, pad_edge=False, show_edge=False)
+        for name in ("role", "spec", "calls", "tokens", "USD"):
+            roles.add_column(Text(name), justify="left" if name in ("role", "spec") else "right")
+        for r in snap.roles:
+            roles.add_row(_t(r.role), _t(r.spec), _t(r.calls), _t(f"{r.tokens:,}"), _t(_usd(r.usd)))
+        parts.append(roles)
     if snap.providers:
         providers = Table(box=None, pad_edge=False, show_edge=False)
-        for name in ("provider", "in flight", "limit", "configured", "429s", "cooling"):
-            providers.add_column(Text(name), justify="left" if name == "provider" else "right")
+        for name in ("provider of", "in flight", "limit", "configured", "429s", "cooling"):
+            providers.add_column(Text(name), justify="left" if name == "provider of" else "right")
         for p in snap.providers:
             providers.add_row(
-                _t(p.key),
+                _t(p.roles or p.key),  # the roles and specs it serves; its key until one is stored
                 _t(p.in_flight),
                 _t(p.limit),
                 _t(p.configured),
@@ -116,15 +139,10 @@ def judging_line(snap: MonitorSnapshot) -> str:
 
 def plain_line(snap: MonitorSnapshot) -> str:
     """The one-line progress of a log: totals over the targets."""
-    planned = sum(t.planned for t in snap.targets)
-    done = sum(t.done for t in snap.targets)
-    running = sum(t.running for t in snap.targets)
-    failed = sum(t.failed for t in snap.targets)
     throttled = sum(p.throttled for p in snap.providers)
-    pct = 100 * snap.turns_done / snap.turns_total if snap.turns_total else 0.0
     return (
-        f"sweep {snap.sweep_id}: {done}/{planned} done, {running} running, {failed} failed; "
-        f"turns {snap.turns_done}/{snap.turns_total} ({pct:.0f}%); {snap.calls_per_s:.1f} calls/s, "
+        f"sweep {snap.sweep_id}: {progress(snap)}; turns stored {snap.turns_done:,}; "
+        f"{snap.calls_per_s:.1f} calls/s, "
         f"{snap.tokens:,} tokens, {_usd(snap.usd)}; 429s {throttled}; "
         f"elapsed {duration(snap.elapsed_s)}, ETA {duration(snap.eta_s)}"
     )

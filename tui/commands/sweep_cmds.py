@@ -185,11 +185,13 @@ def _summary(outcome: StudyResult) -> int:
     def say(line: str) -> None:
         console.print(Text(line))  # Text: a model name or an error is never read as markup
 
-    calls = ", ".join(f"{n} {purpose}" for purpose, n in sorted(result.calls.items()))
+    # the store's call rows (what `runs` counts), not the calls attempted: a call the budget
+    # refused was never sent
+    calls = ", ".join(f"{n} {purpose}" for purpose, n in sorted(outcome.stored_calls.items()))
     say(
         f"sweep {result.sweep_id}: {result.conversations} conversations, "
         f"{result.completed} completed, {result.n_failed} not completed; "
-        f"model calls now: {calls or 'none'}"
+        f"model calls stored: {calls or 'none'}"
     )
     if result.retried:
         say(f"retried {result.retried} failed conversation(s) (--retry-failed)")
