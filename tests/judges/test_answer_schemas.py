@@ -1,4 +1,4 @@
-"""The schemas sent for the judge's and the detector's structured answers are generated from the
+"""The schemas sent for the judge's, the persona rater's and the detector's structured answers are generated from the
 models that parse those answers, and are what the hand-written schemas were (byte for byte, so
 cached calls are found again and prompts are unchanged)."""
 
@@ -9,9 +9,11 @@ from typing import Any
 
 import pytest
 
-from core.domain import EVENTS
+from core.answer_schema import answer_schema
+from core.domain import ENACTMENT_LEVELS, EVENTS
 from judges.llm_judge import json_schema, parse_output
 from judges.loading import bundled_rubrics, load_rubric
+from judges.persona_checks import _answer_model
 from simulator.events import DETECTOR_SCHEMA
 
 
@@ -72,3 +74,22 @@ def test_the_detector_schema_is_generated_and_unchanged() -> None:
         "additionalProperties": False,
     }
     assert json.dumps(DETECTOR_SCHEMA) == json.dumps(hand_written)
+
+
+@pytest.mark.parametrize("levels", [ENACTMENT_LEVELS, ("realistic", "unrealistic")])
+def test_the_persona_raters_schema_is_generated_and_unchanged(levels: tuple[str, ...]) -> None:
+    hand_written = {
+        "type": "object",
+        "properties": {
+            "verdict": {"type": "string", "enum": list(levels)},
+            "rationale": {"type": "string"},
+            "evidence": {"type": "array", "items": {"type": "string"}},
+        },
+        "required": ["verdict", "rationale", "evidence"],
+        "additionalProperties": False,
+    }
+    model = _answer_model(tuple(levels))
+    assert json.dumps(answer_schema(model)) == json.dumps(hand_written)
+    # parsed as leniently as before: an extra key ignored, rationale and evidence optional
+    answer = model.model_validate({"verdict": levels[0], "note": "x"})
+    assert answer.rationale == "" and answer.evidence == []
