@@ -26,7 +26,7 @@ import pandas as pd
 from analysis.export.pages import example_pages
 from analysis.pipeline import Analysis, refuse_pooled_configs, run_analysis
 from analysis.report_sections import Section, build_sections, headline_tables
-from core.yamlio import printable
+from core.untrusted import visible
 
 __all__ = [
     "Analysis",
@@ -53,9 +53,9 @@ def _md_escape(text: str) -> str:
 
 
 def _literal(text: str) -> str:
-    """``text`` with every control character but the line break written as a visible escape: an
-    option name or a transcript must not drive the terminal that shows the report."""
-    return "\n".join(printable(line) for line in str(text).split("\n"))
+    """``text`` under the one untrusted-text policy (``core.untrusted``): an option name or a
+    transcript must not drive the terminal that shows the report."""
+    return visible(text)
 
 
 def _h(text: str) -> str:
@@ -70,7 +70,9 @@ def _literal_frame(df: pd.DataFrame) -> pd.DataFrame:
 
 def _md_cell(v: Any) -> str:
     text = "" if v is None or (isinstance(v, float) and np.isnan(v)) else str(v)
-    return _md_escape(printable(text.replace("\n", " ").replace("\r", " ")))
+    # A table cell holds one line: a line break becomes a space; a lone CR is escaped as elsewhere.
+    one_line = text.replace("\r\n", " ").replace("\n", " ")
+    return _md_escape(visible(one_line, multiline=False))
 
 
 def _md_table(df: pd.DataFrame, full: str | None = None, max_rows: int = MAX_ROWS) -> str:

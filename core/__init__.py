@@ -1,7 +1,7 @@
 """branchpoint's base layer: what every other package shares, importing none of them.
 
 errors (``UserError``), the store's records and the store, schema migrations, YAML reading with
-positions, sandboxed templates, redaction of secrets, and the domain words every layer shares (the
+positions, sandboxed templates, redaction of secrets, the one policy for showing untrusted text, and the domain words every layer shares (the
 events, the profile choice keys, the verdict scales). Names are imported lazily so that
 ``import core`` (and ``branchpoint --help``) stays fast.
 
@@ -48,6 +48,7 @@ _EXPORTS = {
     "SCALES": "core.scales",
     "ScaleDef": "core.scales",
     "ERROR": "core.scales",
+    "visible": "core.untrusted",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -80,4 +81,5 @@ if TYPE_CHECKING:  # for type checkers and editors
     from core.scales import ERROR, SCALES, ScaleDef
     from core.store import Store, StoreError, open_store, redact_url, resolve_url
     from core.templates import TemplateRenderError, render
+    from core.untrusted import visible
     from core.yamlio import LoadError, load_model, read_yaml

@@ -36,6 +36,7 @@ from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from ruamel.yaml.reader import ReaderError
 from ruamel.yaml.scalarbool import ScalarBoolean
 
+from core.untrusted import visible
 from core.yaml_limits import MAX_FILE_BYTES, BoundedComposer, BoundedScanner, YAMLLimitError
 
 M = TypeVar("M", bound=BaseModel)
@@ -66,17 +67,10 @@ class LoadError:
     def __post_init__(self) -> None:
         # Always one line, and nothing from the file can drive the terminal (escape sequences).
         for name in ("path", "field", "message"):
-            object.__setattr__(self, name, printable(getattr(self, name)))
+            object.__setattr__(self, name, visible(getattr(self, name), multiline=False))
 
     def __str__(self) -> str:
         return f"{self.path}:{self.line}:{self.col}: {self.field}: {self.message}"
-
-
-def printable(text: str) -> str:
-    """``text`` with line breaks and control characters written as escapes."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any, Protocol
 
+from core.untrusted import visible
 from judges.verdicts import CriterionVerdict, JudgingUnit, error_verdicts
 
 if TYPE_CHECKING:
@@ -83,8 +84,8 @@ def custom_id(conversation_id: str, turn_id: str | None) -> str:
 
 
 def _printable(text: str) -> str:
-    """A provider's word as shown on the terminal: no control characters, no escapes."""
-    return "".join(ch for ch in str(text) if ch.isprintable())[:120]
+    """A provider's word as shown on the terminal: one line, controls as escapes (core.untrusted)."""
+    return visible(text, multiline=False)[:120]
 
 
 class BatchJudging:

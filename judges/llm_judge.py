@@ -23,18 +23,20 @@ import hashlib
 import json
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
     ValidationError,
+    WithJsonSchema,
     create_model,
     field_validator,
     model_validator,
 )
 
+from core.answer_schema import answer_schema
 from gateway.structured import extract_json, pinned_mode
 from judges.evidence import verify_quotes
 from judges.rubric import ERROR, Criterion, Rubric
@@ -93,7 +95,9 @@ def render_messages(rubric: Rubric, unit: JudgingUnit, criteria: list[Criterion]
 
 
 class _RatingBase(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # defaults_required: what is parsed may leave out rationale and evidence, what is asked for
+    # (the serialization schema, core.answer_schema) requires them.
+    model_config = ConfigDict(extra="forbid", json_schema_serialization_defaults_required=True)
     LEVELS: ClassVar[tuple[str, ...]] = ()
 
     applicable: bool
@@ -143,37 +147,44 @@ def output_model(rubric: Rubric, criteria: list[Criterion]) -> type[BaseModel]:
 
 
 def _build_output_model(rubric: Rubric, criteria: list[Criterion]) -> type[BaseModel]:
+    # One model both parses an answer and, in its serialization schema, says what is asked for
+    # (core.answer_schema): parsing is lenient (a criterion, a rationale or the evidence may be
+    # missing), the schema sent requires them all, as strict structured output needs.
+    levels = tuple(rubric.levels)
+    verdict = Annotated[
+        str | None, WithJsonSchema({"type": ["string", "null"], "enum": [*levels, None]})
+    ]
     rating = type(
-        "Rating", (_RatingBase,), {"LEVELS": tuple(rubric.levels), "__module__": __name__}
+        "Rating",
+        (_RatingBase,),
+        {
+            "LEVELS": levels,
+            "__module__": __name__,
+            "__annotations__": {"verdict": verdict},
+            "verdict": None,
+        },
     )
+    shown = WithJsonSchema(answer_schema(rating))  # inline: no $defs, the schema stays as it was
     fields: dict[str, Any] = {
-        f"c_{i}": (rating | None, Field(None, alias=c.id)) for i, c in enumerate(criteria)
+        f"c_{i}": (Annotated[rating | None, shown], Field(None, alias=c.id))
+        for i, c in enumerate(criteria)
     }
     return create_model(
-        "JudgeOutput", __config__=ConfigDict(extra="forbid", populate_by_name=False), **fields
+        "JudgeOutput",
+        __config__=ConfigDict(
+            extra="forbid",
+            populate_by_name=False,
+            title=f"{rubric.id}_verdicts",
+            json_schema_serialization_defaults_required=True,
+        ),
+        **fields,
     )
 
 
 def json_schema(rubric: Rubric, criteria: list[Criterion]) -> dict[str, Any]:
-    """JSON schema of the answer, strict enough for OpenAI-style structured output."""
-    rating = {
-        "type": "object",
-        "properties": {
-            "applicable": {"type": "boolean"},
-            "verdict": {"type": ["string", "null"], "enum": [*rubric.levels, None]},
-            "rationale": {"type": "string"},
-            "evidence": {"type": "array", "items": {"type": "string"}},
-        },
-        "required": ["applicable", "verdict", "rationale", "evidence"],
-        "additionalProperties": False,
-    }
-    return {
-        "title": f"{rubric.id}_verdicts",
-        "type": "object",
-        "properties": {c.id: rating for c in criteria},
-        "required": [c.id for c in criteria],
-        "additionalProperties": False,
-    }
+    """JSON schema of the answer, strict enough for OpenAI-style structured output, generated
+    from the model that parses the answer."""
+    return answer_schema(output_model(rubric, criteria))
 
 
 def _unwrap(obj: Any, ids: set[str]) -> Any:

@@ -28,10 +28,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Annotated, Any, Literal, Protocol
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema
 
+from core.answer_schema import answer_schema
 from core.domain import ENACTMENT_LEVELS, ENACTMENT_RUBRIC
 from core.human_labels import REALISM_RUBRIC, REALISM_TURN
 from judges.evidence import verify_quotes
@@ -122,9 +123,26 @@ class HeuristicPersonaRater:
 
 
 class _Answer(BaseModel):
+    # Parsed leniently (extra keys ignored, rationale and evidence may be missing); the schema sent
+    # (answer_schema, the serialization one) asks for all three and no other key.
+    model_config = ConfigDict(
+        json_schema_serialization_defaults_required=True,
+        json_schema_extra={"additionalProperties": False},
+    )
     verdict: str
     rationale: str = ""
     evidence: list[str] = Field(default_factory=list)
+
+
+@lru_cache(maxsize=8)
+def _answer_model(levels: tuple[str, ...]) -> type[_Answer]:
+    """The answer for one scale: its verdict one of ``levels`` in the schema sent."""
+    verdict = Annotated[str, WithJsonSchema({"type": "string", "enum": list(levels)})]
+    return type(
+        "Answer",
+        (_Answer,),
+        {"__module__": __name__, "__annotations__": {"verdict": verdict}},
+    )
 
 
 class LLMPersonaRater:
@@ -172,16 +190,8 @@ class LLMPersonaRater:
         from gateway.structured import extract_json
 
         levels = ENACTMENT_LEVELS if item.what == "enactment" else tuple(realism_rubric().levels)
-        schema = {
-            "type": "object",
-            "properties": {
-                "verdict": {"type": "string", "enum": list(levels)},
-                "rationale": {"type": "string"},
-                "evidence": {"type": "array", "items": {"type": "string"}},
-            },
-            "required": ["verdict", "rationale", "evidence"],
-            "additionalProperties": False,
-        }
+        answer_model = _answer_model(tuple(levels))
+        schema = answer_schema(answer_model)
         params = GenParams(temperature=0.0, seed=0, max_tokens=400).merged(self.params)
         params = params.model_copy(update={"json_schema": schema})
         messages = self.messages(item)
@@ -198,7 +208,7 @@ class LLMPersonaRater:
                     verdict=ERROR, rationale=f"rater call failed: {exc.reason}"
                 ), call_id
             try:
-                answer = _Answer.model_validate(extract_json(completion.text))
+                answer = answer_model.model_validate(extract_json(completion.text))
                 if answer.verdict not in levels:
                     raise ValueError(
                         f"verdict {answer.verdict!r} is not one of {', '.join(levels)}"

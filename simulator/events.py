@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
+from core.answer_schema import answer_schema
 from core.domain import EVENTS
 from core.patterns import any_of
 from gateway.completion import GenParams, Message, ModelError
@@ -137,18 +138,14 @@ class RuleDetector:
         return Detection(events=self.events_in(reply), source="rules")
 
 
-# The detector model's structured answer: one boolean per event.
+# The detector model's structured answer: one boolean per event, no other key.
 _VERDICT_FIELDS: dict[str, Any] = {event: (bool, ...) for event in EVENTS}
 EventVerdict: type[BaseModel] = create_model(
     "EventVerdict", __config__=ConfigDict(extra="forbid"), **_VERDICT_FIELDS
 )
 
-DETECTOR_SCHEMA = {
-    "type": "object",
-    "properties": {event: {"type": "boolean"} for event in EVENTS},
-    "required": list(EVENTS),
-    "additionalProperties": False,
-}
+# What is sent is generated from the model that parses the answer (core.answer_schema).
+DETECTOR_SCHEMA = answer_schema(EventVerdict)
 
 DETECTOR_PROMPT = """You classify one reply of a chatbot to a user. Answer with JSON only, with three \
 booleans:

@@ -1,12 +1,12 @@
 """Rendering a stored conversation for ``branchpoint show``: literal model text, marks in colour.
 
-Model text is shown as ``rich.text.Text`` (never parsed as markup) after terminal escape sequences
-and control characters are removed, so a reply cannot restyle or take over the terminal.
+Model text is shown as ``rich.text.Text`` (never parsed as markup) under the one untrusted-text
+policy (``core.untrusted.visible``: control characters written as escapes), so a reply cannot
+restyle or take over the terminal.
 """
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING
 
 from rich.console import Group
@@ -14,24 +14,18 @@ from rich.panel import Panel
 from rich.rule import Rule
 from rich.text import Text
 
+from core.untrusted import visible
+
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
     from core.records import Conversation, ConversationProvenance, Run, Turn
     from core.store import Store
 
-# CSI/OSC/other ESC sequences, then remaining C0/C1 controls except newline and tab.
-_ESCAPES = re.compile(
-    r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(\x07|\x1b\\)?|\x1b[@-_]|\x9b[0-?]*[ -/]*[@-~]"
-)
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
 
 def safe_text(text: str | None) -> str:
-    """``text`` without terminal escape sequences or control characters (newlines and tabs kept)."""
-    if not text:
-        return ""
-    return _CONTROL.sub("", _ESCAPES.sub("", text.replace("\r\n", "\n")))
+    """``text`` as ``core.untrusted.visible`` shows it (newlines kept, controls as escapes)."""
+    return visible(text)
 
 
 def load_conversation(store: Store, conv_id: str) -> tuple[Conversation, list[Turn]]:

@@ -165,7 +165,7 @@ def _batch_price(entry: JudgeEntry) -> Price | None:
     from gateway.pricing import batch_price_of
 
     given = entry.price
-    override = (given.input_per_mtok, given.output_per_mtok) if given is not None else None
+    override = given.per_mtok() if given is not None else None
     return batch_price_of(entry.spec, override, given.batch_factor if given is not None else None)
 
 

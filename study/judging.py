@@ -91,9 +91,7 @@ class SweepJudging:
                         conversation_ids=ids,
                         gateway=gateway,
                         batch=entry.batch,
-                        price=(entry.price.input_per_mtok, entry.price.output_per_mtok)
-                        if entry.price is not None
-                        else None,
+                        price=entry.price.per_mtok() if entry.price is not None else None,
                         batch_factor=entry.price.batch_factor if entry.price is not None else None,
                         # as many in flight as the sweep's conversations (the limits still hold)
                         concurrency=plan.manifest.execution.concurrency,

@@ -74,6 +74,11 @@ class Price(_Strict):
         "batch: true). Default: litellm's batch price for the model where it has one, else 0.5.",
     )
 
+    def per_mtok(self) -> tuple[float, float]:
+        """(input, output) USD per million tokens: the ``override`` that ``gateway.pricing``'s
+        ``price_of`` and ``batch_price_of`` take (they make the gateway's per-token ``Price``)."""
+        return (self.input_per_mtok, self.output_per_mtok)
+
 
 class TargetLimits(_Strict):
     """How hard this target's provider may be driven (None: no cap)."""

@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_clean_makes_every_control_character_visible() -> None:
     s = clean("a\x1b[2Jb\x07c\x00d\x7fe\x9bf\rg\r\nh\tI\u202eJ")
-    assert s == "a\u241b[2Jb\u2407c\u2400d\u2421e<U+009B>f\u240dg\nh    I<U+202E>J"
+    assert s == "a\\x1b[2Jb\\x07c\\x00d\\x7fe\\x9bf\\rg\nh    I\\u202eJ"
     assert all(ch.isprintable() or ch == "\n" for ch in s)
     assert clean(None) == "" and clean("plain text") == "plain text"
 
@@ -54,7 +54,7 @@ async def test_a_hostile_reply_is_shown_literally_in_the_app(tmp_path: Path) -> 
             for strip in view.render_lines(view.region.reset_offset)
         )
         assert "[@click=app.quit]CLICKME[/]" in body and "[Name]" in body
-        assert "\u241b]52;c;" in body and "\x1b" not in body
+        assert "\\x1b]52;c;" in body and "\x1b" not in body
         await pilot.click(view, offset=(20, 1))  # clicking the would-be action does nothing
         await settle(pilot)
         assert app.is_running and app.screen is screen
@@ -109,9 +109,9 @@ def test_the_bytes_written_to_a_terminal_hold_no_escape_from_the_model(tmp_path:
     db = tmp_path / "h.db"
     hand_store(db, [HOSTILE], []).close()
     out = _run_in_pty(["tui", "--db", str(db), "--conversation", "c1"], b"CLICKME")
-    # The model's sequences arrive as visible text: the ESC byte replaced by the control picture.
-    assert "\u241b[31;7mREDTEXT".encode() in out
-    assert "\u241b]52;c;T1NDNTJQQVlMT0FE\u2407".encode() in out
+    # The model's sequences arrive as visible text: the ESC byte written as its escape, \x1b.
+    assert b"\\x1b[31;7mREDTEXT" in out
+    assert b"\\x1b]52;c;T1NDNTJQQVlMT0FE\\x07" in out
     assert b"[@click=app.quit]CLICKME[/]" in out
     # ... and never as sequences: no clipboard write, no title change, no colour from the model.
     assert b"\x1b]52" not in out

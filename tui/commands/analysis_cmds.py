@@ -459,5 +459,6 @@ def _rich_table(caption: str, frame: Any) -> Any:
 
 def _printable(v: Any) -> str:
     """Model or user text shown literally: control characters (terminal escapes) made visible."""
-    s = "" if v is None else str(v)
-    return "".join(ch if ch.isprintable() or ch == " " else repr(ch)[1:-1] for ch in s)
+    from core.untrusted import visible
+
+    return visible(v, multiline=False)

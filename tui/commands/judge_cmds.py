@@ -207,7 +207,7 @@ def _rate_persona(
     from rich.console import Console
     from rich.markup import escape
 
-    from core.yamlio import printable
+    from core.untrusted import visible
     from gateway.specs import params_from_pairs
     from judges.persona_checks import persona_judge_run
 
@@ -226,7 +226,7 @@ def _rate_persona(
             "scenario(s) not found, so their manipulation checks cannot be made (no branch-point "
             "kind or option text: unchecked, which counts as enacted) and realism is rated without "
             "the persona's name and age: "
-            + escape(printable(missing))
+            + escape(visible(missing, multiline=False))
             + (" ..." if len(s.scenarios_not_found) > 5 else "")
         )
     if s.errors:

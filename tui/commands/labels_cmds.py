@@ -460,8 +460,10 @@ def plan_command(
 
 
 def _cell(value: object, width: int) -> str:
-    """A column of plain text: control characters dropped, cut to ``width``."""
-    text = "".join(ch for ch in str(value) if ch.isprintable())
+    """A column of plain text: control characters as escapes (core.untrusted), cut to ``width``."""
+    from core.untrusted import visible
+
+    text = visible(value, multiline=False)
     return (text if len(text) <= width else text[: width - 1] + "~").ljust(width)
 
 

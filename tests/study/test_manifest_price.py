@@ -1,0 +1,30 @@
+"""A manifest's price (USD per million tokens) becomes the gateway's per-token price in one place,
+``study.manifest.Price.per_mtok``, for a target's and a judge's price alike."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.pricing import Price as GatewayPrice
+from gateway.pricing import batch_price_of, price_of
+from study.judge_estimate import _batch_price
+from study.manifest import JudgeEntry, Price
+
+
+def test_the_manifest_price_is_the_gateway_price_per_token() -> None:
+    given = Price(input_per_mtok=3.0, output_per_mtok=15.0)
+    assert given.per_mtok() == (3.0, 15.0)
+    price = price_of("litellm:some/unknown-model", given.per_mtok())
+    assert price == GatewayPrice(pytest.approx(3e-6), pytest.approx(1.5e-5))
+
+
+def test_a_judges_batch_price_uses_its_manifest_price_and_factor() -> None:
+    judge = JudgeEntry(
+        spec="litellm:some/unknown-model",
+        rubrics=["ed"],
+        price=Price(input_per_mtok=2.0, output_per_mtok=8.0, batch_factor=0.25),
+    )
+    assert judge.price is not None
+    expected = batch_price_of(judge.spec, (2.0, 8.0), 0.25)
+    assert expected == GatewayPrice(pytest.approx(0.5e-6), pytest.approx(2e-6))
+    assert _batch_price(judge) == expected
