@@ -11,7 +11,7 @@ then by rater name, and of one rater's ratings the newest. The choice is one win
 SQL, so the filter and the counts are queries (no table is loaded) on SQLite and PostgreSQL alike.
 
     flags = turn_flags(store, "conv-1")   # {turn_index: TurnFlags(not_enacted=["disclosure"], ...)}
-    counts = persona_flag_counts(store, "run-1")
+    counts = persona_flag_counts(store, "run-1")["run-1"]
 """
 
 from __future__ import annotations
@@ -115,20 +115,30 @@ def turn_flags(store: Store, conversation_id: str) -> dict[int, TurnFlags]:
     return out
 
 
-def persona_flag_counts(store: Store, run_id: str) -> PersonaFlagCounts:
-    """How many of a run's persona ratings are not enacted / low realism (errors not counted as
-    rated: a rater that could not answer said nothing)."""
-    counts: dict[str, int] = {}
+def persona_flag_counts(store: Store, run_id: str | None = None) -> dict[str, PersonaFlagCounts]:
+    """Run id -> how many of its persona ratings are not enacted / low realism, for ``run_id`` or
+    every run with persona ratings (errors not counted as rated: a rater that could not answer
+    said nothing). The ratings are read as a range of ``ix_judgments_failing`` by verdict, not by
+    scanning every chatbot verdict."""
+    counts: dict[str, dict[str, int]] = {}
     with store.engine.connect() as conn:
         for rubric, rated, flagged in (
             (ENACTMENT_RUBRIC, "enactment_rated", "not_enacted"),
             (REALISM_RUBRIC, "realism_rated", "low_realism"),
         ):
             chosen, bad = _flagged(rubric)
-            q = select(
-                func.count(),
-                func.coalesce(func.sum(case((bad, 1), else_=0)), 0),
-            ).where(chosen.c.run_id == run_id, chosen.c.verdict != ERROR)
-            n, n_bad = conn.execute(q).one()
-            counts[rated], counts[flagged] = int(n), int(n_bad)
-    return PersonaFlagCounts(**counts)
+            q = (
+                select(
+                    chosen.c.run_id,
+                    func.count(),
+                    func.coalesce(func.sum(case((bad, 1), else_=0)), 0),
+                )
+                .where(chosen.c.verdict != ERROR)
+                .group_by(chosen.c.run_id)
+            )
+            if run_id is not None:
+                q = q.where(chosen.c.run_id == run_id)
+            for run, n, n_bad in conn.execute(q):
+                row = counts.setdefault(str(run), {})
+                row[rated], row[flagged] = int(n), int(n_bad)
+    return {run: PersonaFlagCounts(**row) for run, row in counts.items()}

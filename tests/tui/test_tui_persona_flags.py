@@ -4,6 +4,9 @@ Textual's pilot at 80x24 on real SQLite stores."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -123,7 +126,8 @@ def test_turn_flags_choose_one_rating_per_turn(tmp_path: Path) -> None:
         4: ([], "mixed")
     }
     assert turn_flags(store, "c4") == {}
-    counts = persona_flag_counts(store, "r1")
+    assert persona_flag_counts(store).keys() == {"r1"}
+    counts = persona_flag_counts(store, "r1")["r1"]
     assert counts.model_dump() == {
         "enactment_rated": 4,
         "not_enacted": 1,
@@ -228,3 +232,33 @@ async def test_the_marked_option_is_shown_literally(tmp_path: Path) -> None:
         assert "not enacted: help=[bold red]LOUD[/]" in header.plain
         assert "\x1b" not in header.plain
     store.close()
+
+
+def _runs_listing(db: Path) -> str:
+    env = {**os.environ, "COLUMNS": "200", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    out = subprocess.run(
+        [sys.executable, "-m", "tui.cli", "runs", "--db", str(db)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_runs_counts_not_enacted_and_low_realism_turns(tmp_path: Path) -> None:
+    _flag_store(tmp_path / "f.db", RATINGS).close()
+    listing = _runs_listing(tmp_path / "f.db")
+    assert "not enacted" in listing and "low realism" in listing
+    line = next(ln for ln in listing.splitlines() if ln.strip().startswith("r1 "))
+    # c1..c4: one of four checked branch-point turns not enacted; two of seven rated turns low
+    assert "1/4" in line.split() and "2/7" in line.split()
+
+
+def test_runs_without_persona_ratings_shows_dashes(tmp_path: Path) -> None:
+    small_teen_store(tmp_path / "t.db").close()
+    listing = _runs_listing(tmp_path / "t.db")
+    line = next(ln for ln in listing.splitlines() if ln.strip().startswith("synthetic-teen "))
+    # reserved, not enacted, low realism, then the created date and time
+    assert line.split()[-5:-2] == ["-", "-", "-"], line
