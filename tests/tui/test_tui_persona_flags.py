@@ -16,6 +16,7 @@ from fixtures.tui.helpers import HOSTILE, drawn_text, settle, small_teen_store
 from core.domain import ENACTMENT_RUBRIC
 from core.human_labels import REALISM_RUBRIC, REALISM_TURN
 from core.read.persona_flags import persona_flag_counts, turn_flags
+from core.read.realisation import realisation_rows
 from core.records import Conversation, Judgment, Run, Turn
 from core.store import Store, open_store
 from tui.app.app import BranchpointApp
@@ -126,6 +127,14 @@ def test_turn_flags_choose_one_rating_per_turn(tmp_path: Path) -> None:
         4: ([], "mixed")
     }
     assert turn_flags(store, "c4") == {}
+    # the same choice as the realisation table's enactment column, turn for turn
+    frame = realisation_rows(str(tmp_path / "f.db"), ["r1"])
+    assert dict(zip(frame["conversation_id"], frame["enactment"], strict=True)) == {
+        "c1": "not_enacted",
+        "c2": "enacted",
+        "c3": "enacted",
+        "c4": "enacted",
+    }
     assert persona_flag_counts(store).keys() == {"r1"}
     counts = persona_flag_counts(store, "r1")["r1"]
     assert counts.model_dump() == {
@@ -160,6 +169,8 @@ async def test_transcript_marks_the_flagged_persona_turns_only(tmp_path: Path) -
             shown = drawn_text(screen)
             for text in marks.values():
                 assert shown.count(text) == 1
+            if not marks:
+                assert "not enacted" not in shown and "low realism" not in shown
     store.close()
 
 
