@@ -47,6 +47,14 @@ _EXPORTS = {
     # realisation: which branch options happened, derived from the persona turns
     "realisation_rows": "core.read.realisation",
     "realised_branches": "core.read.realisation",
+    # persona flags: not-enacted and low-realism persona turns, for the TUI and the run summary
+    "LOW_REALISM": "core.read.persona_flags",
+    "TurnFlags": "core.read.persona_flags",
+    "PersonaFlagCounts": "core.read.persona_flags",
+    "turn_flags": "core.read.persona_flags",
+    "persona_flag_counts": "core.read.persona_flags",
+    "not_enacted_conversations": "core.read.persona_flags",
+    "low_realism_conversations": "core.read.persona_flags",
     # judgments
     "judgment_rows": "core.read.judgments",
     "iter_judgment_rows": "core.read.judgments",
@@ -133,6 +141,15 @@ if TYPE_CHECKING:  # for type checkers and editors
         judged_items,
         label_design_item_rows,
         label_design_rows,
+    )
+    from core.read.persona_flags import (
+        LOW_REALISM,
+        PersonaFlagCounts,
+        TurnFlags,
+        low_realism_conversations,
+        not_enacted_conversations,
+        persona_flag_counts,
+        turn_flags,
     )
     from core.read.realisation import realisation_rows, realised_branches
     from core.read.runs import find_run, run_config_hashes, run_conversations, run_table

@@ -18,6 +18,7 @@ from sqlalchemy.sql import ColumnElement, Select
 from sqlmodel import select as orm_select
 
 from core.human_labels import REALISM_RUBRIC, LabelItem, label_id
+from core.read.persona_flags import low_realism_conversations, not_enacted_conversations
 from core.records import Conversation, HumanLabel, Judgment, Run, Turn
 from core.scales import WORST_LEVELS
 from core.store import Store
@@ -61,6 +62,8 @@ class ConversationFilter(BaseModel):
     failing: str | None = None  # a criterion id that failed somewhere in the conversation
     judge: str | None = None  # judged by this judge (and failures counted by it)
     text: str | None = None  # occurs in some message, case-insensitively
+    not_enacted: bool = False  # a persona turn whose manipulation check says not enacted
+    low_realism: bool = False  # a persona turn rated below "mostly" realistic
     sort: Literal["id", "failures"] = "id"
 
 
@@ -201,6 +204,10 @@ def _where(f: ConversationFilter) -> list[ColumnElement[bool]]:
         out.append(C.id.in_(select(J.conversation_id).where(*j)))
     elif f.judge is not None:
         out.append(exists().where(J.conversation_id == C.id, J.judge == f.judge))
+    if f.not_enacted:
+        out.append(C.id.in_(not_enacted_conversations()))
+    if f.low_realism:
+        out.append(C.id.in_(low_realism_conversations()))
     if f.text:
         out.append(
             exists().where(T.conversation_id == C.id, T.content.icontains(f.text, autoescape=True))

@@ -187,9 +187,10 @@ def _killed_three_times_then_finished(tmp_path: Path, store: str, *, ray: bool) 
         )
         assert listed.returncode == 0, listed.stderr
         header = next(ln for ln in listed.stdout.splitlines() if ln.split()[:1] == ["id"])
-        assert header.split()[-3:-1] == ["USD", "reserved"]
+        # then "not enacted", "low realism" (persona ratings, none here) and "created"
+        assert header.split()[-7:-5] == ["USD", "reserved"]
         line = next(ln for ln in listed.stdout.splitlines() if ln.split()[:1] == ["kill-budget"])
-        assert line.split()[-4:-2] == [f"{settled:.4f}", f"{reserved:.4f}"], line
+        assert line.split()[-6:-2] == [f"{settled:.4f}", f"{reserved:.4f}", "-", "-"], line
     finally:
         server.stop()
 

@@ -2,7 +2,9 @@
 "some words"``.
 
 ``field:value`` sets a field, ``branch_point=option`` a variant choice, and any other word is
-searched for in the messages. Values may be quoted. A bad token is one line saying what was
+searched for in the messages. ``enacted:no`` keeps the conversations with a persona turn whose
+manipulation check says not enacted, ``realism:low`` those with a persona turn rated below
+``mostly`` realistic (issue 36). Values may be quoted. A bad token is one line saying what was
 expected, and the list keeps its previous filter.
 """
 
@@ -26,9 +28,14 @@ FIELDS: dict[str, str] = {
     "judge": "judge",
     "text": "text",
 }
+# Flags on the persona's turns: ``field:value`` -> the filter's boolean field (one value each).
+FLAGS: dict[str, tuple[str, str]] = {
+    "enacted": ("no", "not_enacted"),
+    "realism": ("low", "low_realism"),
+}
 HELP = (
     "field:value (run scenario target condition simulator status stop fails judge text), "
-    "branch_point=option, or words to search for"
+    "enacted:no, realism:low, branch_point=option, or words to search for"
 )
 
 
@@ -47,6 +54,12 @@ def parse_filter(line: str, base: ConversationFilter | None = None) -> Conversat
     words: list[str] = []
     for token in tokens:
         key, sep, value = token.partition(":")
+        if sep and key in FLAGS:
+            expected, field = FLAGS[key]
+            if value != expected:
+                raise FilterError(f"filter: {key}: {value!r} (expected {key}:{expected})")
+            values[field] = True
+            continue
         if sep and key in FIELDS:
             if not value:
                 raise FilterError(f"filter: {key}: empty value (expected {key}:VALUE)")
@@ -56,7 +69,7 @@ def parse_filter(line: str, base: ConversationFilter | None = None) -> Conversat
         if eq and bp and option and ":" not in bp:
             choices[bp] = option
             continue
-        if sep and key.isidentifier() and key not in FIELDS:
+        if sep and key.isidentifier():
             raise FilterError(f"filter: {key}: unknown field (expected {HELP})")
         words.append(token)
     if words and "text" not in values:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from core.errors import UserError
 from tui.commands.options import DbOption
+
+if TYPE_CHECKING:
+    from core.read.persona_flags import PersonaFlagCounts
 
 app = typer.Typer(
     help="List the runs and sweeps in a store, or delete one.",
@@ -19,7 +22,9 @@ app = typer.Typer(
 
 @app.callback()
 def runs_command(ctx: typer.Context, db: DbOption = None) -> None:
-    """Every run and sweep, newest first: conversations by status, model calls, recorded cost.
+    """Every run and sweep, newest first: conversations by status, model calls, recorded cost,
+    and (where ``judge --persona-judge`` rated its persona) the persona turns not enacted and
+    rated low realism, each out of those rated ("-": none rated).
 
     USD is what the recorded calls cost (settled); reserved is the upper bound of priced calls
     whose cost is not recorded: calls in flight now, or sent by a process that died before their
@@ -31,7 +36,7 @@ def runs_command(ctx: typer.Context, db: DbOption = None) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from core.read import list_runs, run_costs, run_reserved
+    from core.read import list_runs, persona_flag_counts, run_costs, run_reserved
     from core.store import open_store
     from simulator.transcript import safe_text
 
@@ -40,6 +45,7 @@ def runs_command(ctx: typer.Context, db: DbOption = None) -> None:
         runs = list_runs(store)
         costs = run_costs(store)
         reserved = run_reserved(store)
+        persona = persona_flag_counts(store)
     finally:
         store.close()
     if not runs:
@@ -51,6 +57,8 @@ def runs_command(ctx: typer.Context, db: DbOption = None) -> None:
     table.add_column("calls", justify="right")
     table.add_column("USD", justify="right")
     table.add_column("reserved", justify="right")
+    table.add_column("not enacted", justify="right")
+    table.add_column("low realism", justify="right")
     table.add_column("created", no_wrap=True)
     for r in runs:
         calls, usd = costs.get(r.id, (0, 0.0))
@@ -65,6 +73,7 @@ def runs_command(ctx: typer.Context, db: DbOption = None) -> None:
             calls,
             f"{usd:.4f}",
             f"{reserved[r.id]:.4f}" if r.id in reserved else "-",
+            *_persona_cells(persona.get(r.id)),
             r.created_at.strftime("%Y-%m-%d %H:%M") if r.created_at else "",
         ]
         table.add_row(*(Text(safe_text(str(v))) for v in values))
@@ -72,6 +81,15 @@ def runs_command(ctx: typer.Context, db: DbOption = None) -> None:
     if not console.is_terminal:
         console = Console(width=200)
     console.print(table)
+
+
+def _persona_cells(counts: PersonaFlagCounts | None) -> tuple[str, str]:
+    """``flagged/rated`` for the manipulation checks and the realism ratings, ``-`` if none."""
+    if counts is None:
+        return "-", "-"
+    enacted = f"{counts.not_enacted}/{counts.enactment_rated}" if counts.enactment_rated else "-"
+    realism = f"{counts.low_realism}/{counts.realism_rated}" if counts.realism_rated else "-"
+    return enacted, realism
 
 
 @app.command("rm")

@@ -59,7 +59,12 @@ class BrowseScreen(Screen[None]):
     """
     BINDINGS = [
         Binding("enter", "open_current", "open transcript", show=False),
-        Binding("slash", "focus_filter", "filter", tooltip="filter the conversations"),
+        Binding(
+            "slash",
+            "focus_filter",
+            "filter",
+            tooltip="filter (field:value, fails:ID, enacted:no, realism:low)",
+        ),
         Binding("escape", "leave_filter", "leave the filter", show=False),
         Binding("s", "toggle_sort", "sort", tooltip="sort by failures / by scenario, arm, target"),
         Binding("right_square_bracket", "page(1)", "next page", show=False),

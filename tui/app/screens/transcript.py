@@ -17,6 +17,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
 from core.read.browse import Transcript, find_failure, get_transcript
+from core.read.persona_flags import TurnFlags, turn_flags
 from core.records import Judgment
 from tui.app.choices import choices_summary
 from tui.app.context import AppContext
@@ -96,7 +97,8 @@ class TranscriptScreen(Screen[None]):
     @work(thread=True, exclusive=True, group="transcript")
     def load(self) -> None:
         t = get_transcript(self.bp_app.store, self.conversation_id)
-        self.app.call_from_thread(self._show, t)  # type: ignore[arg-type]
+        flags = turn_flags(self.bp_app.store, self.conversation_id) if t is not None else {}
+        self.app.call_from_thread(self._show, t, flags)  # type: ignore[arg-type]
 
     def _judgments_for(self, turn_index: int | None) -> list[Judgment]:
         if self.transcript is None:
@@ -107,7 +109,7 @@ class TranscriptScreen(Screen[None]):
             if j.judge == self.judge and j.turn_index == turn_index
         ]
 
-    async def _show(self, t: Transcript | None) -> None:
+    async def _show(self, t: Transcript | None, flags: dict[int, TurnFlags] | None = None) -> None:
         meta = self.query_one("#meta", Static)
         if t is None:
             meta.update(one_line(f"no conversation {self.conversation_id} in this store"))
@@ -138,6 +140,7 @@ class TranscriptScreen(Screen[None]):
                 turn,
                 self._judgments_for(turn.index),
                 shared=bool(turn.origin_turn_id),
+                flags=(flags or {}).get(turn.index) if turn.role == "user" else None,
                 id=f"turn-{turn.index}",
             )
             self.views.append(view)

@@ -15,6 +15,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from core.read.browse import FAILING
+from core.read.persona_flags import TurnFlags
 from core.records import Judgment, Turn
 from tui.app.safe_text import clean, one_line, untrusted
 
@@ -54,9 +55,13 @@ def highlight_evidence(content: str, judgments: Sequence[Judgment]) -> Text:
     return text
 
 
-def turn_header(turn: Turn, *, shared: bool = False, blind: bool = False) -> Text:
+def turn_header(
+    turn: Turn, *, shared: bool = False, blind: bool = False, flags: TurnFlags | None = None
+) -> Text:
     """``blind``: only who spoke and when, for the labelling screens. Fired branch points, the
-    branch state, events and persona retries name the arm or the simulator, so they are left out."""
+    branch state, events, persona retries and persona flags name the arm or the simulator, so they
+    are left out. ``flags``: the persona turn's manipulation checks that say not enacted (each
+    shown as ``not enacted: branch_point=option``) and a realism rating below ``mostly``."""
     who = "persona" if turn.role == "user" else "chatbot"
     head = Text()
     head.append(
@@ -76,6 +81,14 @@ def turn_header(turn: Turn, *, shared: bool = False, blind: bool = False) -> Tex
         head.append_text(one_line(", ".join(map(str, turn.events)), style="yellow"))
     if turn.retries:
         head.append(f"  persona retries: {turn.retries}", style="red")
+    if flags is not None:
+        for bp in flags.not_enacted:
+            head.append("  not enacted: ", style="bold red")
+            option = (turn.branch_state or {}).get(bp)
+            head.append_text(one_line(f"{bp}={option}", style="bold red"))
+        if flags.realism is not None:
+            head.append("  low realism: ", style="bold red")
+            head.append_text(one_line(flags.realism, style="bold red"))
     return head
 
 
@@ -122,10 +135,12 @@ class TurnView(Static):
         *,
         shared: bool = False,
         show_verdicts: bool = True,
+        flags: TurnFlags | None = None,
         id: str | None = None,
     ) -> None:
         super().__init__(id=id)
         self.turn = turn
+        self.flags = flags
         self.judgments = list(judgments)
         self.shared = shared
         self.show_verdicts = show_verdicts
@@ -150,7 +165,7 @@ class TurnView(Static):
         self.refresh_view()
 
     def build(self) -> RenderableType:
-        parts: list[RenderableType] = [turn_header(self.turn, shared=self.shared)]
+        parts: list[RenderableType] = [turn_header(self.turn, shared=self.shared, flags=self.flags)]
         if self.turn.reasoning:
             if self.show_reasoning:
                 parts.append(Text("reasoning:", style="dim"))
