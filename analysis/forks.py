@@ -159,10 +159,17 @@ class TurnCounts:
         else:
             order = np.argsort(composite, kind="mergesort")
         self.composite = composite[order]
-        self.cum = {
-            c: np.concatenate([[0.0], np.cumsum(np.asarray(counts[c], float)[order])])
-            for c in COUNT_COLS
-        }
+        del composite
+        self.cum = {}
+        for c in COUNT_COLS:
+            v = np.asarray(counts[c])[order]
+            # Masks (the fast path) add up exactly in integers, a quarter of float64's memory.
+            kind = (
+                v.dtype
+                if v.dtype.kind == "f"
+                else np.dtype(np.int32 if len(v) < 2**31 else np.int64)
+            )
+            self.cum[c] = np.concatenate([np.zeros(1, kind), np.cumsum(v, dtype=kind)])
 
     def after(self, rows: np.ndarray, cutoff: np.ndarray) -> dict[str, np.ndarray]:
         """Sums over turns with index >= ``cutoff`` for each cc row (cut-off inf: nothing)."""
@@ -173,7 +180,7 @@ class TurnCounts:
         never = np.isinf(np.asarray(cutoff, dtype=float))
         out = {}
         for c, cum in self.cum.items():
-            out[c] = np.where(never, 0.0, cum[end] - cum[start])
+            out[c] = np.where(never, 0.0, (cum[end] - cum[start]).astype(float))
         return out
 
     def rows_of(self, positions: np.ndarray) -> TurnCounts:

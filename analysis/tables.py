@@ -397,16 +397,10 @@ def _version_labels(codes: Any, rows: np.ndarray) -> tuple[list[str], list[str]]
     return labels, notes
 
 
-def _grouped(
-    codes: Any,
-    rows: np.ndarray,
-    counts: dict[str, np.ndarray],
-    judge_of_key: list[str],
-    conv: pd.DataFrame,
-) -> tuple[pd.DataFrame, np.ndarray]:
-    """Conversation x criterion x judge counts of the judgment rows ``rows`` (positions, in the
-    order written; ``counts``: their count columns), groups in order of first appearance as
-    ``aggregate`` gives them; and the group of each row."""
+def _groups(codes: Any, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The conversation x rating key x criterion group of each judgment row of ``rows``
+    (positions, in the order written), numbered in order of first appearance as ``aggregate``
+    gives them; and each group's dense key."""
     n_key, n_crit = len(codes.keys), len(codes.criterion_ids)
     dense = (codes.conversation[rows].astype(np.int64) * n_key + codes.key[rows]) * n_crit
     dense += codes.criterion[rows]
@@ -420,12 +414,42 @@ def _grouped(
     used = used[np.argsort(first[used], kind="stable")]
     rank = np.empty(len(first), np.int64)
     rank[used] = np.arange(len(used))
-    group = rank[dense]
-    del dense, first, rank
+    group = rank[dense].astype(np.int32 if len(used) < 2**31 else np.int64)
+    return group, used
+
+
+def _grouped(
+    codes: Any,
+    groups: tuple[np.ndarray, np.ndarray],
+    counts: dict[str, np.ndarray],
+    keep: np.ndarray | None,
+    judge_of_key: list[str],
+    conv: pd.DataFrame,
+) -> pd.DataFrame:
+    """Conversation x criterion x judge counts of the rows ``keep`` selects (None: all), from
+    their groups (``_groups``) and count columns, groups in order of first appearance."""
+    group, used = groups
+    n_key, n_crit = len(codes.keys), len(codes.criterion_ids)
+    n_groups = len(used)
 
     def total(col: str) -> np.ndarray:
-        return np.bincount(group, weights=counts[col], minlength=len(used))
+        w = counts[col].astype(np.float64)
+        if keep is not None:
+            w = np.where(keep, w, 0.0)
+        return np.bincount(group, weights=w, minlength=n_groups)
 
+    sums = {c: total(c) for c in FORK_COUNT_COLUMNS}
+    present = slice(None)
+    if keep is not None:
+        n_rows = np.bincount(group[keep], minlength=n_groups)
+        # A group's first kept row may come later than its first row: order by the former.
+        first_kept = np.full(n_groups, len(group), np.int64)
+        at = np.flatnonzero(keep)
+        np.minimum.at(first_kept, group[at], at)
+        present = np.flatnonzero(n_rows > 0)
+        present = present[np.argsort(first_kept[present], kind="stable")]
+        sums = {c: v[present] for c, v in sums.items()}
+    used = used[present]
     g_crit = used % n_crit
     g_key = (used // n_crit) % n_key
     g_conv = used // (n_crit * n_key)
@@ -439,11 +463,11 @@ def _grouped(
             "criterion_id": crit,
             "risk_area": [areas.get((r, x), np.nan) for r, x in zip(rubric, crit)],
             "judge": np.array(judge_of_key, dtype=object)[g_key],
-            **{c: total(c) for c in FORK_COUNT_COLUMNS},
+            **sums,
         }
     )
     out = agg.merge(conv, on="conversation_id", how="left")
-    return _finish_agg(out), group
+    return _finish_agg(out)
 
 
 FORK_COUNT_COLUMNS = (
@@ -478,7 +502,8 @@ def fork_tables(
     if leave_out:
         conv = conv[~conv["conversation_id"].isin(leave_out)]
     ids = np.array([str(i) for i in codes.conversation_ids], dtype=object)
-    wanted = np.isin(ids, conv["conversation_id"].astype(str).to_numpy())
+    allowed = set(conv["conversation_id"].astype(str))
+    wanted = np.fromiter((i in allowed for i in ids), dtype=bool, count=len(ids))
     rows = np.flatnonzero(wanted[codes.conversation]) if len(codes) else np.zeros(0, np.int64)
     if not len(rows):
         return None  # nothing judged: the judgment table is empty and cheap
@@ -504,20 +529,17 @@ def fork_tables(
     keep = first_of_each(key, root == conv_code) if tree.has_forks else None
     del key
     m = verdict_masks(codes.verdict[rows])
-    score = np.where(m["scored"], np.nan_to_num(m["score"]), 0.0)
-    counts = {c: m[c[2:]].astype(np.float64) for c in FORK_COUNT_COLUMNS if c.startswith("n_")}
-    counts["score_sum"] = score
+    # Masks stay one byte a row; sums convert them as they go.
+    counts = {c: m[c[2:]] for c in FORK_COUNT_COLUMNS if c.startswith("n_")}
+    counts["score_sum"] = np.where(m["scored"], np.nan_to_num(m["score"]), 0.0)
     del m
 
-    def sub(mask: np.ndarray | None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        if mask is None:
-            return rows, counts
-        return rows[mask], {c: v[mask] for c, v in counts.items()}
-
-    cc, _ = _grouped(codes, *sub(keep), labels, conv)
+    groups = _groups(codes, rows)
+    cc = _grouped(codes, groups, counts, keep, labels, conv)
     copied = coded_copies(shared)[: len(ids)][conv_code]
-    cc_conv, _ = _grouped(codes, *sub(~copied if copied.any() else None), labels, conv)
-    cc_all, group = _grouped(codes, rows, counts, labels, conv)
+    cc_conv = _grouped(codes, groups, counts, ~copied if copied.any() else None, labels, conv)
+    cc_all = _grouped(codes, groups, counts, None, labels, conv)
     cc_all = cc_all.merge(tree_rows, on="conversation_id", how="left")
+    group = groups[0]
     turns = TurnCounts.from_rows(group, turn, counts)
     return ForkTables(cc, cc_conv, PostForkCounts(cc_all, turns), notes)

@@ -365,20 +365,29 @@ def _distinct(a: np.ndarray, b: np.ndarray) -> list[tuple[int, int]]:
     return [(int(x // width), int(x % width)) for x in both]
 
 
+def _lookup(codes: bytes) -> np.ndarray:
+    table = np.zeros(256, dtype=bool)
+    table[np.frombuffer(codes, np.uint8)] = True
+    return table
+
+
+_RATED, _SCORED = _lookup(RATED_CODES.tobytes()), _lookup(bytes(SCORE_OF_CODE))
+_SCORE = np.full(256, np.nan)
+for _code, _score in SCORE_OF_CODE.items():
+    _SCORE[_code] = _score
+
+
 def verdict_masks(verdict: np.ndarray) -> dict[str, np.ndarray]:
     """The count columns' masks and scores of verdict codes: rated, fail, partial, error, other,
-    scored and score (NaN where not scored)."""
-    score = np.select(
-        [verdict == code for code in SCORE_OF_CODE], list(SCORE_OF_CODE.values()), np.nan
-    )
+    scored and score (NaN where not scored). Table lookups: one pass over the codes each."""
     return {
-        "rated": np.isin(verdict, RATED_CODES),
+        "rated": _RATED[verdict],
         "fail": verdict == ord("f"),
         "partial": verdict == ord("q"),
         "error": verdict == ord("e"),
         "other": verdict == ord("o"),
-        "scored": ~np.isnan(score),
-        "score": score,
+        "scored": _SCORED[verdict],
+        "score": _SCORE[verdict],
     }
 
 
