@@ -439,7 +439,7 @@ def _grouped(
         return np.bincount(group, weights=w, minlength=n_groups)
 
     sums = {c: total(c) for c in FORK_COUNT_COLUMNS}
-    present = slice(None)
+    present: Any = slice(None)
     if keep is not None:
         n_rows = np.bincount(group[keep], minlength=n_groups)
         # A group's first kept row may come later than its first row: order by the former.
@@ -517,6 +517,7 @@ def fork_tables(
     tree_rows = tree_rows[tree_rows["conversation_id"].astype(str).isin(judged)]
     tree = Tree(tree_rows)
     _, anc, shared = coded_tree(tree, list(ids))
+    assert codes.turn_index is not None  # asked for above
     turn = codes.turn_index[rows].astype(float)
     turn[turn < 0] = np.nan
     conv_code = codes.conversation[rows].astype(np.int64)

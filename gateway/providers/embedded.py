@@ -6,11 +6,12 @@ use). The defaults curb the small model's tendency to loop: a repetition penalty
 4-grams, moderate sampling. Any param the caller sets wins over them, except the length: a reply
 (the target's or the persona's) is at most ``REPLY_TOKENS`` new tokens, whatever is asked.
 
-Why 64: the model answers about 3-16 tokens a second on 2 CPU cores (busy to quiet) and a
-reply almost always runs to its limit, so the length sets the time of a run. At 64 tokens (about
-45 words: a chat message) the README's quickstart run (19 calls, 11 of them one after another)
-finishes in under 3 minutes on 2 cores; at 120 and the persona's 96 it took 5 to 28 minutes
-(issue 37). Real models are not affected: the cap is this provider's.
+Why 48: the model makes about 3-16 tokens a second on 2 CPU cores (busy to quiet) and a reply
+almost always runs to its limit, so the length sets the time of a run. The README's quickstart
+run makes 19 calls, 11 of them one after another. On a busy 2-core machine it took 28 minutes at
+120 tokens (and the persona's 96) with two torch threads, 3 min 6 s at 64 with one thread (load
+4) and 1 min 39 s at 48 (load 3.4-4.5; about 35 words: a chat message; issue 37). Real models
+are not affected: the cap is this provider's.
 
 It proves the pipeline end to end; it is far too small to measure real chatbot safety.
 """
@@ -26,7 +27,7 @@ from gateway.providers.base import ProviderKind
 from gateway.providers.hf import HFProvider
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
-REPLY_TOKENS = 64
+REPLY_TOKENS = 48
 DEFAULTS = GenParams(
     temperature=0.7,
     top_p=0.9,
