@@ -381,8 +381,10 @@ def first_of_each(key: np.ndarray, preferred: np.ndarray) -> np.ndarray:
     rest = np.flatnonzero(~preferred)
     if len(rest):
         k_rest = key[rest]
-        pos = np.searchsorted(k_sorted, k_rest)
-        taken = (pos < len(k_sorted)) & (k_sorted[np.minimum(pos, len(k_sorted) - 1)] == k_rest)
+        taken = np.zeros(len(rest), dtype=bool)
+        if len(k_sorted):
+            pos = np.minimum(np.searchsorted(k_sorted, k_rest), len(k_sorted) - 1)
+            taken = k_sorted[pos] == k_rest
         left = rest[~taken]
         if len(left):
             _, first_at = np.unique(key[left], return_index=True)

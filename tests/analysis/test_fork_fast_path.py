@@ -178,3 +178,16 @@ def test_the_fork_counts_cut_the_shared_prefix(store: Path) -> None:
     assert len(row) == 1
     got = ft.paired.turns.after(row, np.array([float(fork)]))
     assert got["n_rated"][0] == want
+
+
+def test_first_of_each_prefers_the_root_row_then_the_first_copy() -> None:
+    from analysis.forks import first_of_each
+
+    key = np.array([5, 3, 5, 7, 7, 3, 9])
+    own = np.array([False, True, True, False, False, False, False])
+    # 5: the own row (2) wins over the earlier copy (0); 3: own row 1; 7: first copy (3); 9: 6.
+    assert first_of_each(key, own).tolist() == [False, True, True, True, False, False, True]
+    # Only copies (no root row judged): the first of each.
+    assert first_of_each(key, np.zeros(7, dtype=bool)).tolist() == [
+        True, True, False, True, False, False, True
+    ]  # fmt: skip
