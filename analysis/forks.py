@@ -151,9 +151,9 @@ class TurnCounts:
     def _build(self, row: np.ndarray, tix: np.ndarray, counts: dict[str, np.ndarray]) -> None:
         self.span = float(np.nanmax(tix)) + 2 if np.isfinite(tix).any() else 2.0
         # A whole-conversation rating sorts after every turn: it is counted at any cut-off.
-        pos = np.where(np.isnan(tix), self.span - 1, tix)
-        composite = row.astype(float) * self.span + pos
-        del pos
+        composite = row.astype(float)  # row * span + position, in place (millions of rows)
+        composite *= self.span
+        composite += np.where(np.isnan(tix), self.span - 1, tix)
         if len(composite) and bool((composite[1:] >= composite[:-1]).all()):
             order: np.ndarray | slice = slice(None)  # already in order (rows written in turn order)
         else:

@@ -542,5 +542,6 @@ def fork_tables(
     cc_all = _grouped(codes, groups, counts, None, labels, conv)
     cc_all = cc_all.merge(tree_rows, on="conversation_id", how="left")
     group = groups[0]
+    del groups, keep, copied, root, conv_code, rows  # before the per-turn counts' peak
     turns = TurnCounts.from_rows(group, turn, counts)
     return ForkTables(cc, cc_conv, PostForkCounts(cc_all, turns), notes)
