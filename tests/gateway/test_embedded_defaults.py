@@ -1,6 +1,6 @@
 """The embedded model's defaults that size the README's quickstart (issue 37): replies of at most
 ``REPLY_TOKENS`` new tokens whatever is asked (schema-guided answers exempt), and torch threads
-that leave the cores other work holds (spinning threads on a busy core were 5-10x slower).
+that leave the cores other work holds (spinning threads on a busy core were 3-7x slower).
 Nothing here loads the weights."""
 
 from __future__ import annotations
