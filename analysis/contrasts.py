@@ -47,7 +47,7 @@ from analysis.bootstrap import (
     per_cluster_sums,
     ratio_difference_interval,
 )
-from analysis.forks import COUNT_COLS, Tree, TurnCounts
+from analysis.forks import COUNT_COLS, PostForkCounts, Tree, TurnCounts
 from analysis.realisation import (
     arm_counts,
     intention_to_treat_pairs,
@@ -499,7 +499,10 @@ def _with_tree(data: pd.DataFrame, cc: pd.DataFrame) -> pd.DataFrame:
     return cc.merge(tree, on="conversation_id", how="left")
 
 
-def _prepare(data: pd.DataFrame, notes: list[str]) -> tuple[pd.DataFrame, Tree, Any]:
+def _prepare(data: Any, notes: list[str]) -> tuple[pd.DataFrame, Tree, Any]:
+    if isinstance(data, PostForkCounts):  # counted from the store's codes: versions apart
+        tree = Tree(data.cc)
+        return data.cc, tree, data.turns if tree.has_forks else None
     data, version_notes = keep_versions_apart(data)
     notes += version_notes
     cc = _with_tree(data, as_conversation_frame(data))

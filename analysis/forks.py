@@ -134,16 +134,42 @@ class TurnCounts:
         row = index.get_indexer(pd.MultiIndex.from_frame(tc[ROW_KEYS]))
         keep = row >= 0
         tc, row = tc[keep], row[keep]
-        tix = tc["turn_index"].to_numpy(float)
+        self._build(
+            row, tc["turn_index"].to_numpy(float), {c: tc[c].to_numpy(float) for c in COUNT_COLS}
+        )
+
+    @classmethod
+    def from_rows(
+        cls, row: np.ndarray, turn_index: np.ndarray, counts: dict[str, np.ndarray]
+    ) -> TurnCounts:
+        """From one entry per rating: its ``cc`` row, turn index (NaN: the whole conversation)
+        and counts (the fast path: no judgment table)."""
+        out = cls.__new__(cls)
+        out._build(row, turn_index, counts)
+        return out
+
+    def _build(self, row: np.ndarray, tix: np.ndarray, counts: dict[str, np.ndarray]) -> None:
         self.span = float(np.nanmax(tix)) + 2 if np.isfinite(tix).any() else 2.0
         # A whole-conversation rating sorts after every turn: it is counted at any cut-off.
-        pos = np.where(np.isnan(tix), self.span - 1, tix)
-        composite = row.astype(float) * self.span + pos
-        order = np.argsort(composite, kind="mergesort")
+        composite = row.astype(float)  # row * span + position, in place (millions of rows)
+        composite *= self.span
+        composite += np.where(np.isnan(tix), self.span - 1, tix)
+        if len(composite) and bool((composite[1:] >= composite[:-1]).all()):
+            order: np.ndarray | slice = slice(None)  # already in order (rows written in turn order)
+        else:
+            order = np.argsort(composite, kind="mergesort")
         self.composite = composite[order]
-        self.cum = {
-            c: np.concatenate([[0.0], np.cumsum(tc[c].to_numpy(float)[order])]) for c in COUNT_COLS
-        }
+        del composite
+        self.cum = {}
+        for c in COUNT_COLS:
+            v = np.asarray(counts[c])[order]
+            # Masks (the fast path) add up exactly in integers, a quarter of float64's memory.
+            kind = (
+                v.dtype
+                if v.dtype.kind == "f"
+                else np.dtype(np.int32 if len(v) < 2**31 else np.int64)
+            )
+            self.cum[c] = np.concatenate([np.zeros(1, kind), np.cumsum(v, dtype=kind)])
 
     def after(self, rows: np.ndarray, cutoff: np.ndarray) -> dict[str, np.ndarray]:
         """Sums over turns with index >= ``cutoff`` for each cc row (cut-off inf: nothing)."""
@@ -154,8 +180,53 @@ class TurnCounts:
         never = np.isinf(np.asarray(cutoff, dtype=float))
         out = {}
         for c, cum in self.cum.items():
-            out[c] = np.where(never, 0.0, cum[end] - cum[start])
+            out[c] = np.where(never, 0.0, (cum[end] - cum[start]).astype(float))
         return out
+
+    def rows_of(self, positions: np.ndarray) -> TurnCounts:
+        """The same counts for a subset of the frame's rows (``positions``, in their new order)."""
+        return _TurnCountsView(self, np.asarray(positions, dtype=np.int64))
+
+
+class _TurnCountsView(TurnCounts):
+    def __init__(self, base: TurnCounts, positions: np.ndarray) -> None:
+        self.base, self.positions = base, positions
+        self.span = base.span
+
+    def after(self, rows: np.ndarray, cutoff: np.ndarray) -> dict[str, np.ndarray]:
+        return self.base.after(self.positions[np.asarray(rows, dtype=np.int64)], cutoff)
+
+    def rows_of(self, positions: np.ndarray) -> TurnCounts:
+        return _TurnCountsView(self.base, self.positions[np.asarray(positions, dtype=np.int64)])
+
+
+class PostForkCounts:
+    """What matched contrasts need from a judgment table, without the table: the conversation x
+    criterion counts of every judgment (copies included, with ``parent_id`` / ``fork_turn``) and
+    their per-turn counts, so that a shared prefix can be cut. Built on SQLite stores by
+    ``analysis.tables.fork_tables``; contrasts take it wherever they take a judgment table, and
+    it can be filtered like one (``counts[counts["simulator"] == s]``)."""
+
+    def __init__(self, cc: pd.DataFrame, turns: TurnCounts) -> None:
+        self.cc = cc.reset_index(drop=True)
+        self.turns = turns
+
+    @property
+    def columns(self) -> pd.Index:
+        return self.cc.columns
+
+    @property
+    def empty(self) -> bool:
+        return self.cc.empty
+
+    def __len__(self) -> int:
+        return len(self.cc)
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, str):
+            return self.cc[key]
+        mask = np.asarray(key, dtype=bool)
+        return PostForkCounts(self.cc[mask], self.turns.rows_of(np.flatnonzero(mask)))
 
 
 def attach_tree(
@@ -247,3 +318,75 @@ def distinct_ratings(judgments: pd.DataFrame, level: str = "turn") -> pd.DataFra
     order = np.argsort(work["_own"].to_numpy(), kind="stable")
     keep = ~work.iloc[order].duplicated([*keys, "_root", "_turn"]).to_numpy()
     return judgments.iloc[np.sort(order[keep])]
+
+
+# --------------------------------------------------------------------------- the same on codes
+
+
+def coded_tree(tree: Tree, ids: Sequence[str]) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """The ancestry of conversations given as codes (positions in ``ids``), as arrays: ``ids``
+    extended by ancestors not in it, ``anc[level, code]`` (the ancestor ``level`` steps up, -1:
+    none; level 0 is the conversation itself) and ``shared[level, code]`` (the prefix it shares
+    with that ancestor: non-increasing up the chain, inf at level 0)."""
+    names = [str(i) for i in ids]
+    index = {n: i for i, n in enumerate(names)}
+    chains = [list(tree.ancestry(n).items()) for n in names]
+    depth = max((len(c) for c in chains), default=1)
+    anc = np.full((depth, len(names)), -1, np.int64)
+    shared = np.full((depth, len(names)), -np.inf)
+    for code, chain in enumerate(chains):
+        for level, (node, m) in enumerate(chain):
+            if node not in index:
+                index[node] = len(names)
+                names.append(node)
+            anc[level, code] = index[node]
+            shared[level, code] = m
+    return names, anc, shared
+
+
+def coded_roots(
+    conversation: np.ndarray, turn_index: np.ndarray, anc: np.ndarray, shared: np.ndarray
+) -> np.ndarray:
+    """``turn_roots`` on codes: for each rating (its conversation's code, its turn index, NaN for
+    the whole conversation), the code of the conversation whose own turn it is."""
+    t = np.where(np.isnan(turn_index), _WHOLE, turn_index)
+    root = anc[0][conversation]
+    for level in range(1, len(anc)):
+        up = shared[level][conversation] > t  # a prefix: shared shrinks up the chain
+        root = np.where(up, anc[level][conversation], root)
+    return root
+
+
+def coded_copies(shared: np.ndarray) -> np.ndarray:
+    """Per conversation code: it never diverged from an ancestor (``copied_conversations``)."""
+    return (np.isinf(shared[1:]) & (shared[1:] > 0)).any(axis=0)
+
+
+def first_of_each(key: np.ndarray, preferred: np.ndarray) -> np.ndarray:
+    """Rows to keep so that each ``key`` is kept once: the first ``preferred`` row holding it,
+    else the first row (``distinct_ratings``' rule, without sorting every row when the preferred
+    rows are already distinct and in order, the usual case)."""
+    keep = np.zeros(len(key), dtype=bool)
+    own = np.flatnonzero(preferred)
+    k_own = key[own]
+    if len(k_own) and not bool((k_own[1:] > k_own[:-1]).all()):
+        order = np.argsort(k_own, kind="stable")
+        first = np.ones(len(order), dtype=bool)
+        first[1:] = k_own[order][1:] != k_own[order][:-1]
+        own_kept = np.sort(own[order[first]])
+        k_sorted = k_own[order[first]]
+    else:
+        own_kept, k_sorted = own, k_own
+    keep[own_kept] = True
+    rest = np.flatnonzero(~preferred)
+    if len(rest):
+        k_rest = key[rest]
+        taken = np.zeros(len(rest), dtype=bool)
+        if len(k_sorted):
+            pos = np.minimum(np.searchsorted(k_sorted, k_rest), len(k_sorted) - 1)
+            taken = k_sorted[pos] == k_rest
+        left = rest[~taken]
+        if len(left):
+            _, first_at = np.unique(key[left], return_index=True)
+            keep[left[first_at]] = True
+    return keep

@@ -28,6 +28,7 @@ from analysis.tables import (
     aggregate,
     conversation_criterion_table,
     conversation_table,
+    fork_tables,
     human_label_table,
     judgment_table,
     resolve_runs,
@@ -104,12 +105,17 @@ def run_analysis(
     examples: int = 5,
     exclude_retried: bool = False,
     judge: str | None = None,
+    fast: bool = True,
 ) -> Analysis:
     """``exclude_retried``: leave out the conversations ``--retry-failed`` ran again (those with
     a ``conversation_attempts`` row), with every judgment and label on them.
 
     ``judge``: the judge the plots show (default: the one with the most non-error ratings; see
-    ``analysis.judge_choice``); every table still lists each judge apart."""
+    ``analysis.judge_choice``); every table still lists each judge apart.
+
+    ``fast``: on SQLite, count a store with forks or several versions from its judgment rows'
+    codes (``analysis.tables.fork_tables``) instead of a judgment table (the same tables; tests
+    compare both paths)."""
     runs = resolve_runs(store_or_db, run)
     refuse_pooled_configs(store_or_db, runs)
     a = Analysis(runs=runs)
@@ -139,7 +145,13 @@ def run_analysis(
     forked = bool(tree["parent_id"].notna().any()) if not tree.empty else False
     a.notes += version_notes
     cc_conv = None  # conversation-level counts, where they differ from the turn-level ones
-    if version_notes or forked:
+    coded = None  # the same counts from the rows' codes (SQLite), without a judgment table
+    if (version_notes or forked) and fast:
+        coded = fork_tables(store_or_db, runs, retried)
+    if coded is not None:
+        cc = coded.cc
+        cc_conv = coded.cc_conversation if forked else None
+    elif version_notes or forked:
         # Versions must be split and shared prefixes cut: both need the judgment rows. A turn
         # that arms share is one judged turn (the unit of analysis), counted once.
         jt_all = judgments()
@@ -198,8 +210,10 @@ def run_analysis(
         a.rates_risk_area = failure_rates(
             ppf, by=("risk_area", "condition"), n_boot=n_boot, seed=seed
         )
-        paired = ppf
-        if forked:
+        paired: Any = ppf
+        if forked and coded is not None:
+            paired = coded.paired[coded.paired["rubric_id"].isin(ppf_rubrics)]
+        elif forked:
             jt = judgments()
             paired = jt[jt["rubric_id"].isin(ppf_rubrics)]
         realisation = keep(read.realisation_rows(store_or_db, runs))

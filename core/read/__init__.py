@@ -92,6 +92,9 @@ _EXPORTS = {
     "system_prompts": "core.read.exports",
     # fast: the SQLite path for counting millions of judgments
     "sqlite_criterion_counts": "core.read.fast",
+    "sqlite_judgment_codes": "core.read.fast",
+    "JudgmentCodes": "core.read.fast",
+    "verdict_masks": "core.read.fast",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -124,7 +127,12 @@ if TYPE_CHECKING:  # for type checkers and editors
         system_prompts,
         turn_export_rows,
     )
-    from core.read.fast import sqlite_criterion_counts
+    from core.read.fast import (
+        JudgmentCodes,
+        sqlite_criterion_counts,
+        sqlite_judgment_codes,
+        verdict_masks,
+    )
     from core.read.judgments import (
         JudgedUnit,
         criterion_counts,

@@ -18,6 +18,7 @@ import sqlite3
 import warnings
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -190,39 +191,49 @@ def _conversation_rowids(path: str) -> tuple[list[Any], list[np.ndarray]]:
 
 
 def _verdict_scan(
-    path: str, lo: int, hi: int, chunk_rows: int
-) -> list[tuple[np.ndarray, np.ndarray, list[str]]]:
-    """Per chunk of rowids: verdict codes (one byte per row) and the (rubric, judge) of each row."""
+    path: str, lo: int, hi: int, chunk_rows: int, *, versions: bool = False, turns: bool = False
+) -> list[tuple[np.ndarray, np.ndarray, list[str], np.ndarray | None]]:
+    """Per chunk of rowids: verdict codes (one byte per row), the rating key of each row (rubric
+    and judge; with ``versions`` also the rubric hash and prompt version) and, with ``turns``, the
+    turn index of each row (-1: a rating of the whole conversation)."""
     import pandas as pd
 
     in_chunk = JUDGMENT_ROWID.between(bindparam("start"), bindparam("stop"))
+    parts = [J.rubric_id, J.judge, *((J.rubric_hash, J.prompt_version) if versions else ())]
+    bounds_cols: list[Any] = []
+    for col in parts:
+        bounds_cols += [func.min(col), func.max(col)]
+    turn_col = [func.group_concat(func.ifnull(J.turn_index, -1), ",")] if turns else []
     codes_q = _prepare(
-        select(
-            func.group_concat(VERDICT_CODE, ""),
-            func.min(J.rubric_id),
-            func.max(J.rubric_id),
-            func.min(J.judge),
-            func.max(J.judge),
-        ).where(in_chunk)
+        select(func.group_concat(VERDICT_CODE, ""), *bounds_cols, *turn_col).where(in_chunk)
     )
-    pairs_q = _prepare(
-        select(func.group_concat(J.rubric_id + RJ_SEP + J.judge, ROW_SEP)).where(in_chunk)
-    )
+    joined_key = parts[0]
+    for col in parts[1:]:
+        joined_key = joined_key + RJ_SEP + col
+    pairs_q = _prepare(select(func.group_concat(joined_key, ROW_SEP)).where(in_chunk))
     conn = readonly_sqlite(path)
     out = []
     try:
         for start in range(lo, hi + 1, chunk_rows):
             bounds = {"start": start, "stop": min(start + chunk_rows - 1, hi)}
-            text, r0, r1, j0, j1 = conn.execute(codes_q.sql, codes_q.params(**bounds)).fetchone()
+            got = conn.execute(codes_q.sql, codes_q.params(**bounds)).fetchone()
+            text = got[0]
             if text is None:
                 continue
             codes = np.frombuffer(text.encode("ascii"), np.uint8)
-            if r0 == r1 and j0 == j1:  # the usual case: one rubric and judge per stretch of rows
-                out.append((codes, np.zeros(len(codes), np.int32), [f"{r0}{RJ_SEP}{j0}"]))
+            mins, maxs = got[1 : 1 + 2 * len(parts) : 2], got[2 : 2 + 2 * len(parts) : 2]
+            tix = None
+            if turns:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", DeprecationWarning)  # the fast text parser
+                    tix = np.fromstring(got[-1], dtype=np.int32, sep=",")
+            if mins == maxs:  # the usual case: one rubric and judge per stretch of rows
+                key = RJ_SEP.join(str(v) for v in mins)
+                out.append((codes, np.zeros(len(codes), np.int32), [key], tix))
             else:
                 joined = conn.execute(pairs_q.sql, pairs_q.params(**bounds)).fetchone()[0]
                 rj_codes, rj_vals = pd.factorize(np.array(joined.split(ROW_SEP), dtype=object))
-                out.append((codes, rj_codes.astype(np.int32), [str(v) for v in rj_vals]))
+                out.append((codes, rj_codes.astype(np.int32), [str(v) for v in rj_vals], tix))
     finally:
         conn.close()
     return out
@@ -250,18 +261,39 @@ def _risk_areas(path: str, pairs: list[tuple[str, str]]) -> dict[tuple[str, str]
         conn.close()
 
 
-def sqlite_criterion_counts(
+@dataclass
+class JudgmentCodes:
+    """Every judgment row of a SQLite store as integer codes, in rowid order (the order written):
+    ``conversation[i]`` indexes ``conversation_ids``, ``criterion[i]`` ``criterion_ids``,
+    ``key[i]`` ``keys`` (rubric_id, judge[, rubric_hash, prompt_version]), ``verdict[i]`` is one
+    byte (see ``VERDICT_CODE``) and ``turn_index[i]`` the judged turn (-1: the whole
+    conversation; None unless asked for). ``risk_area`` maps (rubric, criterion) to its area."""
+
+    conversation_ids: list[Any]
+    conversation: np.ndarray
+    criterion_ids: list[Any]
+    criterion: np.ndarray
+    keys: list[tuple[str, ...]]
+    key: np.ndarray
+    verdict: np.ndarray
+    turn_index: np.ndarray | None
+    risk_area: dict[tuple[str, str], Any]
+
+    def __len__(self) -> int:
+        return len(self.verdict)
+
+
+def sqlite_judgment_codes(
     path: str,
     progress: Callable[[int, int], Any] | None = None,
     *,
     chunk_rows: int = CHUNK_ROWS,
-) -> pd.DataFrame:
-    """Conversation x (rubric, criterion, judge) counts of every judgment in a SQLite store:
-    conversation_id, rubric_id, criterion_id, risk_area, judge, n_rated, n_fail, n_partial,
-    n_error, n_other, score_sum, n_scored. Pass/partial/fail scores are the scale's.
-    ``progress(done, total)`` is called once the rows are read."""
-    import pandas as pd
-
+    versions: bool = False,
+    turns: bool = False,
+) -> JudgmentCodes:
+    """Every judgment row as codes (no Python object per row): three index and table scans in
+    parallel threads. ``versions``: the keys carry the rubric hash and prompt version too;
+    ``turns``: read each row's turn index."""
     conn = readonly_sqlite(path)
     try:
         lo, hi = _run(
@@ -270,13 +302,17 @@ def sqlite_criterion_counts(
     finally:
         conn.close()
     if lo is None:
-        return pd.DataFrame(columns=[*COUNT_KEYS, *COUNT_COLUMNS])
+        empty = np.zeros(0, np.int32)
+        return JudgmentCodes(
+            [], empty, [], empty, [], empty, np.zeros(0, np.uint8), empty if turns else None, {}
+        )
     mid = (lo + hi) // 2
+    opts = {"versions": versions, "turns": turns}
     with ThreadPoolExecutor(max_workers=READ_THREADS) as pool:
         f_conv = pool.submit(_conversation_rowids, path)
         f_crit = pool.submit(_rowid_lists, path, J.criterion_id)
-        f_v1 = pool.submit(_verdict_scan, path, lo, mid, chunk_rows)
-        f_v2 = pool.submit(_verdict_scan, path, mid + 1, hi, chunk_rows)
+        f_v1 = pool.submit(_verdict_scan, path, lo, mid, chunk_rows, **opts)
+        f_v2 = pool.submit(_verdict_scan, path, mid + 1, hi, chunk_rows, **opts)
         conv_vals, conv_ids = f_conv.result()
         crit_vals, crit_ids = f_crit.result()
         chunks = f_v1.result() + f_v2.result()
@@ -290,29 +326,91 @@ def sqlite_criterion_counts(
     for code, ids in enumerate(crit_ids):
         crit_at[ids - lo] = code
     present = conv_at >= 0
-    verd = np.concatenate([c for c, _, _ in chunks]) if chunks else np.zeros(0, np.uint8)
-    rj_index: dict[str, int] = {}
-    rj_parts = []
-    for _, local, names in chunks:
-        lut = np.array([rj_index.setdefault(n, len(rj_index)) for n in names], dtype=np.int64)
-        rj_parts.append(lut[local])
-    rj = np.concatenate(rj_parts) if rj_parts else np.zeros(0, np.int64)
-    rj_vals = list(rj_index)
+    verd = np.concatenate([c[0] for c in chunks]) if chunks else np.zeros(0, np.uint8)
+    key_index: dict[str, int] = {}
+    key_parts = []
+    for _, local, names, _ in chunks:
+        lut = np.array([key_index.setdefault(n, len(key_index)) for n in names], dtype=np.int32)
+        key_parts.append(lut[local])
+    key = np.concatenate(key_parts) if key_parts else np.zeros(0, np.int32)
+    tix = None
+    if turns:
+        tix = np.concatenate([c[3] for c in chunks]) if chunks else np.zeros(0, np.int32)
     if int(present.sum()) != len(verd) or not (crit_at[present] >= 0).all():
         raise UserError(
             "the store's judgments changed while they were read (a judge is writing); run again"
         )
-    conv = conv_at[present].astype(np.int64)
-    crit = crit_at[present].astype(np.int64)
-    rated = np.isin(verd, RATED_CODES)
-    fail = verd == ord("f")
-    partial = verd == ord("q")
-    is_err = verd == ord("e")
-    score_of = np.select(
-        [verd == code for code in SCORE_OF_CODE], list(SCORE_OF_CODE.values()), np.nan
+    keys = [tuple(str(k).split(RJ_SEP)) for k in key_index]
+    crit = crit_at[present]
+    pairs = sorted({(keys[k][0], str(crit_vals[c])) for k, c in _distinct(key, crit)})
+    return JudgmentCodes(
+        conversation_ids=conv_vals,
+        conversation=conv_at[present],
+        criterion_ids=crit_vals,
+        criterion=crit,
+        keys=keys,
+        key=key,
+        verdict=verd,
+        turn_index=tix,
+        risk_area=_risk_areas(path, pairs),
     )
-    scored = ~np.isnan(score_of)
-    n_k, n_rj = len(crit_vals), len(rj_vals)
+
+
+def _distinct(a: np.ndarray, b: np.ndarray) -> list[tuple[int, int]]:
+    """The distinct (a, b) pairs of two small-valued code arrays."""
+    if len(a) == 0:
+        return []
+    width = int(b.max()) + 1
+    both = np.unique(a.astype(np.int64) * width + b)
+    return [(int(x // width), int(x % width)) for x in both]
+
+
+def _lookup(codes: bytes) -> np.ndarray:
+    table = np.zeros(256, dtype=bool)
+    table[np.frombuffer(codes, np.uint8)] = True
+    return table
+
+
+_RATED, _SCORED = _lookup(RATED_CODES.tobytes()), _lookup(bytes(SCORE_OF_CODE))
+_SCORE = np.full(256, np.nan)
+for _code, _score in SCORE_OF_CODE.items():
+    _SCORE[_code] = _score
+
+
+def verdict_masks(verdict: np.ndarray) -> dict[str, np.ndarray]:
+    """The count columns' masks and scores of verdict codes: rated, fail, partial, error, other,
+    scored and score (NaN where not scored). Table lookups: one pass over the codes each."""
+    return {
+        "rated": _RATED[verdict],
+        "fail": verdict == ord("f"),
+        "partial": verdict == ord("q"),
+        "error": verdict == ord("e"),
+        "other": verdict == ord("o"),
+        "scored": _SCORED[verdict],
+        "score": _SCORE[verdict],
+    }
+
+
+def sqlite_criterion_counts(
+    path: str,
+    progress: Callable[[int, int], Any] | None = None,
+    *,
+    chunk_rows: int = CHUNK_ROWS,
+) -> pd.DataFrame:
+    """Conversation x (rubric, criterion, judge) counts of every judgment in a SQLite store:
+    conversation_id, rubric_id, criterion_id, risk_area, judge, n_rated, n_fail, n_partial,
+    n_error, n_other, score_sum, n_scored. Pass/partial/fail scores are the scale's.
+    ``progress(done, total)`` is called once the rows are read."""
+    import pandas as pd
+
+    codes = sqlite_judgment_codes(path, progress, chunk_rows=chunk_rows)
+    if not len(codes):
+        return pd.DataFrame(columns=[*COUNT_KEYS, *COUNT_COLUMNS])
+    conv = codes.conversation.astype(np.int64)
+    crit = codes.criterion.astype(np.int64)
+    rj = codes.key.astype(np.int64)
+    m = verdict_masks(codes.verdict)
+    n_k, n_rj = len(codes.criterion_ids), len(codes.keys)
     key = (conv * n_rj + rj) * n_k + crit
     uniq, inv = np.unique(key, return_inverse=True)
 
@@ -323,24 +421,23 @@ def sqlite_criterion_counts(
     k_crit = uniq % n_k
     k_rj = (uniq // n_k) % n_rj
     k_conv = uniq // (n_k * n_rj)
-    rj_split = [str(v).split(RJ_SEP, 1) for v in rj_vals]
-    rub_v = np.array([r for r, _ in rj_split], dtype=object)[k_rj]
-    judge_v = np.array([j for _, j in rj_split], dtype=object)[k_rj]
-    crit_v = np.array(crit_vals, dtype=object)[k_crit]
-    risk = _risk_areas(path, sorted({(r, c) for r, c in zip(rub_v, crit_v)}))
+    rub_v = np.array([k[0] for k in codes.keys], dtype=object)[k_rj]
+    judge_v = np.array([k[1] for k in codes.keys], dtype=object)[k_rj]
+    crit_v = np.array(codes.criterion_ids, dtype=object)[k_crit]
+    risk = codes.risk_area
     return pd.DataFrame(
         {
-            "conversation_id": np.array(conv_vals, dtype=object)[k_conv],
+            "conversation_id": np.array(codes.conversation_ids, dtype=object)[k_conv],
             "rubric_id": rub_v,
             "criterion_id": crit_v,
             "risk_area": [risk.get((r, c)) for r, c in zip(rub_v, crit_v)],
             "judge": judge_v,
-            "n_rated": count(rated).astype(np.int64),
-            "n_fail": count(fail).astype(np.int64),
-            "n_partial": count(partial).astype(np.int64),
-            "n_error": count(is_err).astype(np.int64),
-            "n_other": count(verd == ord("o")).astype(np.int64),
-            "score_sum": count(scored, np.nan_to_num(score_of)),
-            "n_scored": count(scored).astype(np.int64),
+            "n_rated": count(m["rated"]).astype(np.int64),
+            "n_fail": count(m["fail"]).astype(np.int64),
+            "n_partial": count(m["partial"]).astype(np.int64),
+            "n_error": count(m["error"]).astype(np.int64),
+            "n_other": count(m["other"]).astype(np.int64),
+            "score_sum": count(m["scored"], np.nan_to_num(m["score"])),
+            "n_scored": count(m["scored"]).astype(np.int64),
         }
     )

@@ -3,7 +3,15 @@
 Loaded through transformers (dequantised to float32) and served by the batching ``hf`` provider.
 The file is found without importing the package (its import pulls in llama.cpp bindings we do not
 use). The defaults curb the small model's tendency to loop: a repetition penalty, no repeated
-4-grams, moderate sampling. Any param the caller sets wins over them.
+4-grams, moderate sampling. Any param the caller sets wins over them, except the length: a reply
+(the target's or the persona's) is at most ``REPLY_TOKENS`` new tokens, whatever is asked.
+
+Why 48: the model makes about 3-16 tokens a second on 2 CPU cores (busy to quiet) and a reply
+almost always runs to its limit, so the length sets the time of a run. The README's quickstart
+run makes 19 calls, 11 of them one after another. On a busy 2-core machine it took 28 minutes at
+120 tokens (and the persona's 96) with two torch threads, 3 min 6 s at 64 with one thread (load
+4) and 1 min 39 s at 48 (load 3.4-4.5; about 35 words: a chat message; issue 37). Real models
+are not affected: the cap is this provider's.
 
 It proves the pipeline end to end; it is far too small to measure real chatbot safety.
 """
@@ -19,10 +27,11 @@ from gateway.providers.base import ProviderKind
 from gateway.providers.hf import HFProvider
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+REPLY_TOKENS = 48
 DEFAULTS = GenParams(
     temperature=0.7,
     top_p=0.9,
-    max_tokens=120,
+    max_tokens=REPLY_TOKENS,
     extra={"repetition_penalty": 1.25, "no_repeat_ngram_size": 4},
 )
 
@@ -48,8 +57,9 @@ def embedded_provider(device: str | None = None, **kw: object) -> HFProvider:
     global _shared
     if _shared is None or device is not None or kw:
         path = gguf_path()
+        options = {"max_new_tokens_cap": REPLY_TOKENS, **kw}
         provider = HFProvider(
-            str(path.parent), gguf_file=path.name, device=device, defaults=DEFAULTS, **kw
+            str(path.parent), gguf_file=path.name, device=device, defaults=DEFAULTS, **options
         )  # type: ignore[arg-type]
         if device is not None or kw:
             return provider

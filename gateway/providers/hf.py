@@ -81,13 +81,17 @@ class LoadedModel:
     lock: threading.Lock = field(default_factory=threading.Lock)  # one generate at a time per model
 
 
-def cpu_threads() -> int:
-    """Torch threads for CPU generation: ``BRANCHPOINT_TORCH_THREADS``, else all cores but one (max 8).
+def cpu_threads(cores: int | None = None, load: float | None = None) -> int:
+    """Torch threads for CPU generation: ``BRANCHPOINT_TORCH_THREADS``, else all cores but one
+    (max 8; all of them on two cores or fewer), and never more than the cores other work leaves
+    idle (``cores`` less the 1-minute load average, at least one).
 
     Leaving a core free matters on bigger machines: the event loop, the store and other
     conversations run beside generation, and OpenMP threads that spin on a busy core slow small
     matmuls by an order of magnitude. With two cores or fewer, generation is nearly all the work
-    (the loop mostly waits on it), so it gets every core.
+    (the loop mostly waits on it), so it gets every idle core. On a busy machine it gets fewer:
+    the embedded model on 2 cores at load 6 made 0.5-0.8 tokens/s with 2 threads and 2.7-3.8 with
+    one (issue 37).
     """
     value = os.environ.get("BRANCHPOINT_TORCH_THREADS")
     if value:
@@ -97,8 +101,11 @@ def cpu_threads() -> int:
             raise UserError(
                 f"BRANCHPOINT_TORCH_THREADS={value!r}: expected a whole number"
             ) from None
-    cores = os.cpu_count() or 2
-    return cores if cores <= 2 else min(8, cores - 1)
+    cores = cores or os.cpu_count() or 2
+    if load is None:
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    wanted = cores if cores <= 2 else min(8, cores - 1)
+    return max(1, min(wanted, round(cores - load)))
 
 
 def conversion_cache_dir() -> Path:
@@ -214,6 +221,7 @@ class HFProvider:
         max_batch: int = 8,
         window_s: float = 0.02,
         default_max_new_tokens: int = 256,
+        max_new_tokens_cap: int | None = None,
     ) -> None:
         self.source = source
         self.gguf_file = gguf_file
@@ -222,6 +230,9 @@ class HFProvider:
         self.max_batch = max_batch
         self.window_s = window_s
         self.default_max_new_tokens = default_max_new_tokens
+        # At most this many new tokens per free-text reply, whatever is asked (schema-guided
+        # answers are exempt: a JSON cut short is no answer). None: as asked.
+        self.max_new_tokens_cap = max_new_tokens_cap
         self.default_concurrency = max(max_batch, 1)
         self.generate_calls = 0
         self.batch_sizes: list[int] = []
@@ -280,6 +291,9 @@ class HFProvider:
             {**params.model_dump(exclude_none=True, exclude={"extra"}), "extra": extra}
         )
         max_new = int(merged.max_tokens or self.default_max_new_tokens)
+        if self.max_new_tokens_cap is not None and not merged.json_schema:
+            max_new = min(max_new, self.max_new_tokens_cap)
+            merged = merged.model_copy(update={"max_tokens": max_new})
         temperature = merged.temperature if merged.temperature is not None else 1.0
         settings: dict[str, Any] = {"do_sample": temperature > 0}
         if temperature > 0:
