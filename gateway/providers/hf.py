@@ -81,17 +81,17 @@ class LoadedModel:
     lock: threading.Lock = field(default_factory=threading.Lock)  # one generate at a time per model
 
 
-def cpu_threads(cores: int | None = None, load: float | None = None) -> int:
+def cpu_threads(cores: int | None = None) -> int:
     """Torch threads for CPU generation: ``BRANCHPOINT_TORCH_THREADS``, else all cores but one
-    (max 8; all of them on two cores or fewer), and never more than the cores other work leaves
-    idle (``cores`` less the 1-minute load average, at least one).
+    (max 8; all of them on two cores or fewer).
 
     Leaving a core free matters on bigger machines: the event loop, the store and other
     conversations run beside generation, and OpenMP threads that spin on a busy core slow small
     matmuls by an order of magnitude. With two cores or fewer, generation is nearly all the work
-    (the loop mostly waits on it), so it gets every idle core. On a busy machine it gets fewer:
-    the embedded model on 2 cores at load 6 made 0.5-0.8 tokens/s with 2 threads and 2.7-3.8 with
-    one (issue 37).
+    (the loop mostly waits on it), so it gets every core. The count does not follow the machine's
+    load: a float32 matmul's sums depend on how they are split over threads, so a seeded run must
+    get the same split every time. On a busy machine set ``BRANCHPOINT_TORCH_THREADS=1`` (the
+    embedded model on 2 cores at load 6 made 0.5-0.8 tokens/s with 2 threads, 2.7-3.8 with one).
     """
     value = os.environ.get("BRANCHPOINT_TORCH_THREADS")
     if value:
@@ -102,10 +102,7 @@ def cpu_threads(cores: int | None = None, load: float | None = None) -> int:
                 f"BRANCHPOINT_TORCH_THREADS={value!r}: expected a whole number"
             ) from None
     cores = cores or os.cpu_count() or 2
-    if load is None:
-        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-    wanted = cores if cores <= 2 else min(8, cores - 1)
-    return max(1, min(wanted, round(cores - load)))
+    return cores if cores <= 2 else min(8, cores - 1)
 
 
 def conversion_cache_dir() -> Path:
