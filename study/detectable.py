@@ -75,8 +75,15 @@ def tree_pairs(tree: TreeSpec) -> dict[ContrastKey, int]:
 
 
 def count_pairs(trees: list[TreeSpec], into: dict[ContrastKey, ContrastPairs]) -> None:
+    # A tree's pairs depend on its scenario and its arms' choices only: the replicates,
+    # targets and conditions of one scenario's variant set are counted once.
+    known: dict[tuple[str, tuple[str, ...]], dict[ContrastKey, int]] = {}
     for tree in trees:
-        for key, n in tree_pairs(tree).items():
+        shape = (tree.scenario_hash, tuple(a.variant_id for a in tree.arms))
+        pairs = known.get(shape)
+        if pairs is None:
+            pairs = known[shape] = tree_pairs(tree)
+        for key, n in pairs.items():
             entry = into.setdefault(key, ContrastPairs(key))
             entry.pairs[(tree.condition, tree.scenario.id)] += n
             entry.per_target[(tree.target, tree.condition, tree.scenario.id)] += n

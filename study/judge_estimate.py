@@ -19,7 +19,7 @@ direct and through the provider's batch API: the plan counts the way the manifes
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from core.store import Store
@@ -124,7 +124,19 @@ def _estimate(
         est.tokens[level].input += read
         est.tokens[level].output += calls * output
 
+    # Trees whose tallies are one object (one shape, ``study.plan._Shapes``) with the same
+    # arms, exchanges and reply caps make the same judge calls: each such group counted once.
+    alike: dict[tuple[int, int, int, int | None, int | None], list[Any]] = {}
     for run_plan, tree, tallies in plan.pending:
+        key = (
+            id(tallies),
+            len(tree.arms),
+            tree.max_turns,
+            run_plan.persona_params.max_tokens,
+            tree.target_params.max_tokens,
+        )
+        alike.setdefault(key, [run_plan, tree, tallies, 0])[3] += 1
+    for run_plan, tree, tallies, n in alike.values():
         for i, level in enumerate(LEVELS):
             persona_len, reply_len = message_lengths(
                 level, run_plan.persona_params.max_tokens, tree.target_params.max_tokens
@@ -136,8 +148,8 @@ def _estimate(
             else:
                 by_exchange = tallies[level].target
                 calls = sum(by_exchange.values())
-                read = sum(n * (prompt + k * exchange) for k, n in by_exchange.items())
-            add(i, calls, read)
+                read = sum(m * (prompt + k * exchange) for k, m in by_exchange.items())
+            add(i, n * calls, n * read)
     # A finished conversation-scope item has no length here (0): it reads at most the longest
     # conversation the sweep allows, the manifest's cap or else the scenarios' own max_turns.
     longest = plan.manifest.max_exchanges or max(

@@ -18,7 +18,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from core.errors import UserError
 from gateway.completion import GenParams
@@ -42,6 +42,12 @@ if TYPE_CHECKING:
     from simulator.run_config import RunConfig
 
 DONE = ("completed", "failed")
+# The most cells (variant x target x condition x simulator x replicate) a sweep may have: the
+# plan holds a tree and a conversation id per cell, about 3.5 s and 40 MB per 100,000 cells on
+# a loaded 2-core machine (benchmarks/plan_scale.py), so 200,000 plan in seconds and well under
+# 500 MB. The bundled teen library's 198 variants x 1 target, condition and simulator x the
+# schema's 1,000 replicates (198,000 cells) plan; a second target or condition is refused.
+MAX_CELLS = 200_000
 # event schedule counted for each estimate level (simulator/call_tally.py)
 SCHEDULE_OF = {"low": "never", "expected": "midway", "high": "always"}
 
@@ -301,6 +307,7 @@ def plan_sweep(
     configs = run_configs(manifest, path, sweep_id, with_keys=with_keys)
     scenarios = load(configs[0][0].scenarios)
     variants = select_variants(manifest, scenarios)
+    _check_size(manifest, scenarios, variants)
     status = _statuses(store, sweep_id) if store is not None else {}
     done_states = ("completed",) if retry_failed else DONE
     runs: list[tuple[RunConfig, RunPlan]] = []
@@ -310,6 +317,11 @@ def plan_sweep(
     work = Workload(limits, manifest.execution.concurrency)
     contrasts: dict[ContrastKey, ContrastPairs] = {}
     pending: list[tuple[RunPlan, TreeSpec, dict[str, CallTally]]] = []
+    # Trees that differ only in replicate (or target, condition, simulator) make the same calls:
+    # each shape is counted once (``_Shapes``) and each group of alike trees estimated once,
+    # times its size, so the plan's time grows with the scenarios, not with the cells.
+    shapes = _Shapes()
+    groups: dict[tuple[object, ...], list[Any]] = {}
     for index, (config, _) in enumerate(configs):
         config.variants = variants
         plan = plan_run(config, scenarios=scenarios, run_id=sweep_id)
@@ -317,14 +329,24 @@ def plan_sweep(
         count_pairs(plan.trees, contrasts)
         for tree in plan.trees:
             est = estimates.setdefault(tree.target, TargetEstimate(tree.target))
-            finished = sum(1 for a in tree.arms if status.get(a.conversation_id) in done_states)
+            finished = (
+                sum(1 for a in tree.arms if status.get(a.conversation_id) in done_states)
+                if status
+                else 0
+            )
             est.cells += len(tree.arms)
             est.done += finished
             if finished < len(tree.arms):
-                tallies = _estimate_tree(
-                    est, tree, plan, prices, detector=config.detector, work=work, config=index
-                )
+                shape = shapes.key(tree)
+                tallies, _ = shapes.tallies(tree, shape)
                 pending.append((plan, tree, tallies))
+                alike = (index, tree.target, tree.simulator, tree.system_prompt, shape)
+                groups.setdefault(alike, [index, shape, plan, tree, 0])[4] += 1
+    for index, shape, plan, tree, n in groups.values():
+        _estimate_trees(
+            estimates[tree.target], tree, plan, prices, shapes, shape, n,
+            detector=plan.detector, work=work, config=index,
+        )  # fmt: skip
     unpriced = sorted({spec for spec, p in prices.items() if p is None})
     sweep = SweepPlan(
         sweep_id, manifest, str(path), runs, [estimates[t.spec] for t in manifest.targets]
@@ -337,6 +359,26 @@ def plan_sweep(
     sweep.pending = pending
     _check_budget(sweep)
     return sweep
+
+
+def _check_size(manifest: Manifest, scenarios: list[Scenario], variants: list[str]) -> None:
+    """Refuse, with one positioned line, a sweep of more than ``MAX_CELLS`` cells: its plan
+    (one tree and conversation id per cell, what the sweep executes) would take minutes and
+    gigabytes, for a study no budget would run."""
+    from scenarios.variants import expand
+
+    kept = len(variants) if variants else sum(len(expand(s)) for s in scenarios)
+    m = manifest
+    cells = kept * len(m.targets) * len(m.conditions) * len(m.simulators) * m.replicates
+    if cells > MAX_CELLS:
+        raise UserError(
+            m.located(
+                ("replicates",),
+                f"{kept} variants x {len(m.targets)} targets x {len(m.conditions)} conditions x "
+                f"{len(m.simulators)} simulators x {m.replicates} replicates = {cells:,} cells "
+                f"(expected at most {MAX_CELLS:,}: split the study into several sweeps)",
+            )
+        )
 
 
 def sweep_limits(runs: Iterable[tuple[RunConfig, object]]) -> dict[str, ProviderLimits]:
@@ -362,36 +404,68 @@ def _per_mtok(price: ManifestPrice | None) -> tuple[float, float] | None:
     return (price.input_per_mtok, price.output_per_mtok) if price else None
 
 
-def _estimate_tree(
+class _Shapes:
+    """Each tree shape's call tallies, counted once (``simulator.call_tally.tree_calls``)."""
+
+    def __init__(self) -> None:
+        self._tallies: dict[tuple[object, ...], tuple[dict[str, CallTally], CallTally]] = {}
+
+    @staticmethod
+    def key(tree: TreeSpec) -> tuple[object, ...]:
+        """What a tree's calls depend on: its scenario, its arms (variants, in order), its
+        exchanges and fork mode; not its replicate, target, condition or simulator."""
+        arms = tuple(sorted((a.order, a.variant_id) for a in tree.arms))
+        return (tree.scenario_hash, arms, tree.max_turns, tree.fork)
+
+    def tallies(
+        self, tree: TreeSpec, shape: tuple[object, ...]
+    ) -> tuple[dict[str, CallTally], CallTally]:
+        """(calls at each level, calls with every arm from scratch) of ``tree``'s shape."""
+        known = self._tallies.get(shape)
+        if known is None:
+            plans = schedules(tree)
+            levels = {level: tree_calls(tree, plans[SCHEDULE_OF[level]]) for level in LEVELS}
+            independent = tree_calls(tree, plans["never"], fork="independent")
+            known = self._tallies[shape] = (levels, independent)
+        return known
+
+
+def _estimate_trees(
     est: TargetEstimate,
     tree: TreeSpec,
     plan: RunPlan,
     prices: dict[str, Price | None],
+    shapes: _Shapes,
+    shape: tuple[object, ...],
+    n: int,
     *,
     detector: str | None,
     work: Workload | None = None,
     config: int = 0,
-) -> dict[str, CallTally]:
-    plans = schedules(tree)
-    independent = tree_calls(tree, plans["never"], fork="independent")
-    est.calls_independent += _count(independent, detector)
-    tallies: dict[str, CallTally] = {}
+) -> None:
+    """Add ``n`` trees alike to ``tree`` (same run config, target, simulator, system prompt and
+    shape: the same calls and tokens) to ``est`` and ``work``."""
+    tallies, independent = shapes.tallies(tree, shape)
+    est.calls_independent += n * _count(independent, detector)
     for level in LEVELS:
-        tally = tallies[level] = tree_calls(tree, plans[SCHEDULE_OF[level]])
-        est.calls[level] += _count(tally, detector)
+        tally = tallies[level]
+        est.calls[level] += n * _count(tally, detector)
         persona_len, reply_len = message_lengths(
             level, plan.persona_params.max_tokens, tree.target_params.max_tokens
         )
-        target_tok, persona_tok = tokens_of(
-            tally,
-            system_prompt=tree.system_prompt,
-            persona_tokens=persona_len,
-            reply_tokens=reply_len,
+        target_tok, persona_tok = (
+            Tokens(t.input * n, t.output * n)
+            for t in tokens_of(
+                tally,
+                system_prompt=tree.system_prompt,
+                persona_tokens=persona_len,
+                reply_tokens=reply_len,
+            )
         )
         est.tokens[level].add(target_tok)
         est.tokens[level].add(persona_tok)
         if work is not None:
-            _time_level(work, config, tree, plan, level, tally, (target_tok, persona_tok))
+            _time_level(work, config, tree, plan, level, tally, (target_tok, persona_tok), n)
         usd = est.usd[level]
         parts = [(tree.target, target_tok), (tree.simulator or plan.simulator, persona_tok)]
         if detector:
@@ -400,7 +474,6 @@ def _estimate_tree(
             price = prices.get(spec)
             usd = None if usd is None or price is None else usd + tokens.usd(price)
         est.usd[level] = usd
-    return tallies
 
 
 def _time_level(
@@ -411,12 +484,14 @@ def _time_level(
     level: str,
     tally: CallTally,
     tokens: tuple[Tokens, Tokens],
+    n: int = 1,
 ) -> None:
-    """Add one level's calls, tokens and serial seconds of a tree to ``work`` (sweep/timing.py)."""
+    """Add one level's calls, tokens (already for all ``n``) and serial seconds of ``n`` trees
+    alike to ``tree`` to ``work`` (sweep/timing.py)."""
     i = LEVELS.index(level)
     simulator = tree.simulator or plan.simulator
     target_tok, persona_tok = tokens
-    n_target, n_persona = tally.target_calls, tally.persona_calls
+    n_target, n_persona = n * tally.target_calls, n * tally.persona_calls
     work.add_calls(tree.target, tree.target_params, level, n_target, target_tok.total)
     work.add_calls(simulator, plan.persona_params, level, n_persona, persona_tok.total)
     per_target = latency_of(parse_spec(tree.target).kind)[i]
