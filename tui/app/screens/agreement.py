@@ -105,8 +105,9 @@ class AgreementScreen(Screen[None]):
         yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
+        # The corrected rates start once the agreement table is drawn (``_show``): their pass over
+        # every judged item (and importing ppi-python) would hold the GIL the table waits for.
         self.compute()
-        self.compute_corrected()
 
     @work(thread=True, exclusive=True, group="corrected")
     def compute_corrected(self) -> None:
@@ -157,6 +158,7 @@ class AgreementScreen(Screen[None]):
     def _show(self, rows: list[dict[str, Any]], note: str) -> None:
         self.pairs = rows
         self.query_one("#summary", Static).update(Text(note))
+        self.compute_corrected()
         table = self.query_one("#pairs", DataTable)
         table.clear(columns=True)
         present = [(key, head) for key, head in COLUMNS if not rows or key in rows[0]]
