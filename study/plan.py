@@ -29,7 +29,6 @@ from study import detectable, timing
 from study.costs import LEVELS, message_lengths, tokens_of
 from study.detectable import ContrastKey, ContrastPairs, count_pairs
 from study.manifest import Manifest, TargetEntry, scenario_paths
-from study.manifest import Price as ManifestPrice
 from study.timing import WallTime, Workload, latency_of
 
 if TYPE_CHECKING:
@@ -391,17 +390,15 @@ def model_prices(manifest: Manifest) -> dict[str, Price | None]:
     ``price`` over litellm's."""
     prices: dict[str, Price | None] = {}
     for entry in manifest.targets:
-        prices[entry.spec] = price_of(entry.spec, _per_mtok(entry.price))
+        prices[entry.spec] = price_of(entry.spec, entry.price.per_mtok() if entry.price else None)
     for spec in [*manifest.simulators, *([manifest.detector.spec] if manifest.detector else [])]:
         prices.setdefault(spec, price_of(spec))
     for judge in manifest.judges:
         if judge.spec != "heuristic" and (judge.price or prices.get(judge.spec) is None):
-            prices[judge.spec] = price_of(judge.spec, _per_mtok(judge.price))
+            prices[judge.spec] = price_of(
+                judge.spec, judge.price.per_mtok() if judge.price else None
+            )
     return prices
-
-
-def _per_mtok(price: ManifestPrice | None) -> tuple[float, float] | None:
-    return (price.input_per_mtok, price.output_per_mtok) if price else None
 
 
 class _Shapes:
