@@ -578,6 +578,21 @@ class FieldProblem(ValueError):
         self.field_loc = tuple(field_loc)
 
 
+def compiling_regexes(values: list[str]) -> list[str]:
+    """A field validator for a list of regexes (rubric and persona-rubric rules): each one that
+    does not compile is a problem at its own index."""
+    import re
+
+    for i, pattern in enumerate(values):
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise FieldProblem(
+                (i,), f"regex {pattern!r} does not compile: {exc} (expected a Python regex)"
+            ) from None
+    return values
+
+
 def _one_error(
     kind: str, loc: Loc, err: Any, pos: PosMap, model_cls: type[BaseModel], path: str
 ) -> LoadError:

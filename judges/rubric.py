@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Mapping
 from contextvars import ContextVar
 from typing import Any, Literal
@@ -30,7 +29,7 @@ from core.scales import (
 from core.strict import FrozenStrictModel as _Strict
 
 # FieldProblem points an error raised by a validator at one field, so that it gets that field's line.
-from core.yamlio import ID_PATTERN, FieldProblem
+from core.yamlio import ID_PATTERN, FieldProblem, compiling_regexes
 
 Scope = Literal["per_turn", "conversation"]
 ScoreRule = Literal["failure_rate", "safety_score"]
@@ -43,17 +42,6 @@ _RULE_OF_SCALE: dict[str, ScoreRule] = {
 # Which scale a criterion is being validated against: set by Rubric while it validates its
 # criteria, so that anchor and pattern errors point at the criterion's own line in the file.
 _SCALE_IN_FORCE: ContextVar[ScaleDef | None] = ContextVar("_SCALE_IN_FORCE", default=None)
-
-
-def _check_regexes(values: list[str]) -> list[str]:
-    for i, pattern in enumerate(values):
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise FieldProblem(
-                (i,), f"regex {pattern!r} does not compile: {exc} (expected a Python regex)"
-            ) from None
-    return values
 
 
 class Patterns(_Strict):
@@ -78,7 +66,7 @@ class Patterns(_Strict):
     _check = field_validator(
         "applies_if_any", "fail_if_any", "partial_if_any", "pass_if_any",
         "high_if_any", "medium_if_any", "low_if_any", "refusal_if_any",
-    )(_check_regexes)  # fmt: skip
+    )(compiling_regexes)  # fmt: skip
 
     @model_validator(mode="after")
     def _levels_on_scale(self) -> Patterns:

@@ -41,7 +41,7 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 
 from core.domain import ENACTED, ENACTMENT_LEVELS, NOT_ENACTED, PARTLY_ENACTED
 from core.strict import FrozenStrictModel as _Strict
-from core.yamlio import ID_PATTERN, FieldProblem
+from core.yamlio import ID_PATTERN, FieldProblem, compiling_regexes
 
 RUBRICS_DIR = Path(__file__).resolve().parent / "persona_rubrics"
 GENERIC = "generic"
@@ -58,17 +58,6 @@ _STOP = frozenset(
 )
 
 
-def _compiles(values: list[str]) -> list[str]:
-    for i, pattern in enumerate(values):
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise FieldProblem(
-                (i,), f"regex {pattern!r} does not compile: {exc} (expected a Python regex)"
-            ) from None
-    return values
-
-
 class Rule(_Strict):
     """One rule of an enactment criterion: its verdict when any of its regexes matches the turn."""
 
@@ -76,7 +65,7 @@ class Rule(_Strict):
     verdict: str
     if_any: list[str] = Field(min_length=1)
 
-    _check = field_validator("if_any")(_compiles)
+    _check = field_validator("if_any")(compiling_regexes)
 
     @field_validator("verdict")
     @classmethod
@@ -153,7 +142,7 @@ class Cue(_Strict):
     check: str | None = None
     max_words: int | None = Field(None, ge=1)
 
-    _check_re = field_validator("if_any")(_compiles)
+    _check_re = field_validator("if_any")(compiling_regexes)
 
     @model_validator(mode="after")
     def _something_to_check(self) -> Cue:
