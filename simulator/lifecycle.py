@@ -55,6 +55,9 @@ class RunResult(BaseModel):
     conversations: list[ConversationSummary] = Field(default_factory=list)
     # model calls this invocation made, by purpose
     calls: dict[str, int] = Field(default_factory=dict)
+    # the persona turns not enacted / low in realism, as every summary words them (None: no
+    # persona turn of the run has a rating)
+    persona_flags: str | None = None
 
     @property
     def total_calls(self) -> int:

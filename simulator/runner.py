@@ -221,6 +221,9 @@ async def _execute_held(
     result.calls = calls
     complete_run(store, plan.run_id)
     result.conversations = summaries(store, plan.run_id)
+    from core.read.persona_flags import persona_flags_line
+
+    result.persona_flags = persona_flags_line(store, plan.run_id)
     return result
 
 

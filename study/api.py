@@ -68,6 +68,9 @@ class StudyResult:
     # detector, judge): what ``branchpoint runs`` counts, and what the summary prints. A call the
     # budget refused before sending it has no row (``sweep.calls`` counts the calls attempted).
     stored_calls: dict[str, int] = field(default_factory=dict)
+    # persona turns not enacted / low in realism (the judges' manipulation checks and realism
+    # ratings, or the realism gate's), as every summary words them; None when none is rated
+    persona_flags: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -194,13 +197,20 @@ async def arun_study(
             limiters=limiters,
         )
     await judging.judge(None, "after")
+    from core.read.persona_flags import persona_flags_line
+
     if result.spent_usd is not None:  # the judges' spend too, from the call rows
         from core.read import reserved_by_target
         from gateway.budget import spend_of_run
 
         result.spent_usd = sum(spend_of_run(store, sweep.sweep_id).values())
         result.reserved_usd = sum(reserved_by_target(store, sweep.sweep_id).values())
-    return StudyResult(result, judging.summary(), _stored_calls(store, sweep.sweep_id))
+    return StudyResult(
+        result,
+        judging.summary(),
+        _stored_calls(store, sweep.sweep_id),
+        persona_flags_line(store, sweep.sweep_id),
+    )
 
 
 def _stored_calls(store: Store, sweep_id: str) -> dict[str, int]:

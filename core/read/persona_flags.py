@@ -51,6 +51,19 @@ class PersonaFlagCounts(BaseModel):
     realism_rated: int = 0  # persona turns with a realism rating
     low_realism: int = 0
 
+    def line(self, regenerated: int = 0) -> str | None:
+        """The counts in the words every summary uses (run, sweep, live view), with the persona
+        turns the realism gate regenerated (low-realism turns caught before they were kept);
+        None when there is nothing to count, so a run without checks says nothing of them."""
+        parts = []
+        if self.enactment_rated:
+            parts.append(f"{self.not_enacted} of {self.enactment_rated} checks not enacted")
+        if self.realism_rated:
+            parts.append(f"{self.low_realism} of {self.realism_rated} low in realism")
+        if regenerated:
+            parts.append(f"{regenerated} regenerated below realism_min")
+        return "persona turns: " + ", ".join(parts) if parts else None
+
 
 def _chosen(rubric: str) -> Any:
     """The one rating of each (conversation, turn, criterion) under ``rubric`` (see the module)."""
@@ -142,3 +155,31 @@ def persona_flag_counts(store: Store, run_id: str | None = None) -> dict[str, Pe
                 row = counts.setdefault(str(run), {})
                 row[rated], row[flagged] = int(n), int(n_bad)
     return {run: PersonaFlagCounts(**row) for run, row in counts.items()}
+
+
+def persona_flags_line(store: Store, run_id: str) -> str | None:
+    """``run_id``'s not-enacted and low-realism persona turns in the summaries' words (None when
+    none of its persona turns has a rating)."""
+    counts = persona_flag_counts(store, run_id).get(run_id) or PersonaFlagCounts()
+    return counts.line(gate_regenerated(store, run_id))
+
+
+GATE_REASON = "below realism_min"  # in the reason the persona simulator stores with a retry
+
+
+def gate_regenerated(store: Store, run_id: str) -> int:
+    """Persona turns of ``run_id`` that the realism gate sent back at least once (their retry
+    reasons say so; a role-break retry is not counted)."""
+    from core.read.schema import CONVERSATIONS, TURNS
+
+    t, c = TURNS.c, CONVERSATIONS.c
+    q = (
+        select(t.retry_reasons)
+        .join_from(TURNS, CONVERSATIONS, c.id == t.conversation_id)
+        .where(c.run_id == run_id, t.role == "user", t.retries > 0)
+    )
+    with store.engine.connect() as conn:
+        return sum(
+            any(GATE_REASON in str(why) for why in (reasons or []))
+            for (reasons,) in conn.execute(q)
+        )

@@ -69,7 +69,12 @@ def test_drift_rated_low_without_the_gate(store: Any, tmp_path: Path) -> None:
     result, _ = run_engine(store, _scenario(tmp_path), persona=drifting_persona())
     turns = _persona_turns(store, result.run_id)
     assert sum(t.content == DRIFT for t in turns) == 2  # the gate is off by default
+    assert result.persona_flags is None  # no gate, no ratings yet: nothing to count
     rate_personas(store, HeuristicPersonaRater(), run_id=result.run_id)
+    from core.read.persona_flags import persona_flags_line
+
+    # the rater's verdicts on the drifted turns are what the summaries count now
+    assert persona_flags_line(store, result.run_id) == "persona turns: 2 of 5 low in realism"
     with store.session() as s:
         rows = list(s.exec(select(Judgment).where(Judgment.rubric_id == REALISM_RUBRIC)).all())
     by_turn = {r.turn_id: r for r in rows}
@@ -97,6 +102,8 @@ def test_gate_regenerates_low_turns_and_stores_every_attempt(store: Any, tmp_pat
     retried = [t for t in turns if t.retries]
     assert len(retried) == 2
     assert all("below realism_min mostly" in t.retry_reasons[0] for t in retried)
+    # the run's summary counts them (the same line the live view and the sweep print)
+    assert result.persona_flags == "persona turns: 2 regenerated below realism_min"
     persona_calls = [c for c in model_calls(store, result.run_id) if c.purpose == "persona"]
     assert sum(c.text == DRIFT for c in persona_calls) == 2  # the rejected attempts, kept
     assert len(persona_calls) == len(turns) - 1 + 2  # the opening is the scenario's own text

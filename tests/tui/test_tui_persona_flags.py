@@ -273,3 +273,33 @@ def test_runs_without_persona_ratings_shows_dashes(tmp_path: Path) -> None:
     line = next(ln for ln in listing.splitlines() if ln.strip().startswith("synthetic-teen "))
     # reserved, not enacted, low realism, then the created date and time
     assert line.split()[-5:-2] == ["-", "-", "-"], line
+
+
+async def test_the_live_view_counts_not_enacted_and_low_realism_turns(tmp_path: Path) -> None:
+    from tui.app.screens.live import LiveScreen
+
+    store = _flag_store(tmp_path / "f.db", RATINGS)
+    app = BranchpointApp(store, live_run="r1")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        assert isinstance(app.screen, LiveScreen)
+        # the same counts as `runs` (1/4, 2/7), in the words of the run and sweep summaries, on
+        # a line of their own that 80 columns show whole
+        run = app.screen.query_one("#run")
+        lines = str(run.render()).splitlines()
+        assert lines[-1] == "persona turns: 1 of 4 checks not enacted, 2 of 7 low in realism"
+        assert run.size.height == 2 and len(lines[-1]) <= run.size.width, (run.size, lines)
+    store.close()
+
+
+def test_the_summaries_say_nothing_of_persona_turns_without_ratings(tmp_path: Path) -> None:
+    from core.read.persona_flags import persona_flags_line
+
+    store = small_teen_store(tmp_path / "t.db")
+    assert persona_flags_line(store, "synthetic-teen") is None
+    store.close()
+    flagged = _flag_store(tmp_path / "f.db", RATINGS)
+    assert persona_flags_line(flagged, "r1") == (
+        "persona turns: 1 of 4 checks not enacted, 2 of 7 low in realism"
+    )
+    flagged.close()

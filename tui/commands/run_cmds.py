@@ -486,6 +486,8 @@ def _print_summary(result: RunResult) -> None:
             f"{calls.get('detector', 0)} detector"
         )
     )
+    if result.persona_flags:  # the realism gate rated its persona turns
+        console.print(Text(result.persona_flags))
     console.print(Text(f"see one with: branchpoint show CONVERSATION_ID --db {db}"))
 
 

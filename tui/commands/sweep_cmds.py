@@ -193,6 +193,8 @@ def _summary(outcome: StudyResult) -> int:
         f"{result.completed} completed, {result.n_failed} not completed; "
         f"model calls stored: {calls or 'none'}"
     )
+    if outcome.persona_flags:
+        say(outcome.persona_flags)
     if result.retried:
         say(f"retried {result.retried} failed conversation(s) (--retry-failed)")
     if result.failed:

@@ -20,6 +20,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
 from core.read.browse import TargetProgress, latest_running_run, run_ids, run_progress
+from core.read.persona_flags import persona_flags_line
 from core.read.runs import find_run
 from core.records import Run
 from tui.app.context import AppContext
@@ -33,7 +34,9 @@ def _aware(t: datetime | None) -> datetime | None:
     return t.replace(tzinfo=UTC) if t is not None and t.tzinfo is None else t
 
 
-def run_line(run: Run | None, now: datetime, position: str = "") -> Text:
+def run_line(
+    run: Run | None, now: datetime, position: str = "", persona: str | None = None
+) -> Text:
     if run is None:
         return Text("no run in this store yet; waiting ...")
     out = Text("run ", style="bold")
@@ -47,6 +50,9 @@ def run_line(run: Run | None, now: datetime, position: str = "") -> Text:
         out.append(f"  heartbeat {age:.0f} s ago", style="red" if age > 60 else "")
     else:
         out.append("  no heartbeat", style="dim")
+    if persona:  # live judging or the realism gate rates persona turns while the run writes
+        # a line of its own: at 80 columns the run's line is full already
+        out.append(f"\n{persona}", style="yellow")
     return out
 
 
@@ -64,7 +70,7 @@ def progress_cells(p: TargetProgress) -> tuple[Text, ...]:
 
 class LiveScreen(Screen[None]):
     DEFAULT_CSS = """
-    LiveScreen #run { height: 1; padding: 0 1; background: $panel; }
+    LiveScreen #run { height: auto; max-height: 2; padding: 0 1; background: $panel; }
     LiveScreen #targets { height: 1fr; }
     """
     BINDINGS = [
@@ -108,7 +114,8 @@ class LiveScreen(Screen[None]):
         now = datetime.now(UTC)
         run = find_run(store, run_id) if run_id else None
         progress = run_progress(store, run_id, now) if run_id else []
-        self.app.call_from_thread(self._update, ids, run, progress, now)
+        persona = persona_flags_line(store, run_id) if run_id else None
+        self.app.call_from_thread(self._update, ids, run, progress, now, persona)
 
     def action_switch(self, step: int) -> None:
         if not self.run_ids:
@@ -119,7 +126,12 @@ class LiveScreen(Screen[None]):
         self.poll()
 
     def _update(
-        self, ids: list[str], run: Run | None, progress: list[TargetProgress], now: datetime
+        self,
+        ids: list[str],
+        run: Run | None,
+        progress: list[TargetProgress],
+        now: datetime,
+        persona: str | None = None,
     ) -> None:
         self.polls += 1
         self.run_ids = ids
@@ -133,7 +145,7 @@ class LiveScreen(Screen[None]):
         if run_id in ids:
             follow = "" if self.run_id else ", following the latest running"
             position = f"{ids.index(run_id) + 1} of {len(ids)}, newest first{follow}; [ ] switch"
-        self.query_one("#run", Static).update(run_line(run, now, position))
+        self.query_one("#run", Static).update(run_line(run, now, position, persona))
         for p in progress:
             cells = progress_cells(p)
             plain = tuple(c.plain for c in cells)
