@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -771,20 +771,39 @@ def _row(group: pd.DataFrame, alpha: float, width: float) -> dict[str, Any]:
 
 
 def store_frames(
-    store_or_db: Any, run: str | Sequence[str] | None = None
+    store_or_db: Any, run: str | Sequence[str] | None = None, exclude: Collection[str] = ()
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """(judged items, labels, designs, design items) of a store: what the estimators read. The
-    judged items (every rated turn) are read only when some design label exists."""
+    judged items (every rated turn) are read only when some design label exists.
+
+    ``exclude``: conversations left out (``--exclude-retried``), with their labels, so the
+    corrected figures describe the same conversations as the rest of the analysis. The design's
+    labels on the rest are still a simple random sample of the rest within each stratum, so the
+    post-stratified estimators hold."""
     from analysis.tables import resolve_runs
     from core import read
 
     runs = resolve_runs(store_or_db, run)
-    labels = read.design_label_rows(store_or_db, runs)
+    labels = without_conversations(read.design_label_rows(store_or_db, runs), exclude)
     designs = read.label_design_rows(store_or_db)
     if labels.empty or designs.empty or labels["design_id"].isna().all():
         return pd.DataFrame(), labels, designs, pd.DataFrame()
-    items = read.label_design_item_rows(store_or_db, list(designs["id"]))
-    return read.judged_items(store_or_db, runs), labels, designs, items
+    items = without_conversations(
+        read.label_design_item_rows(store_or_db, list(designs["id"])), exclude
+    )
+    return (
+        without_conversations(read.judged_items(store_or_db, runs), exclude),
+        labels,
+        designs,
+        items,
+    )
+
+
+def without_conversations(frame: pd.DataFrame, exclude: Collection[str]) -> pd.DataFrame:
+    """``frame`` less the rows of the conversations in ``exclude``."""
+    if not exclude or frame.empty or "conversation_id" not in frame.columns:
+        return frame
+    return frame[~frame["conversation_id"].isin(list(exclude))]
 
 
 def judge_corrected(
@@ -793,11 +812,12 @@ def judge_corrected(
     *,
     alpha: float = 0.05,
     width: float = DEFAULT_WIDTH,
+    exclude: Collection[str] = (),
 ) -> Correction:
     """Judge-corrected failure rates per judge x target x condition x criterion and per judge x
     target, from a store, with the judge-only and human-only rates and the judge's sensitivity
-    and specificity beside them."""
-    return correct_frames(*store_frames(store_or_db, run), alpha=alpha, width=width)
+    and specificity beside them (``exclude``: conversations left out, see ``store_frames``)."""
+    return correct_frames(*store_frames(store_or_db, run, exclude), alpha=alpha, width=width)
 
 
 def judge_corrected_scores(

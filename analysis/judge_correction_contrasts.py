@@ -26,7 +26,7 @@ Only blind labels made from a design's queue count (``design_data``, as for the 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -241,18 +241,19 @@ def correct_contrast_frames(
 
 
 def contrast_store_frames(
-    store_or_db: Any, run: str | Sequence[str] | None = None
+    store_or_db: Any, run: str | Sequence[str] | None = None, exclude: Collection[str] = ()
 ) -> tuple[pd.DataFrame, pd.DataFrame | None]:
-    """(judgment table with the fork tree, realisation rows) of a store: what the pairing reads."""
+    """(judgment table with the fork tree, realisation rows) of a store: what the pairing reads,
+    without the conversations in ``exclude`` (as ``run_analysis`` leaves them out)."""
+    from analysis.judge_correction import without_conversations
     from analysis.tables import judgment_table, resolve_runs
     from core import read
 
     runs = resolve_runs(store_or_db, run)
-    judgments = judgment_table(store_or_db, runs)
-    tree = read.conversation_tree(store_or_db, runs)
-    return judgments.merge(tree, on="conversation_id", how="left"), read.realisation_rows(
-        store_or_db, runs
-    )
+    judgments = without_conversations(judgment_table(store_or_db, runs), exclude)
+    tree = without_conversations(read.conversation_tree(store_or_db, runs), exclude)
+    realisation = without_conversations(read.realisation_rows(store_or_db, runs), exclude)
+    return judgments.merge(tree, on="conversation_id", how="left"), realisation
 
 
 def judge_corrected_contrasts(
@@ -262,15 +263,16 @@ def judge_corrected_contrasts(
     baselines: Mapping[str, str] | None = None,
     alpha: float = 0.05,
     frames: tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame] | None = None,
+    exclude: Collection[str] = (),
 ) -> Correction:
-    """``correct_contrast_frames`` from a store (``frames``: ``store_frames`` already read). The
-    judgment table is read only when design labels exist."""
+    """``correct_contrast_frames`` from a store (``frames``: ``store_frames`` already read, with
+    the same ``exclude``). The judgment table is read only when design labels exist."""
     judged, labels, designs, items = (
-        frames if frames is not None else store_frames(store_or_db, run)
+        frames if frames is not None else store_frames(store_or_db, run, exclude)
     )
     if judged.empty:
         return correct_contrast_frames(judged, judged, labels, designs, items, alpha=alpha)
-    judgments, realisation = contrast_store_frames(store_or_db, run)
+    judgments, realisation = contrast_store_frames(store_or_db, run, exclude)
     return correct_contrast_frames(
         judgments, judged, labels, designs, items,
         realisation=realisation, baselines=baselines, alpha=alpha,

@@ -4,7 +4,7 @@ the store with ``analysis.judge_correction`` and appended to the report's sectio
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -153,10 +153,11 @@ def judge_correction_section(
     *,
     contrasts: Correction | None = None,
     baselines: Mapping[str, str] | None = None,
+    exclude: Collection[str] = (),
 ) -> Section:
     """The report section; one line when there are no design-sampled labels. ``contrasts``: the
     corrected contrasts (``judge_corrected_contrasts``), read from the store when not given."""
-    frames = store_frames(store_or_db, runs) if correction is None else None
+    frames = store_frames(store_or_db, runs, exclude) if correction is None else None
     c = correction if correction is not None else correct_frames(*frames)  # type: ignore[misc]
     s = Section(TITLE)
     if c.empty:
@@ -180,7 +181,9 @@ def judge_correction_section(
         )
         s.text += [n for n in scores.notes if n not in c.notes]
     if contrasts is None:
-        contrasts = judge_corrected_contrasts(store_or_db, runs, baselines=baselines, frames=frames)
+        contrasts = judge_corrected_contrasts(
+            store_or_db, runs, baselines=baselines, frames=frames, exclude=exclude
+        )
     add_contrasts(s, contrasts, c.notes)
     png = corrected_plot(c.table)
     s.plot = (PLOT, png, "" if png else "no corrected rate to plot")

@@ -69,6 +69,8 @@ class Analysis:
     primary_judge: str | None = None  # the judge whose pass/partial/fail verdicts are plotted
     ed_judge: str | None = None  # the judge whose ED safety scores are plotted
     n_copied_conversations: int = 0  # arms that never forked (copies; not in n_conversations)
+    # conversations left out (--exclude-retried): every section built later leaves them out too
+    excluded: frozenset[str] = frozenset()
     notes: list[str] = field(default_factory=list)
 
 
@@ -121,6 +123,7 @@ def run_analysis(
     a = Analysis(runs=runs)
     all_judgments: pd.DataFrame | None = None  # read once, only when needed
     retried = read.retried_conversations(store_or_db, runs) if exclude_retried else set()
+    a.excluded = frozenset(retried)
     if exclude_retried:
         a.notes.append(
             f"{len(retried)} retried conversation(s) left out (--exclude-retried)"

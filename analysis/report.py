@@ -227,7 +227,9 @@ def write_report(
     from analysis.persona_report import persona_sections  # issue 36: one self-contained section
 
     sections = build_sections(a) + persona_sections(store_or_db, a.runs)
-    sections.append(judge_correction_section(store_or_db, a.runs, baselines=baselines))
+    sections.append(
+        judge_correction_section(store_or_db, a.runs, baselines=baselines, exclude=a.excluded)
+    )
     pages = example_pages(store_or_db, a.examples, out)  # each failing example's own page
     if pages is not None:
         sections.append(pages)

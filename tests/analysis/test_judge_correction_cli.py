@@ -129,3 +129,41 @@ def test_analyze_prints_the_corrected_rates_or_one_line_without_labels(tmp_path:
     assert done.returncode == 0, done.stderr
     assert "Judge-corrected failure rates (PPI++, per target)" in done.stdout
     assert "sensitivity" in done.stdout
+
+
+def test_exclude_retried_leaves_the_retried_conversations_out_of_the_corrected_figures_too(
+    tmp_path: Path,
+) -> None:
+    """``--exclude-retried`` leaves retried conversations out of every figure: the corrected
+    rates and contrasts included (they used to count them while the tables beside them did not)."""
+    import json
+
+    from analysis.judge_correction import judge_corrected
+    from core.records import ConversationAttempt
+    from core.store import open_store
+
+    db = tmp_path / "t.db"
+    _design_labels(db, n=80)
+    labelled = sorted(
+        {c for (c,) in sqlite3.connect(db).execute("SELECT conversation_id FROM human_labels")}
+    )
+    retried = labelled[:3]
+    store = open_store(db)
+    with store.session() as s:
+        for cid in retried:
+            s.add(ConversationAttempt(conversation_id=cid, attempt=1, run_id="synthetic-teen",
+                                      previous_status="failed"))  # fmt: skip
+        s.commit()
+    whole = judge_corrected(store, None).table
+    left = judge_corrected(store, None, exclude=retried).table
+    store.close()
+    # labels on the left-out conversations no longer count
+    assert left["n_labelled"].sum() < whole["n_labelled"].sum()
+    done = run_cli(
+        "analyze", "--all", "--n-boot", "50", "--exclude-retried", "--format", "json",
+        "--db", str(db),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    shown = json.loads(done.stdout)["judge_corrected"]["rates"]
+    n_shown = sum(int(r["n_labelled"]) for r in shown)
+    assert n_shown == int(left["n_labelled"].sum()) != int(whole["n_labelled"].sum())

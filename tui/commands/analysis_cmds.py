@@ -225,8 +225,10 @@ def register(app: typer.Typer) -> None:
         )
         from analysis.judge_correction_report import TITLE, display_table
 
-        corrected = judge_corrected(_store(db), selected)
-        contrasts = judge_corrected_contrasts(_store(db), selected, baselines=_baselines(baseline))
+        corrected = judge_corrected(_store(db), selected, exclude=a.excluded)
+        contrasts = judge_corrected_contrasts(
+            _store(db), selected, baselines=_baselines(baseline), exclude=a.excluded
+        )
         if fmt == "json":
             typer.echo(analysis_json(a, corrected, contrasts))
             return
