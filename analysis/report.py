@@ -4,28 +4,36 @@ The headline findings come first (what fits on the first screen): overall failur
 intervals, the largest matched contrasts with their p-values and number of pairs, the prompt
 condition contrast, error-verdict counts, and the ED safety scores when an ED rubric was judged.
 Every plot is written as a PNG next to the reports and embedded (base64) in the HTML; a plot with
-no data is replaced by a sentence saying why. Every piece of text that came from a model, a user,
-a scenario or a spec string is escaped (HTML in the HTML report; HTML and table pipes in Markdown),
-and its control characters (terminal escape sequences) are written as visible escapes in both.
+no data is replaced by a sentence saying why.
+
+The sections' figures and sentences are computed here and in ``report_sections``; the documents'
+layout is in two templates, ``analysis/templates/report.html.j2`` and ``report.md.j2``, rendered in
+the project's sandbox (``core.templates``). Every piece of text that came from a model, a user, a
+scenario or a spec string is shown under the one untrusted-text policy (``core.untrusted``: control
+characters, terminal escape sequences and bidi overrides written as visible escapes) and escaped
+on top: HTML-escaped by the HTML template's autoescaping, Markdown-escaped by the Markdown
+template's ``md`` filters. Nothing from outside is marked safe.
 """
 
 from __future__ import annotations
 
 import base64
-import html
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
+from pandas.io.formats.format import format_array  # DataFrame.to_html's own cell formatter
 
 from analysis.export.pages import example_pages
 from analysis.pipeline import Analysis, refuse_pooled_configs, run_analysis
 from analysis.report_sections import Section, build_sections, headline_tables
+from core.templates import html_template, markdown_template
 from core.untrusted import visible
 
 __all__ = [
@@ -41,51 +49,89 @@ __all__ = [
 ]
 
 
-# Markdown is not HTML: an entity such as &gt; is shown as typed by plain-text readers, so
-# characters that Markdown (or the HTML it allows inline) would interpret are backslash-escaped,
-# which CommonMark renders as the character itself and never as markup.
-_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|~]|&(?=#?\w+;)|^#)")
 MAX_ROWS = 200  # rows of a table shown in report.md; the full table is written beside it
+HTML_MAX_ROWS = 500
+TEMPLATES = "templates"  # analysis/templates: report.md.j2 and report.html.j2 (package data)
 
 
-def _md_escape(text: str) -> str:
-    return _MD_SPECIAL.sub(r"\\\1", text)
+@dataclass(frozen=True)
+class _Plot:
+    name: str  # the PNG's file name beside the report
+    png: str | None  # the PNG in base64 (the HTML embeds it) when drawn, else None
+    why: str  # why there is no plot
 
 
-def _literal(text: str) -> str:
-    """``text`` under the one untrusted-text policy (``core.untrusted``): an option name or a
-    transcript must not drive the terminal that shows the report."""
-    return visible(text)
+@dataclass(frozen=True)
+class _Table:
+    caption: str
+    columns: list[str]
+    rows: list[list[str]]  # each cell's text, unescaped (the template escapes it)
+    note: str | None  # how many rows were cut, and where the whole table is
 
 
-def _h(text: str) -> str:
-    return html.escape(_literal(text))
+@dataclass(frozen=True)
+class _Shown:
+    """A section as a template lays it out: its text as the analysis wrote it, nothing escaped."""
+
+    title: str
+    text: list[str]
+    plot: _Plot | None
+    tables: list[_Table]
+    links: list[tuple[str, str]]
 
 
-def _literal_frame(df: pd.DataFrame) -> pd.DataFrame:
-    out = df.map(lambda v: _literal(v) if isinstance(v, str) else v)
-    out.columns = [_literal(c) if isinstance(c, str) else c for c in df.columns]
+def _template(name: str) -> str:
+    return resources.files("analysis").joinpath(TEMPLATES, name).read_text(encoding="utf-8")
+
+
+def _shown(
+    sections: list[Section],
+    full_tables: Mapping[str, str],
+    max_rows: int,
+    table: Callable[[pd.DataFrame], tuple[list[str], list[list[str]]]],
+) -> list[_Shown]:
+    """The sections as the templates lay them out; ``table``: a frame's header and cells as the
+    document shows them (text, before escaping)."""
+    out = []
+    for s in sections:
+        plot = None
+        if s.plot is not None:
+            name, image, why = s.plot
+            plot = _Plot(name, base64.b64encode(image).decode("ascii") if image else None, why)
+        tables = []
+        for cap, df in s.tables:
+            columns, rows = table(df.head(max_rows))
+            cut = _cut_note(len(df), max_rows, full_tables.get(cap)) if len(df) > max_rows else None
+            tables.append(_Table(cap, columns, rows, cut))
+        out.append(_Shown(s.title, list(s.text), plot, tables, list(s.links)))
     return out
 
 
-def _md_cell(v: Any) -> str:
-    text = "" if v is None or (isinstance(v, float) and np.isnan(v)) else str(v)
-    # A table cell holds one line: a line break becomes a space; a lone CR is escaped as elsewhere.
-    one_line = text.replace("\r\n", " ").replace("\n", " ")
-    return _md_escape(visible(one_line, multiline=False))
+def _markdown_cells(df: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """Each value as ``str()`` shows it, a missing one as blank (``md_cell`` escapes them)."""
 
+    def text(v: Any) -> str:
+        return "" if v is None or (isinstance(v, float) and np.isnan(v)) else str(v)
 
-def _md_table(df: pd.DataFrame, full: str | None = None, max_rows: int = MAX_ROWS) -> str:
-    d = df.head(max_rows)
-    lines = [
-        "| " + " | ".join(_md_cell(c) for c in d.columns) + " |",
-        "|" + "---|" * len(d.columns),
+    return [text(c) for c in df.columns], [
+        [text(v) for v in row] for row in df.itertuples(index=False)
     ]
-    for row in d.itertuples(index=False):
-        lines.append("| " + " | ".join(_md_cell(v) for v in row) + " |")
-    if len(df) > max_rows:
-        lines.append("\n" + _md_text(_cut_note(len(df), max_rows, full)))
-    return "\n".join(lines)
+
+
+def _html_cells(df: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """Each value as the HTML report has always shown it: the text ``DataFrame.to_html`` writes
+    (pandas' number formats, one column's floats to the same digits, a line break as ``\\n``),
+    from the text after the untrusted-text policy (a tab as spaces). Escaping is the template's."""
+    columns = [(visible(c) if isinstance(c, str) else str(c)).strip() for c in df.columns]
+    frame = df.map(lambda v: visible(v) if isinstance(v, str) else v)
+    cells = []
+    with pd.option_context("display.max_colwidth", None):
+        for i in range(frame.shape[1]):
+            col = frame.iloc[:, i]
+            values = col.to_numpy() if isinstance(col.dtype, np.dtype) else col.array
+            shown = format_array(values, None, na_rep="", leading_space=False)
+            cells.append([v.strip() for v in shown])
+    return columns, [list(row) for row in zip(*cells)] if cells else [[] for _ in range(len(df))]
 
 
 def _cut_note(n: int, shown: int, full: str | None) -> str:
@@ -94,83 +140,20 @@ def _cut_note(n: int, shown: int, full: str | None) -> str:
     return f"({n - shown} of {n} rows not shown here{where})"
 
 
-def _md_text(s: str) -> str:
-    return _md_escape(_literal(s))
-
-
 def render_markdown(
     sections: list[Section], title: str, full_tables: Mapping[str, str] | None = None
 ) -> str:
     """``full_tables``: caption -> file holding a cut table in full (see ``write_full_tables``)."""
-    full_tables = full_tables or {}
-    out = [f"# {_md_text(title)}", "", "Generated by branchpoint. Synthetic or small-model data measures the pipeline, "
-           "not a chatbot's real safety; the rubrics are not clinically validated.", ""]  # fmt: skip
-    for s in sections:
-        out += [f"## {_md_text(s.title)}", ""]
-        for t in s.text:
-            out += [_md_text(t), ""]
-        if s.plot is not None:
-            name, png, why = s.plot
-            out += [
-                f"![{_md_text(s.title)}]({name})" if png else f"*No plot: {_md_text(why)}.*",
-                "",
-            ]
-        for cap, df in s.tables:
-            out += [f"**{_md_text(cap)}**", "", _md_table(df, full_tables.get(cap)), ""]
-        out += [f"- [{_md_text(label)}]({href})" for label, href in s.links]
-    return "\n".join(out)
-
-
-CSS = """body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1200px;color:#222}
-table{border-collapse:collapse;font-size:12px;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:2px 6px;text-align:left}
-th{background:#f3f3f3}h1{font-size:1.6em}h2{border-bottom:1px solid #ddd;margin-top:1.6em}img{max-width:100%}
-.note{color:#666;font-style:italic}.warn{background:#fff6e0;padding:.5em;border:1px solid #f0d9a0}"""
-
-
-HTML_MAX_ROWS = 500
+    shown = _shown(sections, full_tables or {}, MAX_ROWS, _markdown_cells)
+    text = str(markdown_template(_template("report.md.j2")).render(title=title, sections=shown))
+    return text.rstrip("\n") + "\n"  # one line break at the end, whatever the last block is
 
 
 def render_html(
     sections: list[Section], title: str, full_tables: Mapping[str, str] | None = None
 ) -> str:
-    full_tables = full_tables or {}
-    parts = [
-        "<!doctype html><html><head><meta charset='utf-8'>",
-        # No scripts, no remote content: the page is inert whatever the transcripts contain.
-        "<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; img-src data:; style-src 'unsafe-inline'\">",
-        f"<title>{_h(title)}</title><style>{CSS}</style></head><body>",
-        f"<h1>{_h(title)}</h1>",
-        "<p class='warn'>Synthetic or small-model data measures the pipeline, not a chatbot's real safety; "
-        "the rubrics are not clinically validated.</p>",
-    ]
-    for s in sections:
-        parts.append(f"<h2>{_h(s.title)}</h2>")
-        for t in s.text:
-            parts.append(f"<p>{_h(t)}</p>")
-        if s.plot is not None:
-            name, png, why = s.plot
-            if png:
-                b64 = base64.b64encode(png).decode("ascii")
-                parts.append(f"<img alt='{_h(s.title)}' src='data:image/png;base64,{b64}'>")
-            else:
-                parts.append(f"<p class='note'>No plot: {_h(why)}.</p>")
-        for cap, df in s.tables:
-            parts.append(f"<h3>{_h(cap)}</h3>")
-            parts.append(
-                _literal_frame(df.head(HTML_MAX_ROWS)).to_html(
-                    index=False, escape=True, na_rep="", border=0
-                )
-            )
-            if len(df) > HTML_MAX_ROWS:
-                note = _cut_note(len(df), HTML_MAX_ROWS, full_tables.get(cap))
-                parts.append(f"<p class='note'>{_h(note)}</p>")
-        if s.links:
-            items = "".join(
-                f"<li><a href='{_h(href)}'>{_h(label)}</a></li>" for label, href in s.links
-            )
-            parts.append(f"<ul>{items}</ul>")
-    parts.append("</body></html>")
-    return "\n".join(parts)
+    shown = _shown(sections, full_tables or {}, HTML_MAX_ROWS, _html_cells)
+    return str(html_template(_template("report.html.j2")).render(title=title, sections=shown))
 
 
 def write_full_tables(

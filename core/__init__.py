@@ -38,6 +38,8 @@ _EXPORTS = {
     "read_yaml": "core.yamlio",
     "load_model": "core.yamlio",
     "render": "core.templates",
+    "html_template": "core.templates",
+    "markdown_template": "core.templates",
     "TemplateRenderError": "core.templates",
     "EVENTS": "core.domain",
     "EventKind": "core.domain",
@@ -49,6 +51,7 @@ _EXPORTS = {
     "ScaleDef": "core.scales",
     "ERROR": "core.scales",
     "visible": "core.untrusted",
+    "markdown": "core.untrusted",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -80,6 +83,6 @@ if TYPE_CHECKING:  # for type checkers and editors
     from core.redaction import redact, redact_text
     from core.scales import ERROR, SCALES, ScaleDef
     from core.store import Store, StoreError, open_store, redact_url, resolve_url
-    from core.templates import TemplateRenderError, render
-    from core.untrusted import visible
+    from core.templates import TemplateRenderError, html_template, markdown_template, render
+    from core.untrusted import markdown, visible
     from core.yamlio import LoadError, load_model, read_yaml

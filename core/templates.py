@@ -10,7 +10,7 @@ too (``prompt_template``), since the values they render come from scenarios and 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any
 
 from jinja2 import (
@@ -25,8 +25,10 @@ from jinja2 import sandbox as jinja_sandbox
 from jinja2.exceptions import SecurityError
 from jinja2.runtime import Context
 from jinja2.sandbox import SandboxedEnvironment
+from markupsafe import Markup, escape
 
 from core.errors import UserError
+from core.untrusted import markdown, visible
 
 # What ``*`` and ``**`` may build: characters of text, items of a list, or bits of a number.
 # ``{{ 9 ** 999999 }}`` or ``{{ 'x' * 10 ** 9 }}`` would otherwise hang or fill memory when a
@@ -76,14 +78,41 @@ _ENV = _BoundedSandbox(
 )
 
 
-# Pages for people (the report's transcript pages): the same sandbox, every value HTML-escaped
-# unless the template marks it safe, so model text can never become markup or script.
+def _keep_spaces(text: str) -> Markup:
+    """``text`` HTML-escaped, with each pair of spaces written ``&nbsp;&nbsp;`` so a browser shows
+    them (a tab the policy wrote as four spaces, aligned text in a table cell). The text is escaped
+    here, as autoescaping would; only the entities this adds are markup."""
+    return escape(text).replace("  ", Markup("&nbsp;&nbsp;"))
+
+
+# Pages for people (the report, its transcript pages): the same sandbox, every value HTML-escaped
+# unless the template marks it safe, so model text can never become markup or script. The filter
+# ``visible`` applies the one untrusted-text policy (``core.untrusted``) before the escaping.
 _HTML_ENV = _BoundedSandbox(undefined=StrictUndefined, autoescape=True)
+_HTML_ENV.filters["visible"] = visible
+_HTML_ENV.filters["keep_spaces"] = _keep_spaces
 
 
 def html_template(source: str) -> Any:
     """A compiled HTML template (sandboxed, autoescaping, strict about undefined names)."""
     return _HTML_ENV.from_string(source)
+
+
+# Markdown documents for people (report.md): the same sandbox, not HTML-escaped (an entity is
+# shown as typed in Markdown); values from outside go through ``md`` (a paragraph) or ``md_cell``
+# (a table cell), the policy's Markdown form. The overlay gets a filter table of its own so that
+# prompt templates do not gain these filters.
+_MARKDOWN_ENV = _ENV.overlay(trim_blocks=True, lstrip_blocks=True)
+_MARKDOWN_ENV.filters = {
+    **_ENV.filters,
+    "md": markdown,
+    "md_cell": partial(markdown, one_line=True),
+}
+
+
+def markdown_template(source: str) -> Any:
+    """A compiled Markdown template (sandboxed, strict; ``md`` and ``md_cell`` escape values)."""
+    return _MARKDOWN_ENV.from_string(source)
 
 
 # The project's prompt files (persona.j2, the judge's prompt): the same sandbox, a file's final

@@ -7,12 +7,13 @@ out as ``core.untrusted.visible`` shows them, plus only what the output type add
 
 from __future__ import annotations
 
-import html
+import re
 
 import pytest
+from markupsafe import escape
 
-from analysis.report import _h, _literal, _md_cell, _md_escape
-from core.untrusted import visible
+from core.templates import html_template, markdown_template
+from core.untrusted import markdown, visible
 from core.yamlio import LoadError
 from judges.batch_judging import _printable as batch_printable
 from simulator.transcript import safe_text
@@ -38,6 +39,11 @@ HOSTILE = [
 IDS = [repr(raw)[:24] for raw, _ in HOSTILE]
 
 
+def md_escape(text: str) -> str:
+    """Markdown's special characters backslash-escaped (what the Markdown report adds)."""
+    return re.sub(r"([\\`*_\[\]<>|~])", r"\\\1", text)
+
+
 @pytest.mark.parametrize(("raw", "shown"), HOSTILE, ids=IDS)
 def test_one_line_surfaces_show_the_same_visible_form(raw: str, shown: str) -> None:
     assert visible(raw, multiline=False) == shown
@@ -47,7 +53,8 @@ def test_one_line_surfaces_show_the_same_visible_form(raw: str, shown: str) -> N
     assert batch_printable(raw) == shown
     assert analysis_printable(raw) == shown
     assert labels_cell(raw, 200).rstrip() == shown.rstrip()
-    assert _md_cell(raw) == _md_escape(shown)  # Markdown escaping on top, nothing else
+    assert markdown(raw, one_line=True) == md_escape(shown)  # Markdown escaping on top, only
+    assert markdown_template("{{ t|md_cell }}").render(t=raw) == md_escape(shown)  # report.md
 
 
 @pytest.mark.parametrize(("raw", "shown"), HOSTILE, ids=IDS)
@@ -60,8 +67,10 @@ def test_multi_line_surfaces_show_the_same_visible_form(raw: str, shown: str) ->
     assert clean(text) == expected and untrusted(text).plain == expected  # the app
     assert not untrusted(text).spans  # never parsed as markup
     assert one_line(text).plain == expected.replace("\n", " \u23ce ")
-    assert _literal(text) == expected  # the report's text
-    assert _h(text) == html.escape(expected)  # HTML escaping on top, nothing else
+    # The report's documents: HTML (and Markdown) escaping on top, nothing else
+    assert html_template("{{ t|visible }}").render(t=text) == escape(expected)
+    assert markdown(text) == md_escape(expected)
+    assert markdown_template("{{ t|md }}").render(t=text) == md_escape(expected)
     assert all(c.isprintable() or c == "\n" for c in expected)
 
 
