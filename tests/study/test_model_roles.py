@@ -376,3 +376,49 @@ def test_a_targets_price_is_recorded_without_a_budget(tmp_path: Path) -> None:
     usd = bill_usd(billed, *PRICES["loop-target"])
     assert usd > 0
     assert _runs_usd(tmp_path / "results.db", "sweep-study") == pytest.approx(usd, abs=5e-5)
+
+
+def test_the_sweep_schema_takes_every_role_in_both_forms() -> None:
+    import jsonschema
+
+    from study import manifest_json_schema
+
+    schema = manifest_json_schema()
+    entry = {
+        "spec": "oai:persona",
+        "params": {"api_base": "http://127.0.0.1:9/v1"},
+        "key_env": "PERSONA_KEY",
+        "limits": {"in_flight": 2},
+        "price": _price("loop-persona"),
+    }
+    judge = {**entry, "spec": "oai:judge", "rubrics": ["teen"]}
+    good = _base(simulators=["embedded", entry], detector=entry, judges=[judge])
+    jsonschema.validate(good, schema)
+    jsonschema.validate(_base(detector="scripted:det"), schema)
+    for bad in (
+        _base(simulators=[{**entry, "prise": 1}]),
+        _base(simulators=[{"price": _price("loop-persona")}]),
+        _base(detector={**entry, "key_env": "sk-0123"}),
+    ):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(bad, schema)
+
+
+def test_a_judges_verdicts_are_capped_by_its_max_tokens_in_the_plan(tmp_path: Path) -> None:
+    """A judge with ``max_tokens`` below a typical verdict: its expected dollars were above its
+    high (the high took the cap, the expected a typical verdict past it)."""
+    from study.judge_estimate import estimate_judging
+
+    judge = {
+        "spec": "oai:loop-judge",
+        "params": {"api_base": "http://127.0.0.1:9/v1", "max_tokens": 50},
+        "rubrics": ["teen"],
+        "price": {"input_per_mtok": 2.0, "output_per_mtok": 8.0},
+    }
+    path = _write(tmp_path / "m.yaml", _base(judges=[judge]))
+    plan = plan_sweep(load_manifest(path), path, "s")
+    (est,) = estimate_judging(plan)
+    usd = [est.usd[k] for k in LEVELS]
+    assert None not in usd and usd == sorted(usd), usd
+    outputs = [est.tokens[k].output for k in LEVELS]
+    assert outputs == sorted(outputs) and outputs[2] == 50 * est.calls["high"]
