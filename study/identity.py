@@ -21,15 +21,16 @@ from study.manifest import Manifest
 # Top-level fields whose change would alter the conversations of existing cells.
 CELL_FIELDS = (
     "scenarios",
-    "simulators",
     "simulator_params",
-    "detector",
     "seed",
     "max_exchanges",
     "fork",
     "realism_min",
 )
 TARGET_CELL_FIELDS = ("params", "key_env")
+# Model roles whose entries decide cells by ``ROLE_CELL_FIELDS`` (their price and limits do not).
+ROLE_FIELDS = ("simulators", "detector")
+ROLE_CELL_FIELDS = ("spec", *TARGET_CELL_FIELDS)
 
 
 def resolved_manifest(manifest: Manifest) -> dict[str, Any]:
@@ -85,6 +86,10 @@ def check_compatible(
     for name in CELL_FIELDS:
         if old.get(name) != new.get(name):
             _refuse(path, sweep_id, name, old.get(name), new.get(name))
+    for name in ROLE_FIELDS:
+        was, now = _cells_of(old.get(name)), _cells_of(new.get(name))
+        if was != now:
+            _refuse(path, sweep_id, name, was, now)
     old_targets = {t["spec"]: (i, t) for i, t in enumerate(old.get("targets") or [])}
     new_targets = {t["spec"]: (i, t) for i, t in enumerate(new.get("targets") or [])}
     for spec, (i, target) in old_targets.items():
@@ -123,6 +128,19 @@ def check_compatible(
             f"since sweep {sweep_id} began ({shown}); they would add cells (expected --add-cells "
             "to add them, or --new-sweep to start a new sweep)"
         )
+
+
+def _cells_of(stored: Any) -> Any:
+    """What a stored role entry (or list of them) decides of a cell, in whichever form it was
+    stored: a bare spec (simulators before they took prices), ``{spec, params}`` (the detector
+    before), or the whole entry."""
+    if isinstance(stored, list):
+        return [_cells_of(e) for e in stored]
+    if stored is None:
+        return None
+    entry = {"spec": stored} if isinstance(stored, str) else dict(stored)
+    entry["params"] = entry.get("params") or {}
+    return {k: entry.get(k) for k in ROLE_CELL_FIELDS}
 
 
 def _refuse(path: str, sweep_id: str, field: str, was: Any, now: Any) -> None:

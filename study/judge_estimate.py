@@ -119,7 +119,10 @@ def _estimate(
 
     def add(i: int, calls: int, read: int) -> None:
         level = LEVELS[i]
-        output = high_output if level == "high" else VERDICT_TOKENS[i] * n_criteria
+        # a verdict never exceeds max_tokens: low <= expected <= high by construction
+        output = (
+            high_output if level == "high" else min(VERDICT_TOKENS[i] * n_criteria, high_output)
+        )
         est.calls[level] += calls
         est.tokens[level].input += read
         est.tokens[level].output += calls * output

@@ -1,9 +1,10 @@
 """A sweep's judges, run while it runs: ``when: live`` ones as each set of targets finishes,
 ``when: after`` ones once every tree is done (``study.api.run_study`` wires them in).
 
-Each pass goes through a gateway with the sweep's limits and, with a budget, the sweep's budget
-and prices, so a judge's calls count against what the conversations may spend; a judge calling a
-target's provider draws on the same limiters (``limiters``).
+Each pass goes through a gateway with the sweep's limits and prices (every call's cost is
+recorded) and, with a budget, the sweep's budget, so a judge's calls count against what the
+conversations may spend; a judge calling a target's provider draws on the same limiters
+(``limiters``). A judge's ``key_env`` is read when it runs, as a target's is.
 """
 
 from __future__ import annotations
@@ -60,6 +61,8 @@ class SweepJudging:
         from gateway.specs import params_from
         from judges.runner import ajudge_run
         from simulator.runner import load_plugins
+        from study.manifest import read_keys
+        from study.plan import keyed_params
         from study.run import sweep_budget, sweep_gateway, sweep_prices
 
         plan, store, monitor, target_of = self.plan, self.store, self.monitor, self.target_of
@@ -69,8 +72,8 @@ class SweepJudging:
         gateway = sweep_gateway(plan, store, write_behind=False, limiters=self.limiters)
         load_plugins(gateway)  # a judge may be a plugin's model, as a target may
         gateway.budget = self.budget if self.local else sweep_budget(plan, store)
-        if gateway.budget is not None:
-            gateway.prices = sweep_prices(plan)
+        gateway.prices = sweep_prices(plan)  # budget or not: each verdict's call is priced
+        keys = read_keys(plan.manifest, only="judges")  # as a target's, read to run
         try:
             for entry in entries:
                 for rubric in entry.rubrics:
@@ -85,8 +88,10 @@ class SweepJudging:
                         store=store,
                         rubric=rubric,
                         judges=[entry.spec],
-                        params=params_from(entry.params, where="judges.params")
-                        if entry.params
+                        params=params_from(
+                            keyed_params(entry.params, entry, keys), where="judges.params"
+                        )
+                        if entry.params or entry.key_env
                         else None,
                         conversation_ids=ids,
                         gateway=gateway,

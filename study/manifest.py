@@ -5,15 +5,17 @@ problem is one positioned line (``file:LINE:COL: field: problem (expected ...)``
 hostile-YAML limits apply. Scenario paths and globs are relative to the manifest's folder, so a
 manifest means the same thing whatever directory it is run from.
 
-Keys never appear in a manifest: a target names the environment variable that holds its key
-(``key_env``), and the sweep reads it at run time.
+Every model role (targets, simulators, the detector, judges) takes one entry form
+(``ModelEntry``: spec, params, key_env, limits, price), or a bare spec string for short. Keys never
+appear in a manifest: an entry names the environment variable that holds its key (``key_env``),
+and the sweep reads it at run time (``read_keys``; ``role_key_envs`` lists them all).
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import (
     Field,
@@ -80,16 +82,21 @@ class Price(_Strict):
         return (self.input_per_mtok, self.output_per_mtok)
 
 
-class TargetLimits(_Strict):
-    """How hard this target's provider may be driven (None: no cap)."""
+class RoleLimits(_Strict):
+    """How hard this model's provider may be driven (None: no cap)."""
 
     in_flight: int | None = Field(None, ge=1, description="Calls in flight at most.")
     rpm: float | None = Field(None, gt=0, description="Requests per minute at most.")
     tpm: float | None = Field(None, gt=0, description="Tokens per minute at most.")
 
 
-class TargetEntry(_Strict):
-    """One chatbot under test."""
+TargetLimits = RoleLimits  # the name it had when only targets had limits
+
+
+class ModelEntry(_Strict):
+    """A model in one of the manifest's roles (a target, a simulator, the detector, a judge):
+    its spec and params, where its key is read from, how hard it may be driven, its price. Every
+    role takes this form; a bare spec string is short for ``{spec: SPEC}``."""
 
     spec: str = Field(min_length=1, description="Model spec, e.g. litellm:openai/gpt-4o-mini.")
     params: dict[str, Any] = Field(default_factory=dict, description="Generation params.")
@@ -98,8 +105,8 @@ class TargetEntry(_Strict):
         description="NAME of the environment variable that holds the API key (never the key).",
         json_schema_extra={"pattern": ENV_NAME_PATTERN},
     )
-    limits: TargetLimits = Field(default_factory=TargetLimits)
-    price: Price | None = None
+    limits: RoleLimits = Field(default_factory=RoleLimits)
+    price: Price | None = None  # counts toward the plan's dollars and the budget, and is recorded
 
     @field_validator("spec")
     @classmethod
@@ -128,28 +135,24 @@ class TargetEntry(_Strict):
                 )
         return value
 
-
-class ModelEntry(_Strict):
-    """A model with its params (the detector)."""
-
-    spec: str = Field(min_length=1)
-    params: dict[str, Any] = Field(default_factory=dict)
-
-    @field_validator("spec")
-    @classmethod
-    def _known_spec(cls, value: str) -> str:
-        return _check_spec(value)
+    @property
+    def limited(self) -> bool:
+        """Whether the manifest caps this model's calls (else the provider's defaults hold)."""
+        return bool(self.limits.in_flight or self.limits.rpm or self.limits.tpm)
 
 
-class JudgeEntry(_Strict):
+class TargetEntry(ModelEntry):
+    """One chatbot under test."""
+
+
+class JudgeEntry(ModelEntry):
     """A judge and the rubrics it scores; ``live`` judges each target's conversations as soon
-    as they are done, ``after`` in one pass once the whole sweep is done."""
+    as they are done, ``after`` in one pass once the whole sweep is done. Its ``price`` counts
+    as a target's: a budget counts judging too."""
 
     spec: str = Field(min_length=1, description="heuristic, or a model spec.")
     rubrics: list[str] = Field(min_length=1, description="Rubric names or files.")
-    params: dict[str, Any] = Field(default_factory=dict)
     when: Literal["live", "after"] = "after"
-    price: Price | None = None  # as a target's: a budget counts judging too
     batch: bool = Field(
         False,
         description="Send this judge's calls through the provider's batch API (oai: and "
@@ -158,7 +161,7 @@ class JudgeEntry(_Strict):
 
     @field_validator("spec")
     @classmethod
-    def _known_judge(cls, value: str) -> str:
+    def _known_spec(cls, value: str) -> str:  # overrides ModelEntry's: heuristic is no model
         return value if value == "heuristic" else _check_spec(value)
 
     @model_validator(mode="after")
@@ -169,11 +172,28 @@ class JudgeEntry(_Strict):
         from gateway.specs import params_from
 
         if self.spec == "heuristic":
-            raise FieldProblem(["batch"], "the heuristic judge calls no model: nothing to batch")
+            return self  # _heuristic_calls_nothing says so
         try:
             batch_target(self.spec, params_from(self.params), where="batch: true")
         except UserError as exc:
             raise FieldProblem(["batch"], str(exc).removeprefix("batch: true: ")) from None
+        return self
+
+    @model_validator(mode="after")
+    def _heuristic_calls_nothing(self) -> JudgeEntry:
+        if self.spec != "heuristic":
+            return self
+        given = {
+            "batch": self.batch,
+            "price": self.price is not None,
+            "key_env": self.key_env is not None,
+            "limits": self.limited,
+        }
+        for name, set_ in given.items():
+            if set_:
+                raise FieldProblem(
+                    [name], f"the heuristic judge calls no model: it has no {name} (expected none)"
+                )
         return self
 
 
@@ -249,7 +269,10 @@ class Manifest(_Strict):
     scenarios: ScenarioSelection
     targets: list[TargetEntry] = Field(min_length=1)
     conditions: list[str] = Field(default_factory=lambda: ["none"], min_length=1)
-    simulators: list[str] = Field(default_factory=lambda: ["embedded"], min_length=1)
+    simulators: list[ModelEntry] = Field(
+        default_factory=lambda: [ModelEntry(spec="embedded")], min_length=1
+    )
+    # every simulator's params, under each one's own ``params``
     simulator_params: dict[str, Any] = Field(default_factory=dict)
     detector: ModelEntry | None = None
     judges: list[JudgeEntry] = Field(default_factory=list)
@@ -272,13 +295,13 @@ class Manifest(_Strict):
         "this; an unpriced model always asks.",
     )
 
-    @field_validator("targets", mode="before")
+    @field_validator("targets", "simulators", "detector", mode="before")
     @classmethod
-    def _short_targets(cls, value: object) -> object:
+    def _short_specs(cls, value: object) -> object:
         # ``- litellm:openai/gpt-4o-mini`` is short for ``- spec: litellm:openai/gpt-4o-mini``.
         if isinstance(value, list):
             return [{"spec": v} if isinstance(v, str) else v for v in value]
-        return value
+        return {"spec": value} if isinstance(value, str) else value
 
     @field_validator("conditions")
     @classmethod
@@ -291,16 +314,6 @@ class Manifest(_Strict):
                 raise FieldProblem(
                     [i], f"unknown condition {name!r} (expected one of: {', '.join(sorted(known))})"
                 )
-        return value
-
-    @field_validator("simulators")
-    @classmethod
-    def _simulator_specs(cls, value: list[str]) -> list[str]:
-        for i, spec in enumerate(value):
-            try:
-                _check_spec(spec)
-            except ValueError as exc:
-                raise FieldProblem([i], str(exc)) from None
         return value
 
     @model_validator(mode="after")
@@ -318,27 +331,91 @@ class Manifest(_Strict):
 
     # Field validators, not one model validator: pydantic runs a model validator only when every
     # field is valid, and a duplicate must be reported with the file's other problems.
-    @field_validator("targets")
+    @field_validator("targets", "simulators")
     @classmethod
-    def _distinct_targets(cls, value: list[TargetEntry]) -> list[TargetEntry]:
+    def _distinct_specs(cls, value: list[ModelEntry], info: ValidationInfo) -> list[ModelEntry]:
+        role = {"targets": "target", "simulators": "simulator"}[str(info.field_name)]
         seen: dict[str, int] = {}
-        for i, target in enumerate(value):
-            if target.spec in seen:
+        for i, entry in enumerate(value):
+            if entry.spec in seen:
                 raise FieldProblem(
                     [i, "spec"],
-                    f"target {target.spec!r} is listed twice (expected each once; first is "
-                    f"targets[{seen[target.spec]}])",
+                    f"{role} {entry.spec!r} is listed twice (expected each once; first is "
+                    f"{info.field_name}[{seen[entry.spec]}])",
                 )
-            seen[target.spec] = i
+            seen[entry.spec] = i
         return value
 
-    @field_validator("conditions", "simulators")
+    def roles(self) -> list[tuple[Loc, ModelEntry]]:
+        """Every model the manifest calls, with where it is written (``targets``, 0), in the
+        order its facts (price, limits, key) are looked up: targets, simulators, the detector,
+        the judges (the heuristic judge calls none)."""
+        return [
+            *((("targets", i), e) for i, e in enumerate(self.targets)),
+            *((("simulators", i), e) for i, e in enumerate(self.simulators)),
+            *([(("detector",), self.detector)] if self.detector is not None else []),
+            *((("judges", i), j) for i, j in enumerate(self.judges) if j.spec != "heuristic"),
+        ]
+
+    def simulator_params_of(self, entry: ModelEntry) -> dict[str, Any]:
+        """A simulator's params: the manifest's ``simulator_params`` under its own."""
+        return {**self.simulator_params, **entry.params}
+
+    @field_validator("conditions")
     @classmethod
-    def _distinct(cls, value: list[str]) -> list[str]:
+    def _distinct(cls, value: list[str]) -> list[str]:  # conditions
         for i, v in enumerate(value):
             if value.index(v) != i:
                 raise FieldProblem([i], f"{v!r} is listed twice (expected each once)")
         return value
+
+
+class RoleKey(NamedTuple):
+    """An environment variable a model's key is read from, and the role that names it."""
+
+    role: str  # where the manifest names it: targets[0], simulators[1], detector, judges[0]
+    env: str  # the variable's NAME (its value is read at run time, never stored)
+
+
+def role_key_envs(manifest: Manifest) -> list[RoleKey]:
+    """Every ``key_env`` the manifest's roles name, with the role (for an error's line), in
+    ``Manifest.roles`` order; a variable two roles share is listed for each."""
+    return [
+        RoleKey(format_loc(loc), entry.key_env)
+        for loc, entry in manifest.roles()
+        if entry.key_env is not None
+    ]
+
+
+def read_keys(manifest: Manifest, only: str | None = None) -> dict[str, str]:
+    """Each ``key_env`` variable's value, by its name, read from this process's environment
+    (``only``: of this role's entries, e.g. ``judges``). Raises UserError with one positioned
+    line for each role whose variable is not set."""
+    import os
+
+    keys: dict[str, str] = {}
+    missing: list[str] = []
+    for loc, entry in manifest.roles():
+        if entry.key_env is None or only not in (None, loc[0]):
+            continue
+        value = os.environ.get(entry.key_env)
+        if value:
+            keys[entry.key_env] = value
+        else:
+            role = _ROLE_NAMES[str(loc[0])]
+            missing.append(
+                manifest.located(
+                    (*loc, "key_env"),
+                    f"${entry.key_env} is not set (expected the {role}'s API key in it)",
+                )
+            )
+    if missing:
+        raise UserError("\n".join(missing))
+    return keys
+
+
+_ROLE_NAMES = {"targets": "target", "simulators": "simulator", "detector": "detector",
+               "judges": "judge"}  # fmt: skip
 
 
 def _check_spec(value: str) -> str:

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from core.errors import UserError
+from core.yamlio import format_loc
 from gateway.completion import GenParams
 from gateway.pricing import Price, Tokens, price_of
 from gateway.specs import parse_spec
@@ -28,13 +28,14 @@ from simulator.call_tally import CallTally, schedules, tree_calls
 from study import detectable, timing
 from study.costs import LEVELS, message_lengths, tokens_of
 from study.detectable import ContrastKey, ContrastPairs, count_pairs
-from study.manifest import Manifest, TargetEntry, scenario_paths
+from study.manifest import Manifest, ModelEntry, TargetEntry, scenario_paths
 from study.timing import WallTime, Workload, latency_of
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable
 
     from core.store import Store
+    from core.yamlio import Loc
     from gateway.limits import ProviderLimits
     from scenarios.models import Scenario
     from simulator.plan import RunPlan, TreeSpec
@@ -207,63 +208,85 @@ def run_configs(
     *,
     with_keys: bool = False,
 ) -> list[tuple[RunConfig, list[TargetEntry]]]:
-    """One RunConfig per set of targets sharing params and key; ``with_keys`` reads the keys
-    from the environment (only to run: a plan never holds one)."""
-    from gateway.limits import ProviderLimits
+    """One RunConfig per set of targets sharing params and key and set of simulators sharing
+    params and key (a plan has one persona's params); ``with_keys`` reads the keys from the
+    environment (only to run: a plan never holds one). Each config's limits are those of its
+    targets and simulators, the detector's and the judges' (all of the sweep's gateways hold)."""
     from simulator.run_config import RunConfig
+    from study.manifest import read_keys
 
     m = manifest
     base = Path(path).resolve().parent
     paths = scenario_paths(m, base)
-    groups: dict[str, list[TargetEntry]] = {}
-    for entry in m.targets:
-        key = json.dumps([entry.params, entry.key_env], sort_keys=True, default=str)
-        groups.setdefault(key, []).append(entry)
+    keys = read_keys(m) if with_keys else {}
+    targets = _alike(m.targets, lambda e: e.params)
+    simulators = _alike(m.simulators, m.simulator_params_of)
+    shared = [
+        *([m.detector] if m.detector else []),
+        *(j for j in m.judges if j.spec != "heuristic"),
+    ]
     out = []
-    for entries in groups.values():
-        params = dict(entries[0].params)
-        if with_keys and entries[0].key_env:
-            name = entries[0].key_env
-            value = os.environ.get(name)
-            if not value:
-                where = m.targets.index(entries[0])
-                raise UserError(
-                    m.located(
-                        ("targets", where, "key_env"),
-                        f"${name} is not set (expected the target's API key in it)",
-                    )
-                )
-            params["api_key"] = value
-        limits = {
-            e.spec: ProviderLimits(
-                max_concurrency=e.limits.in_flight or m.execution.concurrency,
-                rpm=e.limits.rpm,
-                tpm=e.limits.tpm,
+    for entries in targets:
+        for sims in simulators:
+            config = RunConfig(
+                scenarios=paths,
+                targets=[e.spec for e in entries],
+                target_params=keyed_params(entries[0].params, entries[0], keys),
+                conditions=list(m.conditions),
+                simulators=[e.spec for e in sims],
+                simulator_params=keyed_params(m.simulator_params_of(sims[0]), sims[0], keys),
+                detector=m.detector.spec if m.detector else None,
+                detector_params=keyed_params(m.detector.params, m.detector, keys)
+                if m.detector
+                else {},
+                replicates=m.replicates,
+                max_turns=m.max_exchanges,
+                fork=m.fork,
+                db=m.store,
+                run_id=sweep_id,
+                concurrency=m.execution.concurrency,
+                limits=role_limits([*entries, *sims, *shared], m.execution.concurrency),
+                seed=m.seed,
+                realism_min=m.realism_min,
             )
-            for e in entries
-            if e.limits.in_flight or e.limits.rpm or e.limits.tpm
-        }
-        config = RunConfig(
-            scenarios=paths,
-            targets=[e.spec for e in entries],
-            target_params=params,
-            conditions=list(m.conditions),
-            simulators=list(m.simulators),
-            simulator_params=dict(m.simulator_params),
-            detector=m.detector.spec if m.detector else None,
-            detector_params=dict(m.detector.params) if m.detector else {},
-            replicates=m.replicates,
-            max_turns=m.max_exchanges,
-            fork=m.fork,
-            db=m.store,
-            run_id=sweep_id,
-            concurrency=m.execution.concurrency,
-            limits=limits,
-            seed=m.seed,
-            realism_min=m.realism_min,
-        )
-        out.append((config, entries))
+            out.append((config, entries))
     return out
+
+
+_E = TypeVar("_E", bound=ModelEntry)
+
+
+def _alike(entries: list[_E], params_of: Callable[[_E], dict[str, Any]]) -> list[list[_E]]:
+    """``entries`` in groups that share params and key, in order of first appearance."""
+    groups: dict[str, list[_E]] = {}
+    for entry in entries:
+        key = json.dumps([params_of(entry), entry.key_env], sort_keys=True, default=str)
+        groups.setdefault(key, []).append(entry)
+    return list(groups.values())
+
+
+def keyed_params(params: dict[str, Any], entry: ModelEntry, keys: dict[str, str]) -> dict[str, Any]:
+    """``params`` with the entry's key (``keys``: ``read_keys``), when it names one and it was
+    read; the key goes where a target's always went (``api_key``: redacted wherever it is
+    recorded)."""
+    out = dict(params)
+    if entry.key_env is not None and entry.key_env in keys:
+        out["api_key"] = keys[entry.key_env]
+    return out
+
+
+def role_limits(entries: Iterable[ModelEntry], concurrency: int) -> dict[str, ProviderLimits]:
+    """The manifest's limits of ``entries``, by spec, as a gateway takes them (an entry without
+    limits is left to its provider's defaults; ``in_flight`` unset: the sweep's concurrency)."""
+    from gateway.limits import ProviderLimits
+
+    return {
+        e.spec: ProviderLimits(
+            max_concurrency=e.limits.in_flight or concurrency, rpm=e.limits.rpm, tpm=e.limits.tpm
+        )
+        for e in entries
+        if e.limited
+    }
 
 
 def select_variants(manifest: Manifest, scenarios: list[Scenario]) -> list[str]:
@@ -311,6 +334,7 @@ def plan_sweep(
     done_states = ("completed",) if retry_failed else DONE
     runs: list[tuple[RunConfig, RunPlan]] = []
     estimates: dict[str, TargetEstimate] = {}
+    _check_prices(manifest)
     prices = model_prices(manifest)
     limits = sweep_limits(configs)  # as the sweep's gateways will hold them
     work = Workload(limits, manifest.execution.concurrency)
@@ -386,19 +410,35 @@ def sweep_limits(runs: Iterable[tuple[RunConfig, object]]) -> dict[str, Provider
 
 
 def model_prices(manifest: Manifest) -> dict[str, Price | None]:
-    """USD per token of every model the manifest calls (None: unpriced), a target's own
-    ``price`` over litellm's."""
-    prices: dict[str, Price | None] = {}
-    for entry in manifest.targets:
-        prices[entry.spec] = price_of(entry.spec, entry.price.per_mtok() if entry.price else None)
-    for spec in [*manifest.simulators, *([manifest.detector.spec] if manifest.detector else [])]:
-        prices.setdefault(spec, price_of(spec))
-    for judge in manifest.judges:
-        if judge.spec != "heuristic" and (judge.price or prices.get(judge.spec) is None):
-            prices[judge.spec] = price_of(
-                judge.spec, judge.price.per_mtok() if judge.price else None
+    """USD per token of every model the manifest calls (None: unpriced): the price a role's
+    entry gives (targets first, then simulators, the detector, the judges) over litellm's."""
+    given: dict[str, tuple[float, float]] = {}
+    for _, entry in manifest.roles():
+        if entry.price is not None:
+            given.setdefault(entry.spec, entry.price.per_mtok())
+    return {e.spec: price_of(e.spec, given.get(e.spec)) for _, e in manifest.roles()}
+
+
+def _check_prices(manifest: Manifest) -> None:
+    """One model, one price: two roles of one spec that give it different prices are refused
+    (the gateway prices a call by its spec), one positioned line each."""
+    first: dict[str, tuple[Loc, tuple[float, float]]] = {}
+    problems = []
+    for loc, entry in manifest.roles():
+        if entry.price is None:
+            continue
+        per_mtok = entry.price.per_mtok()
+        seen = first.setdefault(entry.spec, (loc, per_mtok))
+        if seen[1] != per_mtok:
+            problems.append(
+                manifest.located(
+                    (*loc, "price"),
+                    f"{entry.spec!r} is priced differently at {format_loc(seen[0])} (expected "
+                    "one price per model)",
+                )
             )
-    return prices
+    if problems:
+        raise UserError("\n".join(problems))
 
 
 class _Shapes:
@@ -517,12 +557,7 @@ def _check_budget(plan: SweepPlan) -> None:
     if m.budget is None or not plan.unpriced:
         return
     spec = plan.unpriced[0]
-    named: list[tuple[tuple[str | int, ...], str]] = [
-        *((("targets", i, "price"), t.spec) for i, t in enumerate(m.targets)),
-        *((("judges", i, "price"), j.spec) for i, j in enumerate(m.judges)),
-        *((("simulators", i), s) for i, s in enumerate(m.simulators)),
-        *([(("detector", "spec"), m.detector.spec)] if m.detector else []),
-    ]
+    named = [((*loc, "price"), entry.spec) for loc, entry in m.roles()]
     where = next((loc for loc, named_spec in named if named_spec == spec), ("budget",))
     raise UserError(
         m.located(

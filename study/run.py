@@ -108,8 +108,8 @@ async def run_sweep(
     gateway = gateway or sweep_gateway(plan, store, write_behind=True, limiters=limiters)
     if budget is None:
         budget = sweep_budget(plan, store)
-    if budget is not None:
-        gateway.budget, gateway.prices = budget, sweep_prices(plan)
+    # every known price, budget or not: a call's recorded cost is what a price gives it
+    gateway.budget, gateway.prices = budget, sweep_prices(plan)
     progress = Progress(progress_feed(on_progress, monitor))
     result = SweepResult(plan.sweep_id)
     if monitor is not None:
@@ -294,8 +294,9 @@ def sweep_budget(plan: SweepPlan, store: Store) -> Budget | None:
 
 
 def sweep_prices(plan: SweepPlan) -> dict[str, Price]:
-    """USD per token of every priced model the sweep calls (plan_sweep refused unpriced ones
-    when a budget is set)."""
+    """USD per token of every priced model the sweep calls, in any role (plan_sweep refused
+    unpriced ones when a budget is set): what its gateways price each call's recorded cost by,
+    and a budget's reservations."""
     from study.plan import model_prices
 
     return {spec: p for spec, p in model_prices(plan.manifest).items() if p is not None}

@@ -11,9 +11,13 @@ def manifest_json_schema() -> dict[str, Any]:
     from study.manifest import Manifest
 
     schema = Manifest.model_json_schema()
-    # Targets also take the short form ``- SPEC``.
-    targets = schema["properties"]["targets"]
-    targets["items"] = {"anyOf": [{"type": "string", "minLength": 1}, targets["items"]]}
+    # Targets, simulators and the detector also take the short form ``SPEC``.
+    spec = {"type": "string", "minLength": 1}
+    for name in ("targets", "simulators"):
+        role = schema["properties"][name]
+        role["items"] = {"anyOf": [spec, role["items"]]}
+    detector = schema["properties"]["detector"]
+    detector["anyOf"] = [spec, *detector["anyOf"]]
     return {
         "$schema": DRAFT,
         "title": "branchpoint sweep manifest",
