@@ -208,7 +208,8 @@ def run_configs(
     with_keys: bool = False,
 ) -> list[tuple[RunConfig, list[TargetEntry]]]:
     """One RunConfig per set of targets sharing params and key; ``with_keys`` reads the keys
-    from the environment (only to run: a plan never holds one)."""
+    from the environment (only to run: a plan never holds one). On Ray the driver reads none:
+    each worker reads its own where it runs (``study.worker_keys``)."""
     from gateway.limits import ProviderLimits
     from simulator.run_config import RunConfig
 
@@ -222,7 +223,7 @@ def run_configs(
     out = []
     for entries in groups.values():
         params = dict(entries[0].params)
-        if with_keys and entries[0].key_env:
+        if with_keys and entries[0].key_env and m.execution.mode != "ray":
             name = entries[0].key_env
             value = os.environ.get(name)
             if not value:
