@@ -40,6 +40,8 @@ def resolved_manifest(manifest: Manifest) -> dict[str, Any]:
     data: dict[str, Any] = redact(manifest.model_dump(mode="json"))
     if data.get("realism_min") is None:  # off: the hash of every manifest before the gate existed
         data.pop("realism_min", None)
+    if data["execution"].get("secrets_file") is None:  # likewise before the secrets file
+        data["execution"].pop("secrets_file", None)
     return data
 
 

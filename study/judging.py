@@ -73,7 +73,7 @@ class SweepJudging:
         load_plugins(gateway)  # a judge may be a plugin's model, as a target may
         gateway.budget = self.budget if self.local else sweep_budget(plan, store)
         gateway.prices = sweep_prices(plan)  # budget or not: each verdict's call is priced
-        keys = read_keys(plan.manifest, only="judges")  # as a target's, read to run
+        read_keys(plan.manifest, only="judges")  # every variable set, or one line each
         try:
             for entry in entries:
                 for rubric in entry.rubrics:
@@ -88,9 +88,7 @@ class SweepJudging:
                         store=store,
                         rubric=rubric,
                         judges=[entry.spec],
-                        params=params_from(
-                            keyed_params(entry.params, entry, keys), where="judges.params"
-                        )
+                        params=params_from(keyed_params(entry.params, entry), where="judges.params")
                         if entry.params or entry.key_env
                         else None,
                         conversation_ids=ids,

@@ -225,6 +225,11 @@ class Execution(_Strict):
         60.0, gt=0, description="A tree whose worker has not heartbeaten this long is taken over."
     )
     heartbeat_s: float = Field(10.0, gt=0, description="How often a worker refreshes its leases.")
+    secrets_file: str | None = Field(
+        None,
+        description="A NAME=value file on each worker node where a worker reads an API key its "
+        "own environment lacks (study/worker_keys.py); open to its owner only (chmod 600).",
+    )
 
     @field_validator("heartbeat_s")
     @classmethod
@@ -236,6 +241,27 @@ class Execution(_Strict):
                 "beat several times before its lease can be taken over)"
             )
         return value
+
+    @field_validator("secrets_file")
+    @classmethod
+    def _path_on_the_node(cls, value: str | None) -> str | None:
+        # read on each worker's node, from wherever Ray started it: relative has no meaning there
+        if value is not None and not value.startswith(("/", "~")):
+            raise ValueError(
+                f"{value[:80]!r} is not an absolute path (expected the file's path on every "
+                "worker node, e.g. /etc/branchpoint/keys.env or ~/.config/branchpoint/keys.env)"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _secrets_for_workers(self) -> Execution:
+        if self.secrets_file is not None and self.mode != "ray":
+            raise FieldProblem(
+                ["secrets_file"],
+                "only Ray workers read a secrets file (expected mode: ray, or no secrets_file: "
+                "a local sweep reads keys from its own environment)",
+            )
+        return self
 
 
 class PlanSettings(_Strict):

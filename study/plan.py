@@ -209,16 +209,21 @@ def run_configs(
     with_keys: bool = False,
 ) -> list[tuple[RunConfig, list[TargetEntry]]]:
     """One RunConfig per set of targets sharing params and key and set of simulators sharing
-    params and key (a plan has one persona's params); ``with_keys`` reads the keys from the
-    environment (only to run: a plan never holds one). Each config's limits are those of its
-    targets and simulators, the detector's and the judges' (all of the sweep's gateways hold)."""
+    params and key (a plan has one persona's params). Each config's limits are those of its
+    targets and simulators, the detector's and the judges' (all of the sweep's gateways hold).
+
+    A key never enters a config: params name its variable (``keyed_params``) and the provider
+    reads it when it calls. ``with_keys`` (to run) checks every variable is set here, one
+    positioned line each; on Ray the driver checks none: each worker reads its own where it runs
+    (``study.worker_keys``)."""
     from simulator.run_config import RunConfig
     from study.manifest import read_keys
 
     m = manifest
     base = Path(path).resolve().parent
     paths = scenario_paths(m, base)
-    keys = read_keys(m) if with_keys else {}
+    if with_keys and m.execution.mode != "ray":
+        read_keys(m)
     targets = _alike(m.targets, lambda e: e.params)
     simulators = _alike(m.simulators, m.simulator_params_of)
     shared = [
@@ -231,14 +236,12 @@ def run_configs(
             config = RunConfig(
                 scenarios=paths,
                 targets=[e.spec for e in entries],
-                target_params=keyed_params(entries[0].params, entries[0], keys),
+                target_params=keyed_params(entries[0].params, entries[0]),
                 conditions=list(m.conditions),
                 simulators=[e.spec for e in sims],
-                simulator_params=keyed_params(m.simulator_params_of(sims[0]), sims[0], keys),
+                simulator_params=keyed_params(m.simulator_params_of(sims[0]), sims[0]),
                 detector=m.detector.spec if m.detector else None,
-                detector_params=keyed_params(m.detector.params, m.detector, keys)
-                if m.detector
-                else {},
+                detector_params=keyed_params(m.detector.params, m.detector) if m.detector else {},
                 replicates=m.replicates,
                 max_turns=m.max_exchanges,
                 fork=m.fork,
@@ -265,13 +268,15 @@ def _alike(entries: list[_E], params_of: Callable[[_E], dict[str, Any]]) -> list
     return list(groups.values())
 
 
-def keyed_params(params: dict[str, Any], entry: ModelEntry, keys: dict[str, str]) -> dict[str, Any]:
-    """``params`` with the entry's key (``keys``: ``read_keys``), when it names one and it was
-    read; the key goes where a target's always went (``api_key``: redacted wherever it is
-    recorded)."""
+def keyed_params(params: dict[str, Any], entry: ModelEntry) -> dict[str, Any]:
+    """``params`` naming the entry's key variable (``api_key_env``): every provider reads the key
+    from that variable when it calls (litellm, ``oai:``, batches), so the key itself is in no
+    params, plan, Ray argument or store row, and the variable the manifest names is the one that
+    authenticates (an ``api_key`` in params was dropped by the providers: litellm then fell back
+    to OPENAI_API_KEY, another account's key)."""
     out = dict(params)
-    if entry.key_env is not None and entry.key_env in keys:
-        out["api_key"] = keys[entry.key_env]
+    if entry.key_env is not None:
+        out["api_key_env"] = entry.key_env
     return out
 
 

@@ -15,10 +15,11 @@ never grow one tree.
 
 Every provider key has one limiter actor (``study.ray_limits``) that every worker's
 gateway asks for its calls: the limits in the manifest hold for the whole cluster, and a
-Retry-After one worker gets cools them all down. API keys (each target's ``key_env``) reach a
-worker as an argument of its ``run`` call, which puts them in its environment, where providers
-read them; never through the plan, the store or the Ray runtime environment (Ray's runtime-env
-agent writes that into its log on every node). A budget is one budget actor
+Retry-After one worker gets cools them all down. API keys never travel through Ray: a worker is
+sent the names of the keys its calls need and reads them where the operator put them on its node
+(its environment, else ``execution.secrets_file``: ``study.worker_keys``), then sets them in its
+environment, where the providers read them; a key missing there fails the sweep with one line
+before that worker claims a tree. A budget is one budget actor
 (``study.ray_budget``) that every worker's gateway reserves from and settles with.
 
 ``when: live`` judges run in the driver, each run plan's as soon as the lease table says all of its
@@ -80,8 +81,8 @@ def check_ray(plan: SweepPlan, store_url: str) -> None:
 
 
 def shippable(run_plan: RunPlan) -> RunPlan:
-    """The plan without the keys a plan made to run holds (workers read theirs from their
-    environment, as the providers do)."""
+    """The plan without any key in its targets' params (a Ray sweep's plan is made without them;
+    workers read theirs on their node, ``study.worker_keys``)."""
     from core.redaction import is_secret_key
 
     def strip(tree: TreeSpec) -> TreeSpec:
@@ -96,21 +97,6 @@ def shippable(run_plan: RunPlan) -> RunPlan:
 def worker_env() -> dict[str, str]:
     """The workers' runtime environment: what the providers and plugins read at import."""
     return {name: os.environ[name] for name in PASSED_ENV if os.environ.get(name)}
-
-
-def worker_keys(plan: SweepPlan) -> dict[str, str]:
-    """Each target's API key, by the name of its ``key_env``."""
-    keys: dict[str, str] = {}
-    for i, target in enumerate(plan.manifest.targets):
-        if target.key_env:
-            value = os.environ.get(target.key_env)
-            if not value:
-                raise UserError(
-                    f"targets[{i}].key_env: ${target.key_env} is not set (expected the target's "
-                    "API key)"
-                )
-            keys[target.key_env] = value
-    return keys
 
 
 async def run_sweep_ray(
@@ -179,10 +165,8 @@ async def run_sweep_ray(
                 if not ray.is_initialized():
                     await asyncio.to_thread(_init_ray, ex.address, num_cpus or ex.workers)
                     started_ray = True
-                # a local cluster's workers inherit this process's environment; the keys go to
-                # every worker, as their run call's argument (one set after the cluster started
-                # would not reach a worker otherwise)
-                keys = worker_keys(plan)
+                # a local cluster's workers inherit this process's environment (keys included:
+                # the environment route works as it does for a local sweep)
                 local = started_ray and not ex.address
                 spend: dict[str, Any] = {}
                 trees_of_run: dict[int, set[str]] = {}
@@ -196,7 +180,6 @@ async def run_sweep_ray(
                     report,
                     total,
                     {} if local else worker_env(),
-                    keys,
                     spend,
                     limiters,
                     # with a budget, judging waits for the trees: the judges book through one
@@ -276,7 +259,6 @@ async def _drive(
     report: Callable[[int, int], None],
     total: int,
     env: dict[str, str],
-    keys: dict[str, str],
     budget_state: dict[str, Any],
     limiters: ClusterLimiters | None,
     *,
@@ -293,6 +275,7 @@ async def _drive(
     from study.ray_budget import budget_actor_class
     from study.ray_limits import registry_actor_class
     from study.run import sweep_budget, sweep_prices
+    from study.worker_keys import worker_key_needs
 
     ex = plan.manifest.execution
     budget = sweep_budget(plan, store)  # its spend so far rebuilt from the sweep's call rows
@@ -325,7 +308,10 @@ async def _drive(
         "lease_s": ex.lease_s,
         "heartbeat_s": ex.heartbeat_s,
         "budget": budget_actor,
-        "prices": sweep_prices(plan) if budget is not None else {},
+        "prices": sweep_prices(plan),  # budget or not: each call's cost is recorded
+        # names only: each worker reads the values on its own node
+        "key_needs": worker_key_needs(plan.manifest),
+        "secrets_file": ex.secrets_file,
     }
     actor = ray.remote(TreeWorker)
     # the owner tag of each run call's worker, once it has started
@@ -342,7 +328,12 @@ async def _drive(
 
         async def work() -> dict[str, int]:
             owners[fut] = await handle.owner.remote()
-            made: dict[str, int] = await handle.run.remote(plans_ref, registry, options, keys)
+            try:
+                made: dict[str, int] = await handle.run.remote(plans_ref, registry, options)
+            except ray.exceptions.RayTaskError as exc:
+                if isinstance(exc.cause, UserError):  # a key missing on its node, say: its line
+                    raise UserError(str(exc.cause)) from None
+                raise
             return made
 
         fut = asyncio.ensure_future(work())
@@ -465,9 +456,17 @@ class TreeWorker:
         return os.getpid()
 
     async def run(
-        self, plans: list[RunPlan], registry: Any, options: dict[str, Any], keys: dict[str, str]
+        self, plans: list[RunPlan], registry: Any, options: dict[str, Any]
     ) -> dict[str, int]:
-        os.environ.update(keys)  # where the providers read a target's key_env
+        from study.worker_keys import resolve_keys, this_node
+
+        # before anything is claimed: a worker without its keys grows nothing
+        keys = resolve_keys(
+            [(name, role) for name, role in options["key_needs"]],
+            options["secrets_file"],
+            this_node(),
+        )
+        os.environ.update(keys)  # where the providers read a key_env
         from core.store import open_store
         from gateway.gateway import Gateway
         from gateway.limits import ProviderLimits
@@ -492,7 +491,7 @@ class TreeWorker:
 
             targets = {a.conversation_id: t.target for p in plans for t in p.trees for a in t.arms}
             gateway.budget = RayBudget(options["budget"], targets)
-            gateway.prices = options["prices"]
+        gateway.prices = options["prices"]
         load_plugins(gateway)
         index = {tree_id(t): (p, t) for p in plans for t in p.trees}
         leases = TreeLeases(store, options["sweep_id"])

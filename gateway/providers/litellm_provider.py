@@ -1,6 +1,7 @@
 """``litellm:PROVIDER/MODEL``: any model litellm knows, or any OpenAI-compatible server via ``api_base``.
 
-Keys come from the environment only (OPENAI_API_KEY, ANTHROPIC_API_KEY, ...): an ``api_key`` in
+Keys come from the environment only: the variable ``extra.api_key_env`` names (a manifest's
+``key_env``), else litellm's own (OPENAI_API_KEY, ANTHROPIC_API_KEY, ...); an ``api_key`` in
 params is dropped before the call and never stored. litellm's own retries are off; the gateway
 retries, honouring Retry-After. A request with a ``json_schema`` climbs the structured-output ladder
 (``gateway/structured.py``), starting where litellm says the model can.
@@ -121,12 +122,20 @@ class LiteLLMProvider:
             value = getattr(params, name)
             if value is not None:
                 kw[name] = value
-        if params.api_base and model.startswith("openai/") and not os.environ.get("OPENAI_API_KEY"):
+        key_env = params.extra.get("api_key_env")
+        if key_env:  # the variable the manifest names is the key that authenticates
+            value = os.environ.get(str(key_env))
+            if not value:
+                raise ModelError(f"${key_env} is not set (expected this model's API key in it)")
+            kw["api_key"] = value
+        elif (
+            params.api_base and model.startswith("openai/") and not os.environ.get("OPENAI_API_KEY")
+        ):
             # Local OpenAI-compatible servers need no key, but the OpenAI client insists on one.
             kw["api_key"] = "EMPTY"
         for name, value in params.extra.items():
-            if name != PIN_PARAM and not is_secret_key(name):  # keys come from the environment only
-                kw[name] = value
+            if name not in (PIN_PARAM, "api_key_env") and not is_secret_key(name):
+                kw[name] = value  # keys come from the environment only
         if params.json_schema is not None:
             shape = response_format(mode or self.first_mode(model, params), params.json_schema)
             if shape is None:

@@ -422,3 +422,46 @@ def test_a_judges_verdicts_are_capped_by_its_max_tokens_in_the_plan(tmp_path: Pa
     assert None not in usd and usd == sorted(usd), usd
     outputs = [est.tokens[k].output for k in LEVELS]
     assert outputs == sorted(outputs) and outputs[2] == 50 * est.calls["high"]
+
+
+def test_the_key_env_a_manifest_names_is_the_key_that_authenticates(tmp_path: Path) -> None:
+    """A target's ``key_env`` is the key its calls carry, through litellm and ``oai:`` alike.
+    Before, the key went into params as ``api_key``, which both providers drop: litellm sent
+    OPENAI_API_KEY (another account's key here) and ``oai:`` too, so the server refused them."""
+    key = "sk-test-study-target-0123456789KEY"
+    server = ServerThread(require_key=key)
+    url = server.start()
+    params = {"api_base": url, "max_tokens": 20}
+    body = {
+        "scenarios": {"paths": [str(SCENARIO)]},
+        "targets": [
+            {"spec": "litellm:openai/loop-target", "params": params, "key_env": "STUDY_TARGET_KEY"},
+            {"spec": "oai:loop-target", "params": params, "key_env": "STUDY_TARGET_KEY"},
+        ],
+        "simulators": ["scripted:sweep-persona"],
+        "max_exchanges": 2,
+        "store": "results.db",
+    }
+    manifest = _write(tmp_path / "study.yaml", body)
+    before = {name: os.environ.get(name) for name in ("STUDY_TARGET_KEY", "OPENAI_API_KEY")}
+    os.environ.update(STUDY_TARGET_KEY=key, OPENAI_API_KEY="sk-another-account-key")
+    try:
+        res = cli("sweep", str(manifest), "--yes")
+        assert server.server is not None
+        answered = dict(server.server.billed)
+    finally:
+        server.stop()
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert answered, "the server answered no call"
+    with sqlite3.connect(tmp_path / "results.db") as con:
+        targets = {t for (t,) in con.execute("select distinct target from conversations")}
+        statuses = {s for (s,) in con.execute("select distinct status from conversations")}
+    assert statuses == {"completed"}, statuses
+    assert targets == {"litellm:openai/loop-target", "oai:loop-target"}
+    stored = b"".join(p.read_bytes() for p in tmp_path.glob("results.db*"))
+    assert key.encode() not in stored

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import threading
 import time
@@ -34,16 +35,23 @@ REPO = Path(__file__).resolve().parents[2]
 SCENARIO = REPO / "scenarios" / "library" / "teen" / "teen-ah-rail-bridge-jump.yaml"
 
 
+# In the environment of the cluster's processes only (its raylet starts the workers): an operator's
+# key set on the node, which the driver's process does not have.
+NODE_KEY = "sk-node-env-only-0123456789"
+
+
 @pytest.fixture(scope="module")
 def ray_cluster() -> Iterator[None]:
     """A local cluster of 2 CPUs: the 2 workers (the limiter actors take no CPU)."""
-    ray.init(
-        num_cpus=2,
-        include_dashboard=False,
-        object_store_memory=100 * 1024 * 1024,
-        namespace="branchpoint-tests",
-        log_to_driver=False,
-    )
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("NODE_ONLY_KEY", NODE_KEY)
+        ray.init(
+            num_cpus=2,
+            include_dashboard=False,
+            object_store_memory=100 * 1024 * 1024,
+            namespace="branchpoint-tests",
+            log_to_driver=False,
+        )
     try:
         yield
     finally:
@@ -166,8 +174,16 @@ def test_tree_leases_skip_locked_claims_are_distinct_and_stale_ones_are_taken_ov
 # -- a whole sweep ---------------------------------------------------------------------------------
 
 
-def _manifest(tmp_path: Path, persona_url: str, target_url: str, rpm: float, store: str) -> Path:
+def _manifest(
+    tmp_path: Path,
+    persona_url: str,
+    target_url: str,
+    rpm: float,
+    store: str,
+    secrets_file: Path | None = None,
+) -> Path:
     path = tmp_path / "study.yaml"
+    secrets = f", secrets_file: {secrets_file}" if secrets_file else ""
     path.write_text(
         f"""
 name: ray-study
@@ -183,12 +199,42 @@ replicates: 4
 max_exchanges: 2
 fork: independent
 seed: 3
-execution: {{mode: ray, workers: 2, concurrency: 2, retries: 2, lease_s: 4, heartbeat_s: 0.5}}
+execution: {{mode: ray, workers: 2, concurrency: 2, retries: 2, lease_s: 4, heartbeat_s: 0.5{secrets}}}
 store: "{store}"
 """,
         encoding="utf-8",
     )
     return path
+
+
+def _secrets_file(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "keys.env"
+    path.write_text(text, encoding="utf-8")
+    path.chmod(0o600)
+    return path
+
+
+def _ray_dirs() -> list[Path]:
+    """This node's Ray session folder (logs, sockets, runtime-env files, and spilled objects by
+    default) and the spill folder where it is elsewhere."""
+    node = ray._private.worker._global_node
+    dirs = {Path(node.get_session_dir_path())}
+    if getattr(node, "_fallback_directory", None):
+        dirs.add(Path(node._fallback_directory))
+    return sorted(dirs)
+
+
+def _files_holding(key: str, *dirs: Path) -> list[Path]:
+    """Every file under ``dirs`` whose bytes hold ``key``."""
+    found = []
+    for folder in dirs:
+        for f in folder.rglob("*"):
+            try:
+                if f.is_file() and key.encode() in f.read_bytes():
+                    found.append(f)
+            except OSError:  # a socket, or a file gone since it was listed
+                continue
+    return found
 
 
 def _plan(path: Path, store: Any) -> Any:
@@ -272,7 +318,7 @@ def test_budget_actor_is_shared_by_workers_waits_for_settles_and_refuses_past_th
 def test_sweep_on_two_workers_replaces_a_killed_worker_and_holds_the_rpm_limit(
     postgres_url: str, ray_cluster: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from sqlalchemy import text
+    from sqlalchemy import inspect, text
 
     from core.store import open_store
     from study.monitor import SweepMonitor
@@ -280,10 +326,12 @@ def test_sweep_on_two_workers_replaces_a_killed_worker_and_holds_the_rpm_limit(
 
     server_rpm, window_s = 300.0, 10.0
     persona = ServerThread(model="scripted:echo", delay_s=0.01)
-    # The key is set after the cluster started: only the workers' run call can bring it to
-    # them, and the server answers 401 without it.
+    # The key is in no process's environment, the driver's included: only in the secrets file
+    # the manifest names, where the workers read it on their node (the server answers 401
+    # without it).
     key = "sk-ray-test-0123456789"
-    monkeypatch.setenv("BOT_KEY", key)
+    monkeypatch.delenv("BOT_KEY", raising=False)
+    secrets = _secrets_file(tmp_path, f"# the target's key\nBOT_KEY={key}\n")
     target = ServerThread(
         model="scripted:echo",
         delay_s=0.05,
@@ -296,7 +344,7 @@ def test_sweep_on_two_workers_replaces_a_killed_worker_and_holds_the_rpm_limit(
     killed: dict[str, Any] = {}
     try:
         # the manifest's limit sits under the server's, as a user's would: a margin for jitter
-        path = _manifest(tmp_path, persona_url, target_url, server_rpm * 0.9, postgres_url)
+        path = _manifest(tmp_path, persona_url, target_url, server_rpm * 0.9, postgres_url, secrets)
         plan = _plan(path, store)
         planned = {a.conversation_id for _, p in plan.runs for t in p.trees for a in t.arms}
 
@@ -379,13 +427,12 @@ def test_sweep_on_two_workers_replaces_a_killed_worker_and_holds_the_rpm_limit(
                 text("select status from runs where id = 'ray-study'")
             ).scalar_one()
         with store.engine.connect() as conn:
-            for table in ("runs", "conversations", "turns", "model_calls", "tree_leases"):
-                dump = str(conn.execute(text(f"select * from {table}")).all())
+            for table in inspect(conn).get_table_names():
+                dump = str(conn.execute(text(f'select * from "{table}"')).all())
                 assert key not in dump, table
-        # nor Ray's logs and state files on the node (its runtime-env agent logs what it sets)
-        session = Path(ray._private.worker._global_node.get_session_dir_path())
-        logged = [f for f in session.rglob("*") if f.is_file() and key.encode() in f.read_bytes()]
-        assert logged == []
+        # nor Ray's logs, state files and spilled objects on the node (its runtime-env agent
+        # logs what it sets)
+        assert _files_holding(key, *_ray_dirs()) == []
         # every planned cell once, completed; each transcript's turns once, in order
         assert sorted(c.id for c in convs) == sorted(planned)
         assert {c.status for c in convs} == {"completed"}, convs
@@ -426,6 +473,101 @@ def test_sweep_on_two_workers_replaces_a_killed_worker_and_holds_the_rpm_limit(
         store.close()
         persona.stop()
         target.stop()
+
+
+def test_workers_read_a_key_from_their_nodes_environment_the_driver_needs_none(
+    postgres_url: str, ray_cluster: None, tmp_path: Path
+) -> None:
+    from sqlalchemy import text
+
+    from core.store import open_store
+    from study.ray_exec import run_sweep_ray
+
+    assert "NODE_ONLY_KEY" not in os.environ  # only the cluster's processes have it
+    persona = ServerThread(model="scripted:echo")
+    target = ServerThread(model="scripted:echo", require_key=NODE_KEY)
+    persona_url, target_url = persona.start(), target.start()
+    store = open_store(postgres_url)
+    try:
+        path = _manifest(tmp_path, persona_url, target_url, 600, postgres_url)
+        path.write_text(
+            path.read_text(encoding="utf-8")
+            .replace("BOT_KEY", "NODE_ONLY_KEY")
+            .replace("replicates: 4", "replicates: 1"),
+            encoding="utf-8",
+        )
+        result = asyncio.run(run_sweep_ray(_plan(path, store), store))
+        with store.engine.connect() as conn:
+            statuses = conn.execute(text("select distinct status from conversations")).all()
+            target_calls = conn.execute(
+                text("select count(*) from model_calls where purpose = 'target'")
+            ).scalar_one()
+        # every target call was let through by the server: each carried the node's key
+        assert [s for (s,) in statuses] == ["completed"] and result.completed > 0
+        assert target_calls > 0
+    finally:
+        store.close()
+        persona.stop()
+        target.stop()
+
+
+def test_a_key_missing_on_a_workers_node_fails_the_sweep_in_one_line_before_any_tree_grows(
+    postgres_url: str, ray_cluster: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sqlalchemy import text
+
+    from core.store import open_store
+    from study.ray_exec import run_sweep_ray
+
+    # in neither the workers' environment (nor the driver's) nor the secrets file
+    monkeypatch.delenv("ABSENT_BOT_KEY", raising=False)
+    secrets = _secrets_file(tmp_path, "SOME_OTHER_KEY=sk-other-0123456789\n")
+    path = _manifest(
+        tmp_path, "http://127.0.0.1:9/v1", "http://127.0.0.1:9/v1", 60, postgres_url, secrets
+    )
+    path.write_text(
+        path.read_text(encoding="utf-8").replace("BOT_KEY", "ABSENT_BOT_KEY"), encoding="utf-8"
+    )
+    store = open_store(postgres_url)
+    try:
+        plan = _plan(path, store)  # the driver of a Ray sweep reads no key: planning goes through
+        with pytest.raises(UserError) as caught:
+            asyncio.run(run_sweep_ray(plan, store))
+        # the worker's line, as a UserError of its own (the CLI prints it, exit 2), not Ray's
+        # wrapper with the worker's traceback
+        assert type(caught.value) is UserError
+        assert re.fullmatch(
+            r"targets\[0\]\.key_env: \$ABSENT_BOT_KEY is not set on Ray node \S+ \([0-9a-f.:]+\) "
+            rf"\(looked in the worker's environment and {re.escape(str(secrets))}; expected the "
+            r"key there\)",
+            str(caught.value),
+        ), str(caught.value)
+        # nothing grown, nothing half-written: the sweep failed, its trees wait for a re-run
+        with store.engine.connect() as conn:
+            assert conn.execute(text("select count(*) from conversations")).scalar_one() == 0
+            assert conn.execute(text("select count(*) from turns")).scalar_one() == 0
+            assert conn.execute(text("select count(*) from model_calls")).scalar_one() == 0
+            assert (
+                conn.execute(text("select status from runs where id = 'ray-study'")).scalar_one()
+                == "failed"
+            )
+            assert {r[0] for r in conn.execute(text("select status from tree_leases"))} == {
+                "pending"
+            }
+
+        # a secrets file others can read is refused on the node, as ssh refuses such a key
+        secrets.write_text("ABSENT_BOT_KEY=sk-open-0123456789\n", encoding="utf-8")
+        secrets.chmod(0o644)
+        with pytest.raises(UserError) as caught:
+            asyncio.run(run_sweep_ray(_plan(path, store), store))
+        assert type(caught.value) is UserError
+        assert re.fullmatch(
+            rf"execution\.secrets_file: {re.escape(str(secrets))} on Ray node .+: open to group "
+            r"or others \(mode 0644; expected chmod 600 .+, readable by its owner only\)",
+            str(caught.value),
+        ), str(caught.value)
+    finally:
+        store.close()
 
 
 def test_live_judging_starts_as_each_run_plans_trees_finish(
