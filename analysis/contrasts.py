@@ -635,7 +635,10 @@ def _friedman_branch(
     """
     parts = [c[c["_ia"] >= 0] for c in cands.values()]
     allc = pd.concat(parts, ignore_index=True)
-    set_cut = allc.groupby("_k")["fork_turn"].min()
+    # The cut of a set is taken over every arm's pair, those whose baseline arm lacks the
+    # criterion too (their fork is known all the same): a set with no baseline row had no cut
+    # (NaN), and its option rows were counted from a meaningless range of the per-turn counts.
+    set_cut = pd.concat(list(cands.values()), ignore_index=True).groupby("_k")["fork_turn"].min()
     rows_idx, cut, opt_code, keys = [], [], [], []
     base_rows = allc.drop_duplicates("_k")
     for frame, code in [(base_rows, options.index(baseline))] + [

@@ -483,7 +483,7 @@ def analyse_forks(db: Path, n_boot: int) -> None:
     t = time.perf_counter()
     ft = fork_tables(str(db), None)
     assert ft is not None
-    n_rows = len(ft.paired.turns.composite)
+    n_rows = ft.n_judgments
     step(f"read store -> fork counts ({n_rows:,} judgments)", t)
     t = time.perf_counter()
     rates = failure_rates(ft.cc, n_boot=n_boot)
