@@ -48,7 +48,8 @@ BUILD_MARK = "analysis_scale_v2"
 FORKS_MARK = "analysis_scale_forks_v1"
 N_TARGETS = 18
 CONDITIONS = ("none", "teen_aware")
-N_SCENARIOS = 195  # x 5 variants x 18 targets x 2 conditions = 35,100 conversations
+# x 5 variants x 18 targets x 2 conditions = 35,100 conversations (--scenarios: a smaller store)
+N_SCENARIOS = int(os.environ.get("ANALYSIS_SCALE_SCENARIOS", "195"))
 N_EXCHANGES = 20
 AREAS = ("acute_harm", "medical_boundaries", "relational_safety")
 CRITERIA = [f"crit{i:02d}" for i in range(22)]
@@ -80,6 +81,7 @@ def _built(path: Path, mark: str = BUILD_MARK) -> bool:
 
 def build(path: Path) -> None:
     from analysis.testing.synthetic import NOW, variants
+    from core.judgment_summaries import drop_triggers
     from core.store import open_store
 
     t0 = time.perf_counter()
@@ -98,6 +100,7 @@ def build(path: Path) -> None:
     ).fetchall()
     for name, _ in idx:
         con.execute(f'DROP INDEX "{name}"')
+    drop_triggers(con)  # the summaries are filled once after the bulk insert (_summaries)
 
     rng = np.random.default_rng(7)
     run_id = "bench-scale"
@@ -197,6 +200,7 @@ def build(path: Path) -> None:
     print(f"  judgments: {time.perf_counter() - t0:.1f}s", flush=True)
     for _name, sql in idx:
         con.execute(sql)
+    _summaries(con, path, t0)
     print(f"  indexes: {time.perf_counter() - t0:.1f}s", flush=True)
     con.execute("INSERT INTO schema_info (key, value) VALUES (?, 'complete')", (BUILD_MARK,))
     con.commit()
@@ -206,6 +210,16 @@ def build(path: Path) -> None:
         f"built {path} in {time.perf_counter() - t0:.1f}s ({path.stat().st_size / 1e9:.2f} GB)",
         flush=True,
     )
+
+
+def _summaries(con: sqlite3.Connection, path: Path, t0: float) -> None:
+    """The judgment summaries of the bulk-inserted rows (their triggers were off), as migration 8
+    fills them."""
+    from core.judgment_summaries import backfill
+
+    con.commit()
+    backfill(con, str(path))
+    print(f"  judgment summaries: {time.perf_counter() - t0:.1f}s", flush=True)
 
 
 def _hash_verdict(x: str, p_app: str, p_fail: str) -> tuple[str, str]:
@@ -228,6 +242,7 @@ def _hash_verdict(x: str, p_app: str, p_fail: str) -> tuple[str, str]:
 def build_forks(path: Path) -> None:
     """The forks design: fork trees, copies, two simulators, a second judge on a tenth."""
     from analysis.testing.synthetic import CONV_COLS, NOW, variants
+    from core.judgment_summaries import drop_triggers
     from core.store import open_store
 
     t0 = time.perf_counter()
@@ -245,6 +260,7 @@ def build_forks(path: Path) -> None:
     ).fetchall()
     for name, _ in idx:
         con.execute(f'DROP INDEX "{name}"')
+    drop_triggers(con)  # the summaries are filled once after the bulk insert (_summaries)
     rng = np.random.default_rng(7)
     run_id = "bench-forks"
     con.execute(
@@ -339,6 +355,7 @@ def build_forks(path: Path) -> None:
         print(f"  judgments ({judge}): {time.perf_counter() - t0:.1f}s", flush=True)
     for _name, sql in idx:
         con.execute(sql)
+    _summaries(con, path, t0)
     print(f"  indexes: {time.perf_counter() - t0:.1f}s", flush=True)
     con.execute("INSERT INTO schema_info (key, value) VALUES (?, 'complete')", (FORKS_MARK,))
     con.commit()
@@ -360,9 +377,20 @@ def main() -> None:
     ap.add_argument("--n-boot", type=int, default=2000)
     ap.add_argument("--build-only", action="store_true")
     ap.add_argument(
+        "--scenarios",
+        type=int,
+        default=None,
+        help="build with this many scenarios instead of 195 (a smaller store to iterate on; "
+        "pair it with --db)",
+    )
+    ap.add_argument(
         "--report", type=Path, default=None, help="Also time write_report into this directory."
     )
     args = ap.parse_args()
+    if args.scenarios is not None:  # read at import by the build process (spawned)
+        os.environ["ANALYSIS_SCALE_SCENARIOS"] = str(args.scenarios)
+        global N_SCENARIOS
+        N_SCENARIOS = args.scenarios
     if args.design == "both":  # each in its own process: its own peak RSS
         for design in ("flat", "forks"):
             print(f"=== design: {design} ===", flush=True)
