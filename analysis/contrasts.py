@@ -268,16 +268,12 @@ def _copied_pairs(
     """Pairs whose two arms are copies of the arms of another pair (arms that never forked carry
     their parent's transcript): the same comparison stored again, one observation (the pair of
     the original arms is kept)."""
-    memo: dict[str, str] = {}
 
-    def root(cid: Any) -> str:
-        c = str(cid)
-        if c not in memo:
-            memo[c] = tree.content_root(c)
-        return memo[c]
+    def roots(conv: np.ndarray) -> np.ndarray:  # once per distinct conversation
+        codes, names = pd.factorize(conv.astype(str))
+        return np.array([tree.content_root(str(c)) for c in names], dtype=object)[codes]
 
-    ra = np.array([root(c) for c in conv_a], dtype=object)
-    rb = np.array([root(c) for c in conv_b], dtype=object)
+    ra, rb = roots(conv_a), roots(conv_b)
     copy = (ra != conv_a.astype(str)) | (rb != conv_b.astype(str))
     if not copy.any():
         return np.zeros(len(conv_a), dtype=bool)

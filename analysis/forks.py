@@ -93,14 +93,20 @@ class Tree:
         return root
 
     def divergences(self, a: Iterable[str], b: Iterable[str]) -> np.ndarray:
-        memo: dict[tuple[str, str], float] = {}
-        out = []
-        for x, y in zip(a, b):
-            key = (str(x), str(y))
-            if key not in memo:
-                memo[key] = self.divergence(*key)
-            out.append(memo[key])
-        return np.asarray(out, dtype=float)
+        """``divergence`` of each pair, computed once per distinct pair (a contrast repeats
+        each pair of arms for every criterion)."""
+        a_codes, a_names = pd.factorize(np.asarray(list(a), dtype=object), use_na_sentinel=False)
+        b_codes, b_names = pd.factorize(np.asarray(list(b), dtype=object), use_na_sentinel=False)
+        if not len(a_codes):
+            return np.zeros(0, dtype=float)
+        pair = a_codes.astype(np.int64) * (len(b_names) + 1) + b_codes
+        uniq, inv = np.unique(pair, return_inverse=True)
+        width = len(b_names) + 1
+        got = np.array(
+            [self.divergence(str(a_names[u // width]), str(b_names[u % width])) for u in uniq],
+            dtype=float,
+        )
+        return got[inv.reshape(-1)]
 
 
 def turn_level_counts(judgments: pd.DataFrame) -> pd.DataFrame:

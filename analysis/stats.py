@@ -14,7 +14,6 @@ floating point makes unequal (0.1 + 0.2 vs 0.3) are the exact ties they are.
 
 from __future__ import annotations
 
-
 import warnings
 from dataclasses import dataclass
 from functools import lru_cache
