@@ -183,22 +183,28 @@ def summary_fork_tables(
     pairs = sorted({(s.keys[k][0], s.criterion_ids[c]) for k, c in zip(s.key, s.criterion)})
     codes = _Codes(s, risk_areas(path, pairs))
 
-    def frame(sums: dict[str, np.ndarray], keep: np.ndarray | None) -> pd.DataFrame:
-        at: Any = slice(None) if keep is None else np.flatnonzero(keep)
-        return count_frame(
-            codes, gconv[at], gkey[at], gcrit[at], {c: v[at] for c, v in sums.items()},
-            labels, conv,
-        )  # fmt: skip
-
     every = _sums(code_counts(cells))
+    # One frame of every group, built (and merged with the conversations) once; the others are
+    # its rows, in the same order, with their own counts.
+    base = count_frame(codes, gconv, gkey, gcrit, every, labels, conv)
+
+    def rows(sums: dict[str, np.ndarray], keep: np.ndarray | None) -> pd.DataFrame:
+        if keep is None:
+            return base.copy()
+        at = np.flatnonzero(keep)
+        out = base.iloc[at].reset_index(drop=True)
+        for c, v in sums.items():
+            out[c] = v[at].astype(out[c].dtype)
+        return out
+
     if tree.has_forks:
         per, kept = distinct_counts(s, cells, gconv, gkey, gcrit, anc, shared)
-        cc = frame(_sums(per), kept)
+        cc = rows(_sums(per), kept)
     else:
-        cc = frame(every, None)
+        cc = rows(every, None)
     copied = coded_copies(shared)[: len(ids)][gconv]
-    cc_conv = frame(every, ~copied if copied.any() else None)
-    cc_all = frame(every, None).merge(tree_rows, on="conversation_id", how="left")
+    cc_conv = rows(every, ~copied if copied.any() else None)
+    cc_all = base.merge(tree_rows, on="conversation_id", how="left")
     out = ForkTables(cc, cc_conv, PostForkCounts(cc_all, SummaryTurnCounts(cells)), notes)
     out.n_judgments = int(s.n[grows].sum())
     return out

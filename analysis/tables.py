@@ -467,15 +467,22 @@ def count_frame(
 ) -> pd.DataFrame:
     """The conversation x criterion x judge frame of groups given as codes (their conversation,
     rating key and criterion in ``codes``' lists) and their count columns ``sums``."""
-    rubric = np.array([key[0] for key in codes.keys], dtype=object)[g_key]
+    rubrics = [key[0] for key in codes.keys]
+    rubric = np.array(rubrics, dtype=object)[g_key]
     crit = np.array(codes.criterion_ids, dtype=object)[g_crit]
-    areas = {rc: (np.nan if a is None else a) for rc, a in codes.risk_area.items()}
+    # The risk area of each (rating key, criterion) code pair, looked up once per pair.
+    areas = np.full((len(rubrics), len(codes.criterion_ids)), np.nan, dtype=object)
+    for k, r in enumerate(rubrics):
+        for c, x in enumerate(codes.criterion_ids):
+            a = codes.risk_area.get((r, x))
+            if a is not None:
+                areas[k, c] = a
     agg = pd.DataFrame(
         {
             "conversation_id": np.array(codes.conversation_ids, dtype=object)[g_conv],
             "rubric_id": rubric,
             "criterion_id": crit,
-            "risk_area": [areas.get((r, x), np.nan) for r, x in zip(rubric, crit)],
+            "risk_area": areas[g_key, g_crit],
             "judge": np.array(judge_of_key, dtype=object)[g_key],
             **sums,
         }
