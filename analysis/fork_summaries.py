@@ -190,7 +190,7 @@ def summary_fork_tables(
 
     def rows(sums: dict[str, np.ndarray], keep: np.ndarray | None) -> pd.DataFrame:
         if keep is None:
-            return base.copy()
+            return base.copy()  # ``base`` becomes the frame of every rating, below
         at = np.flatnonzero(keep)
         out = base.iloc[at].reset_index(drop=True)
         for c, v in sums.items():
@@ -204,7 +204,13 @@ def summary_fork_tables(
         cc = rows(every, None)
     copied = coded_copies(shared)[: len(ids)][gconv]
     cc_conv = rows(every, ~copied if copied.any() else None)
-    cc_all = base.merge(tree_rows, on="conversation_id", how="left")
+    # ``base`` itself, with each conversation's parent and fork turn (a left merge's columns,
+    # without copying the frame once more)
+    tree_cols = tree_rows.set_index("conversation_id")
+    at = tree_cols.reindex(base["conversation_id"])
+    cc_all = base
+    for c in tree_cols.columns:
+        cc_all[c] = at[c].to_numpy()
     out = ForkTables(cc, cc_conv, PostForkCounts(cc_all, SummaryTurnCounts(cells)), notes)
     out.n_judgments = int(s.n[grows].sum())
     return out
