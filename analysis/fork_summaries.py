@@ -188,13 +188,24 @@ def summary_fork_tables(
     # its rows, in the same order, with their own counts.
     base = count_frame(codes, gconv, gkey, gcrit, every, labels, conv)
 
+    made: list[tuple[np.ndarray | None, pd.DataFrame]] = []
+
     def rows(sums: dict[str, np.ndarray], keep: np.ndarray | None) -> pd.DataFrame:
-        if keep is None:
-            return base.copy()  # ``base`` becomes the frame of every rating, below
-        at = np.flatnonzero(keep)
-        out = base.iloc[at].reset_index(drop=True)
+        at = None if keep is None else np.flatnonzero(keep)
+        # Frames of the same rows share their text columns (copy-on-write): at the seed study's
+        # scale each is 400 MB, and the distinct-turn and conversation-level frames usually
+        # hold the same rows (those of every arm but the copies).
+        like = next(
+            (f for k, f in made if (k is None) == (keep is None) and np.array_equal(k, keep)),
+            None,
+        )
+        if like is not None:
+            out = like.copy(deep=False)
+        else:
+            out = base.copy(deep=False) if at is None else base.iloc[at].reset_index(drop=True)
+            made.append((keep, out))
         for c, v in sums.items():
-            out[c] = v[at].astype(out[c].dtype)
+            out[c] = (v if at is None else v[at]).astype(out[c].dtype)
         return out
 
     if tree.has_forks:
