@@ -180,7 +180,9 @@ def summary_fork_tables(
     gconv = s.conversation[grows].astype(np.int64)
     gkey = s.key[grows].astype(np.int64)
     gcrit = s.criterion[grows].astype(np.int64)
-    pairs = sorted({(s.keys[k][0], s.criterion_ids[c]) for k, c in zip(s.key, s.criterion)})
+    n_crit = max(len(s.criterion_ids), 1)
+    both = np.unique(s.key.astype(np.int64) * n_crit + s.criterion)
+    pairs = sorted({(s.keys[b // n_crit][0], s.criterion_ids[b % n_crit]) for b in both})
     codes = _Codes(s, risk_areas(path, pairs))
 
     every = _sums(code_counts(cells))
