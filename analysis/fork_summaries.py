@@ -194,13 +194,16 @@ def summary_fork_tables(
 
     def rows(sums: dict[str, np.ndarray], keep: np.ndarray | None) -> pd.DataFrame:
         at = None if keep is None else np.flatnonzero(keep)
+
         # Frames of the same rows share their text columns (copy-on-write): at the seed study's
         # scale each is 400 MB, and the distinct-turn and conversation-level frames usually
         # hold the same rows (those of every arm but the copies).
-        like = next(
-            (f for k, f in made if (k is None) == (keep is None) and np.array_equal(k, keep)),
-            None,
-        )
+        def same(k: np.ndarray | None) -> bool:
+            if k is None or keep is None:
+                return k is None and keep is None
+            return bool(np.array_equal(k, keep))
+
+        like = next((f for k, f in made if same(k)), None)
         if like is not None:
             out = like.copy(deep=False)
         else:

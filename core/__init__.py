@@ -49,6 +49,8 @@ _EXPORTS = {
     "ScaleDef": "core.scales",
     "ERROR": "core.scales",
     "visible": "core.untrusted",
+    "JudgmentSummaries": "core.judgment_summaries",
+    "read_summaries": "core.judgment_summaries",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -66,6 +68,7 @@ if TYPE_CHECKING:  # for type checkers and editors
         profile_key,
     )
     from core.errors import UserError
+    from core.judgment_summaries import JudgmentSummaries, read_summaries
     from core.records import (
         SCHEMA_VERSION,
         CacheEntry,
