@@ -220,10 +220,17 @@ def _sign_patterns(s: int) -> np.ndarray:
     scale, and as float64 they would hold 300 MB)."""
     if s <= SIGN_FLIP_EXACT_MAX:
         codes = np.arange(2**s, dtype=np.int64)[:, None]
-        out = 1 - 2 * ((codes >> np.arange(s)) & 1)
+        signs = (1 - 2 * ((codes >> np.arange(s)) & 1)).astype(np.int8)
     else:
-        out = np.random.default_rng(0).choice(np.array([-1.0, 1.0]), size=(SIGN_FLIP_DRAWS, s))
-    signs = out.astype(np.int8)
+        # The patterns ``rng.choice([-1.0, 1.0], size=(SIGN_FLIP_DRAWS, s))`` draws (the same
+        # stream of 0/1 draws; a test checks it), a block of rows at a time: 0.13 s and 39 MB
+        # at 195 scenarios instead of 1.1 s and 312 MB.
+        rng = np.random.default_rng(0)
+        signs = np.empty((SIGN_FLIP_DRAWS, s), np.int8)
+        for start in range(0, SIGN_FLIP_DRAWS, 8192):
+            stop = min(start + 8192, SIGN_FLIP_DRAWS)
+            signs[start:stop] = rng.integers(0, 2, size=(stop - start, s), dtype=np.int64)
+        signs = signs * np.int8(2) - np.int8(1)
     signs.flags.writeable = False  # shared by every caller
     return signs
 
