@@ -112,6 +112,14 @@ def install(conn: Any) -> None:
         run(sql)
 
 
+def ensure(conn: Any, path: str) -> None:
+    """Summaries kept from now on: nothing to do where the table and its triggers are there (a
+    read, so opening a store takes no write lock); else filled from the rows and kept (a new
+    store, or one whose triggers were dropped for a bulk load that did not finish)."""
+    if not maintained(conn):
+        backfill(conn, path)
+
+
 def drop_triggers(conn: sqlite3.Connection) -> None:
     """Stop maintaining the summaries (a bulk load that ``backfill`` follows)."""
     for name in TRIGGERS:
@@ -197,15 +205,11 @@ class JudgmentSummaries:
         return bool(((self.cells != EMPTY).sum(axis=1) == self.n).all())
 
 
-def maintained(conn: sqlite3.Connection) -> bool:
+def maintained(conn: Any) -> bool:
     """The store has the summaries and the triggers that keep them."""
-    names = {
-        r[0]
-        for r in conn.execute(
-            "SELECT name FROM sqlite_master WHERE name IN (?, ?, ?, ?)", (TABLE, *TRIGGERS)
-        )
-    }
-    return names == {TABLE, *TRIGGERS}
+    run = getattr(conn, "exec_driver_sql", None) or conn.execute
+    got = run("SELECT name FROM sqlite_master WHERE name IN (?, ?, ?, ?)", (TABLE, *TRIGGERS))
+    return {r[0] for r in got.fetchall()} == {TABLE, *TRIGGERS}
 
 
 def read_summaries(path: str) -> JudgmentSummaries | None:

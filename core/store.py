@@ -136,4 +136,4 @@ def _prepare(store: Store) -> None:
         from core import judgment_summaries
 
         with store.engine.begin() as conn:
-            judgment_summaries.install(conn)
+            judgment_summaries.ensure(conn, str(store.engine.url.database))

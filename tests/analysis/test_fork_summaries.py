@@ -211,3 +211,24 @@ def test_migration_8_fills_the_summaries_of_an_older_store(store: Path, tmp_path
     # ... and kept from then on
     _edit(old, "DELETE FROM judgments WHERE rowid % 5 = 0")
     assert _table(old) == sorted(summary_rows(str(old)))
+
+
+def test_a_store_whose_triggers_were_dropped_is_filled_again_when_opened(
+    store: Path, tmp_path: Path
+) -> None:
+    """A bulk load drops the triggers (benchmarks/analysis_scale.py); if it stops before filling
+    the summaries, the analysis does not use them, and the next open fills them from the rows."""
+    from core.store import open_store
+
+    copy = tmp_path / "bulk.db"
+    src, dst = sqlite3.connect(str(store)), sqlite3.connect(str(copy))
+    src.backup(dst)
+    src.close()
+    with dst:
+        dst.execute(f"DROP TRIGGER {TABLE}_insert")
+        dst.execute("DELETE FROM judgments WHERE rowid % 3 = 0")
+    dst.close()
+    assert read_summaries(str(copy)) is None  # not kept: the per-turn rows answer
+    open_store(copy).close()
+    assert _table(copy) == sorted(summary_rows(str(copy)))
+    assert read_summaries(str(copy)) is not None
