@@ -1,7 +1,12 @@
 """Scale benchmark of the analysis: 35,000 conversations x 20 chatbot turns x 22 criteria.
 
     .venv/bin/python benchmarks/analysis_scale.py [--design flat|forks|both] [--db PATH]
-        [--rebuild] [--n-boot 2000]
+        [--rebuild] [--n-boot 2000] [--scenarios N]
+
+``--scenarios 40 --db /tmp/small.db`` builds a store a fifth of the size (3.5 M judgments, about
+70 s) to iterate on. A store built by an earlier version (schema 8) is upgraded when opened with
+``core.store.open_store``, which fills its judgment summaries (about 60 s and 1.5 GB for the
+forks store); the analysis of a store opened read-only before that counts from every judgment row.
 
 Two stores (``--design both``, the default, times each in its own process and prints both):
 
@@ -10,7 +15,8 @@ Two stores (``--design both``, the default, times each in its own process and pr
   of its scenario's baseline arm (sharing its turns up to the branch point; one arm in ten never
   forked and is a copy), two simulators, and a second judge on one conversation in ten (16.9 M
   judgments). Its analysis counts each copied turn once, cuts contrasts at the fork and compares
-  the simulators: what ``branchpoint analyze`` does on it (``analysis.tables.fork_tables``).
+  the simulators: what ``branchpoint analyze`` does on it (``analysis.tables.fork_tables``, from
+  the judgment summaries: ``core.judgment_summaries``).
 
 Builds (once, cached under /tmp) a real store of ~15.4 million judgment rows with known effects,
 then times what ``branchpoint analyze`` does: read the store (SQL aggregation to conversation x
