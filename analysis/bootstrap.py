@@ -9,20 +9,26 @@ every replicate's sums for every group in one product. Intervals are percentile 
 from __future__ import annotations
 
 import warnings
+from functools import lru_cache
 
 import numpy as np
 
 DEFAULT_BOOT = 2000
 
 
+@lru_cache(maxsize=8)
 def cluster_weights(n_clusters: int, n_boot: int, seed: int) -> np.ndarray:
-    """(B x S) draw counts: each replicate draws S clusters with replacement."""
+    """(B x S) draw counts: each replicate draws S clusters with replacement. Made once per
+    (S, B, seed) and shared (read-only): every contrast of an analysis draws the same ones."""
     rng = np.random.default_rng(seed)
     if n_clusters == 0:
-        return np.zeros((n_boot, 0))
-    return rng.multinomial(n_clusters, np.full(n_clusters, 1.0 / n_clusters), size=n_boot).astype(
-        np.float64
-    )
+        out = np.zeros((n_boot, 0))
+    else:
+        out = rng.multinomial(
+            n_clusters, np.full(n_clusters, 1.0 / n_clusters), size=n_boot
+        ).astype(np.float64)
+    out.flags.writeable = False
+    return out
 
 
 def per_cluster_sums(

@@ -268,16 +268,12 @@ def _copied_pairs(
     """Pairs whose two arms are copies of the arms of another pair (arms that never forked carry
     their parent's transcript): the same comparison stored again, one observation (the pair of
     the original arms is kept)."""
-    memo: dict[str, str] = {}
 
-    def root(cid: Any) -> str:
-        c = str(cid)
-        if c not in memo:
-            memo[c] = tree.content_root(c)
-        return memo[c]
+    def roots(conv: np.ndarray) -> np.ndarray:  # once per distinct conversation
+        codes, names = pd.factorize(conv.astype(str))
+        return np.array([tree.content_root(str(c)) for c in names], dtype=object)[codes]
 
-    ra = np.array([root(c) for c in conv_a], dtype=object)
-    rb = np.array([root(c) for c in conv_b], dtype=object)
+    ra, rb = roots(conv_a), roots(conv_b)
     copy = (ra != conv_a.astype(str)) | (rb != conv_b.astype(str))
     if not copy.any():
         return np.zeros(len(conv_a), dtype=bool)
@@ -635,7 +631,10 @@ def _friedman_branch(
     """
     parts = [c[c["_ia"] >= 0] for c in cands.values()]
     allc = pd.concat(parts, ignore_index=True)
-    set_cut = allc.groupby("_k")["fork_turn"].min()
+    # The cut of a set is taken over every arm's pair, those whose baseline arm lacks the
+    # criterion too (their fork is known all the same): a set with no baseline row had no cut
+    # (NaN), and its option rows were counted from a meaningless range of the per-turn counts.
+    set_cut = pd.concat(list(cands.values()), ignore_index=True).groupby("_k")["fork_turn"].min()
     rows_idx, cut, opt_code, keys = [], [], [], []
     base_rows = allc.drop_duplicates("_k")
     for frame, code in [(base_rows, options.index(baseline))] + [

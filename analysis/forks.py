@@ -93,14 +93,20 @@ class Tree:
         return root
 
     def divergences(self, a: Iterable[str], b: Iterable[str]) -> np.ndarray:
-        memo: dict[tuple[str, str], float] = {}
-        out = []
-        for x, y in zip(a, b):
-            key = (str(x), str(y))
-            if key not in memo:
-                memo[key] = self.divergence(*key)
-            out.append(memo[key])
-        return np.asarray(out, dtype=float)
+        """``divergence`` of each pair, computed once per distinct pair (a contrast repeats
+        each pair of arms for every criterion)."""
+        a_codes, a_names = pd.factorize(np.asarray(list(a), dtype=object), use_na_sentinel=False)
+        b_codes, b_names = pd.factorize(np.asarray(list(b), dtype=object), use_na_sentinel=False)
+        if not len(a_codes):
+            return np.zeros(0, dtype=float)
+        pair = a_codes.astype(np.int64) * (len(b_names) + 1) + b_codes
+        uniq, inv = np.unique(pair, return_inverse=True)
+        width = len(b_names) + 1
+        got = np.array(
+            [self.divergence(str(a_names[u // width]), str(b_names[u % width])) for u in uniq],
+            dtype=float,
+        )
+        return got[inv.reshape(-1)]
 
 
 def turn_level_counts(judgments: pd.DataFrame) -> pd.DataFrame:
@@ -313,9 +319,12 @@ def distinct_ratings(judgments: pd.DataFrame, level: str = "turn") -> pd.DataFra
     work = judgments[keys].astype(str)
     work["_root"] = roots
     work["_turn"] = pd.to_numeric(judgments["turn_index"], errors="coerce").fillna(-1).to_numpy()
-    # Prefer the row stored on the root conversation itself (its own turn, not a copy).
-    work["_own"] = judgments["conversation_id"].astype(str).to_numpy() != roots
-    order = np.argsort(work["_own"].to_numpy(), kind="stable")
+    # Prefer the row stored on the root conversation itself (its own turn, not a copy); where
+    # the root lacks it, the copy on the smallest conversation id (an order-free rule: the
+    # judgment summaries do not know the order rows were written in).
+    cids = judgments["conversation_id"].astype(str).to_numpy()
+    work["_own"] = cids != roots
+    order = np.lexsort((pd.factorize(cids, sort=True)[0], work["_own"].to_numpy()))
     keep = ~work.iloc[order].duplicated([*keys, "_root", "_turn"]).to_numpy()
     return judgments.iloc[np.sort(order[keep])]
 
@@ -362,10 +371,13 @@ def coded_copies(shared: np.ndarray) -> np.ndarray:
     return (np.isinf(shared[1:]) & (shared[1:] > 0)).any(axis=0)
 
 
-def first_of_each(key: np.ndarray, preferred: np.ndarray) -> np.ndarray:
+def first_of_each(
+    key: np.ndarray, preferred: np.ndarray, tie: np.ndarray | None = None
+) -> np.ndarray:
     """Rows to keep so that each ``key`` is kept once: the first ``preferred`` row holding it,
-    else the first row (``distinct_ratings``' rule, without sorting every row when the preferred
-    rows are already distinct and in order, the usual case)."""
+    else the row of smallest ``tie`` (the conversation id's rank; None: the first row)
+    (``distinct_ratings``' rule, without sorting every row when the preferred rows are already
+    distinct and in order, the usual case)."""
     keep = np.zeros(len(key), dtype=bool)
     own = np.flatnonzero(preferred)
     k_own = key[own]
@@ -387,6 +399,8 @@ def first_of_each(key: np.ndarray, preferred: np.ndarray) -> np.ndarray:
             taken = k_sorted[pos] == k_rest
         left = rest[~taken]
         if len(left):
+            if tie is not None:  # smallest tie first within each key
+                left = left[np.lexsort((tie[left], key[left]))]
             _, first_at = np.unique(key[left], return_index=True)
             keep[left[first_at]] = True
     return keep

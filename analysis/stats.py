@@ -213,11 +213,26 @@ T_TEST = "t"
 SIGN_FLIP = "exact sign-flip"
 
 
+@lru_cache(maxsize=4)
 def _sign_patterns(s: int) -> np.ndarray:
+    """The sign patterns of ``s`` scenarios, +1 / -1 as int8 (a study's tests share one S, so
+    they are made once: drawing 200,000 x 195 of them took 0.3 s a test at the seed study's
+    scale, and as float64 they would hold 300 MB)."""
     if s <= SIGN_FLIP_EXACT_MAX:
         codes = np.arange(2**s, dtype=np.int64)[:, None]
-        return 1.0 - 2.0 * ((codes >> np.arange(s)) & 1)
-    return np.random.default_rng(0).choice(np.array([-1.0, 1.0]), size=(SIGN_FLIP_DRAWS, s))
+        signs = (1 - 2 * ((codes >> np.arange(s)) & 1)).astype(np.int8)
+    else:
+        # The patterns ``rng.choice([-1.0, 1.0], size=(SIGN_FLIP_DRAWS, s))`` draws (the same
+        # stream of 0/1 draws; a test checks it), a block of rows at a time: 0.13 s and 39 MB
+        # at 195 scenarios instead of 1.1 s and 312 MB.
+        rng = np.random.default_rng(0)
+        signs = np.empty((SIGN_FLIP_DRAWS, s), np.int8)
+        for start in range(0, SIGN_FLIP_DRAWS, 8192):
+            stop = min(start + 8192, SIGN_FLIP_DRAWS)
+            signs[start:stop] = rng.integers(0, 2, size=(stop - start, s), dtype=np.int64)
+        signs = signs * np.int8(2) - np.int8(1)
+    signs.flags.writeable = False  # shared by every caller
+    return signs
 
 
 def _sign_flip_p(x: np.ndarray, signs: np.ndarray) -> float:
@@ -227,7 +242,8 @@ def _sign_flip_p(x: np.ndarray, signs: np.ndarray) -> float:
     observed = abs(float(x.sum())) - 10.0**-TIE_DIGITS
     count = 0
     for start in range(0, len(signs), 1 << 16):
-        count += int(np.sum(np.abs(signs[start : start + (1 << 16)] @ x) >= observed))
+        chunk = signs[start : start + (1 << 16)].astype(np.float64)
+        count += int(np.sum(np.abs(chunk @ x) >= observed))
     return count / len(signs)
 
 

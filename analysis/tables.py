@@ -373,14 +373,14 @@ class ForkTables:
     ) -> None:
         self.cc, self.cc_conversation, self.paired = cc, cc_conversation, paired
         self.notes = notes
+        self.n_judgments = 0  # judgment rows counted (copies included)
 
 
-def _version_labels(codes: Any, rows: np.ndarray) -> tuple[list[str], list[str]]:
+def version_labels(codes: Any, n: np.ndarray) -> tuple[list[str], list[str]]:
     """Judge label per key code (each version apart where a rubric x judge has several, as
-    ``keep_versions_apart``) and the notes that say so."""
+    ``keep_versions_apart``) and the notes that say so; ``n``: judgment rows per key code."""
     from analysis.versions import version_conflicts, version_label
 
-    n = np.bincount(codes.key[rows], minlength=len(codes.keys))
     present = [(k, int(c)) for k, c in zip(codes.keys, n) if c]
     versions = pd.DataFrame(
         [(r, h, j, p, c) for (r, j, h, p), c in present],
@@ -453,15 +453,36 @@ def _grouped(
     g_crit = used % n_crit
     g_key = (used // n_crit) % n_key
     g_conv = used // (n_crit * n_key)
-    rubric = np.array([key[0] for key in codes.keys], dtype=object)[g_key]
+    return count_frame(codes, g_conv, g_key, g_crit, sums, judge_of_key, conv)
+
+
+def count_frame(
+    codes: Any,
+    g_conv: np.ndarray,
+    g_key: np.ndarray,
+    g_crit: np.ndarray,
+    sums: dict[str, np.ndarray],
+    judge_of_key: list[str],
+    conv: pd.DataFrame,
+) -> pd.DataFrame:
+    """The conversation x criterion x judge frame of groups given as codes (their conversation,
+    rating key and criterion in ``codes``' lists) and their count columns ``sums``."""
+    rubrics = [key[0] for key in codes.keys]
+    rubric = np.array(rubrics, dtype=object)[g_key]
     crit = np.array(codes.criterion_ids, dtype=object)[g_crit]
-    areas = {rc: (np.nan if a is None else a) for rc, a in codes.risk_area.items()}
+    # The risk area of each (rating key, criterion) code pair, looked up once per pair.
+    areas = np.full((len(rubrics), len(codes.criterion_ids)), np.nan, dtype=object)
+    for k, r in enumerate(rubrics):
+        for c, x in enumerate(codes.criterion_ids):
+            a = codes.risk_area.get((r, x))
+            if a is not None:
+                areas[k, c] = a
     agg = pd.DataFrame(
         {
             "conversation_id": np.array(codes.conversation_ids, dtype=object)[g_conv],
             "rubric_id": rubric,
             "criterion_id": crit,
-            "risk_area": [areas.get((r, x), np.nan) for r, x in zip(rubric, crit)],
+            "risk_area": areas[g_key, g_crit],
             "judge": np.array(judge_of_key, dtype=object)[g_key],
             **sums,
         }
@@ -479,10 +500,16 @@ def fork_tables(
     store_or_db: Any,
     runs: Sequence[str] | None,
     leave_out: set[str] | None = None,
+    *,
+    summaries: bool = True,
 ) -> ForkTables | None:
-    """The fork-aware tables of a SQLite store from its judgment rows' codes (None on another
-    database, or with no judgment: use the judgment table). ``leave_out``: conversations to
-    leave out (retried)."""
+    """The fork-aware tables of a SQLite store (None on another database, or with no judgment:
+    use the judgment table). ``leave_out``: conversations to leave out (retried).
+
+    Counted from the judgment summaries (``analysis.fork_summaries``: a row per conversation x
+    rating key x criterion) where the store keeps them and they decide every count, else (a store
+    not yet migrated, or ``summaries=False``) from every judgment row's codes; both give the
+    same tables (tests compare them with the judgment table's)."""
     from analysis.forks import (
         PostForkCounts,
         Tree,
@@ -497,6 +524,13 @@ def fork_tables(
     path = read.sqlite_path(store_or_db)
     if path is None:
         return None
+    if summaries:
+        from analysis.fork_summaries import summary_fork_tables
+        from core.judgment_summaries import read_summaries
+
+        got = read_summaries(path)
+        if got is not None:
+            return summary_fork_tables(got, path, store_or_db, runs, leave_out)
     codes = read.sqlite_judgment_codes(path, chunk_rows=CHUNK_ROWS, versions=True, turns=True)
     conv = conversation_table(store_or_db, runs)
     if leave_out:
@@ -510,7 +544,7 @@ def fork_tables(
     conv = conv[conv["conversation_id"].astype(str).isin(set(ids[wanted]))]
     front = [c for c in CONVERSATION_COLUMNS if c in conv.columns]
     conv = conv[front + sorted(choice_columns(conv), key=list(conv.columns).index)]
-    labels, notes = _version_labels(codes, rows)
+    labels, notes = version_labels(codes, np.bincount(codes.key[rows], minlength=len(codes.keys)))
     # The tree of the conversations that carry judgments, as the judgment table's would be.
     tree_rows = read.conversation_tree(store_or_db, runs)
     judged = set(ids[np.unique(codes.conversation[rows])]) if len(rows) else set()
@@ -527,7 +561,8 @@ def fork_tables(
     n_key, n_crit = len(codes.keys), len(codes.criterion_ids)
     key = ((root * n_key + codes.key[rows]) * n_crit + codes.criterion[rows]) * span
     key += np.where(np.isnan(turn), span - 1, np.nan_to_num(turn)).astype(np.int64)
-    keep = first_of_each(key, root == conv_code) if tree.has_forks else None
+    rank = np.argsort(np.argsort(ids, kind="stable"), kind="stable")  # of the id, in id order
+    keep = first_of_each(key, root == conv_code, rank[conv_code]) if tree.has_forks else None
     del key
     m = verdict_masks(codes.verdict[rows])
     # Masks stay one byte a row; sums convert them as they go.
@@ -544,4 +579,6 @@ def fork_tables(
     group = groups[0]
     del groups, keep, copied, root, conv_code, rows  # before the per-turn counts' peak
     turns = TurnCounts.from_rows(group, turn, counts)
-    return ForkTables(cc, cc_conv, PostForkCounts(cc_all, turns), notes)
+    out = ForkTables(cc, cc_conv, PostForkCounts(cc_all, turns), notes)
+    out.n_judgments = len(group)
+    return out

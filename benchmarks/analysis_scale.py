@@ -1,7 +1,12 @@
 """Scale benchmark of the analysis: 35,000 conversations x 20 chatbot turns x 22 criteria.
 
     .venv/bin/python benchmarks/analysis_scale.py [--design flat|forks|both] [--db PATH]
-        [--rebuild] [--n-boot 2000]
+        [--rebuild] [--n-boot 2000] [--scenarios N]
+
+``--scenarios 40 --db /tmp/small.db`` builds a store a fifth of the size (3.5 M judgments, about
+70 s) to iterate on. A store built by an earlier version (schema 8) is upgraded when opened with
+``core.store.open_store``, which fills its judgment summaries (about 60 s and 1.5 GB for the
+forks store); the analysis of a store opened read-only before that counts from every judgment row.
 
 Two stores (``--design both``, the default, times each in its own process and prints both):
 
@@ -10,7 +15,8 @@ Two stores (``--design both``, the default, times each in its own process and pr
   of its scenario's baseline arm (sharing its turns up to the branch point; one arm in ten never
   forked and is a copy), two simulators, and a second judge on one conversation in ten (16.9 M
   judgments). Its analysis counts each copied turn once, cuts contrasts at the fork and compares
-  the simulators: what ``branchpoint analyze`` does on it (``analysis.tables.fork_tables``).
+  the simulators: what ``branchpoint analyze`` does on it (``analysis.tables.fork_tables``, from
+  the judgment summaries: ``core.judgment_summaries``).
 
 Builds (once, cached under /tmp) a real store of ~15.4 million judgment rows with known effects,
 then times what ``branchpoint analyze`` does: read the store (SQL aggregation to conversation x
@@ -48,7 +54,8 @@ BUILD_MARK = "analysis_scale_v2"
 FORKS_MARK = "analysis_scale_forks_v1"
 N_TARGETS = 18
 CONDITIONS = ("none", "teen_aware")
-N_SCENARIOS = 195  # x 5 variants x 18 targets x 2 conditions = 35,100 conversations
+# x 5 variants x 18 targets x 2 conditions = 35,100 conversations (--scenarios: a smaller store)
+N_SCENARIOS = int(os.environ.get("ANALYSIS_SCALE_SCENARIOS", "195"))
 N_EXCHANGES = 20
 AREAS = ("acute_harm", "medical_boundaries", "relational_safety")
 CRITERIA = [f"crit{i:02d}" for i in range(22)]
@@ -80,6 +87,7 @@ def _built(path: Path, mark: str = BUILD_MARK) -> bool:
 
 def build(path: Path) -> None:
     from analysis.testing.synthetic import NOW, variants
+    from core.judgment_summaries import drop_triggers
     from core.store import open_store
 
     t0 = time.perf_counter()
@@ -98,6 +106,7 @@ def build(path: Path) -> None:
     ).fetchall()
     for name, _ in idx:
         con.execute(f'DROP INDEX "{name}"')
+    drop_triggers(con)  # the summaries are filled once after the bulk insert (_summaries)
 
     rng = np.random.default_rng(7)
     run_id = "bench-scale"
@@ -197,6 +206,7 @@ def build(path: Path) -> None:
     print(f"  judgments: {time.perf_counter() - t0:.1f}s", flush=True)
     for _name, sql in idx:
         con.execute(sql)
+    _summaries(con, path, t0)
     print(f"  indexes: {time.perf_counter() - t0:.1f}s", flush=True)
     con.execute("INSERT INTO schema_info (key, value) VALUES (?, 'complete')", (BUILD_MARK,))
     con.commit()
@@ -206,6 +216,16 @@ def build(path: Path) -> None:
         f"built {path} in {time.perf_counter() - t0:.1f}s ({path.stat().st_size / 1e9:.2f} GB)",
         flush=True,
     )
+
+
+def _summaries(con: sqlite3.Connection, path: Path, t0: float) -> None:
+    """The judgment summaries of the bulk-inserted rows (their triggers were off), as migration 8
+    fills them."""
+    from core.judgment_summaries import backfill
+
+    con.commit()
+    backfill(con, str(path))
+    print(f"  judgment summaries: {time.perf_counter() - t0:.1f}s", flush=True)
 
 
 def _hash_verdict(x: str, p_app: str, p_fail: str) -> tuple[str, str]:
@@ -228,6 +248,7 @@ def _hash_verdict(x: str, p_app: str, p_fail: str) -> tuple[str, str]:
 def build_forks(path: Path) -> None:
     """The forks design: fork trees, copies, two simulators, a second judge on a tenth."""
     from analysis.testing.synthetic import CONV_COLS, NOW, variants
+    from core.judgment_summaries import drop_triggers
     from core.store import open_store
 
     t0 = time.perf_counter()
@@ -245,6 +266,7 @@ def build_forks(path: Path) -> None:
     ).fetchall()
     for name, _ in idx:
         con.execute(f'DROP INDEX "{name}"')
+    drop_triggers(con)  # the summaries are filled once after the bulk insert (_summaries)
     rng = np.random.default_rng(7)
     run_id = "bench-forks"
     con.execute(
@@ -339,6 +361,7 @@ def build_forks(path: Path) -> None:
         print(f"  judgments ({judge}): {time.perf_counter() - t0:.1f}s", flush=True)
     for _name, sql in idx:
         con.execute(sql)
+    _summaries(con, path, t0)
     print(f"  indexes: {time.perf_counter() - t0:.1f}s", flush=True)
     con.execute("INSERT INTO schema_info (key, value) VALUES (?, 'complete')", (FORKS_MARK,))
     con.commit()
@@ -360,9 +383,20 @@ def main() -> None:
     ap.add_argument("--n-boot", type=int, default=2000)
     ap.add_argument("--build-only", action="store_true")
     ap.add_argument(
+        "--scenarios",
+        type=int,
+        default=None,
+        help="build with this many scenarios instead of 195 (a smaller store to iterate on; "
+        "pair it with --db)",
+    )
+    ap.add_argument(
         "--report", type=Path, default=None, help="Also time write_report into this directory."
     )
     args = ap.parse_args()
+    if args.scenarios is not None:  # read at import by the build process (spawned)
+        os.environ["ANALYSIS_SCALE_SCENARIOS"] = str(args.scenarios)
+        global N_SCENARIOS
+        N_SCENARIOS = args.scenarios
     if args.design == "both":  # each in its own process: its own peak RSS
         for design in ("flat", "forks"):
             print(f"=== design: {design} ===", flush=True)
@@ -483,7 +517,7 @@ def analyse_forks(db: Path, n_boot: int) -> None:
     t = time.perf_counter()
     ft = fork_tables(str(db), None)
     assert ft is not None
-    n_rows = len(ft.paired.turns.composite)
+    n_rows = ft.n_judgments
     step(f"read store -> fork counts ({n_rows:,} judgments)", t)
     t = time.perf_counter()
     rates = failure_rates(ft.cc, n_boot=n_boot)

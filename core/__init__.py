@@ -52,6 +52,8 @@ _EXPORTS = {
     "ERROR": "core.scales",
     "visible": "core.untrusted",
     "markdown": "core.untrusted",
+    "JudgmentSummaries": "core.judgment_summaries",
+    "read_summaries": "core.judgment_summaries",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -69,6 +71,7 @@ if TYPE_CHECKING:  # for type checkers and editors
         profile_key,
     )
     from core.errors import UserError
+    from core.judgment_summaries import JudgmentSummaries, read_summaries
     from core.records import (
         SCHEMA_VERSION,
         CacheEntry,

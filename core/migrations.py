@@ -49,7 +49,22 @@ MIGRATIONS: dict[int, Migration] = {
     # would not count the unsettled ones and so undercount a crashed sweep's spend, refuses
     # the store instead of resuming its budget from too low a figure.
     7: lambda session: _create_table(session, SpendReservation),
+    # judgment summaries (issue 37): per conversation x rating key x criterion, one verdict byte
+    # per turn, kept by triggers, so that the analysis of a store with forks need not read every
+    # judgment row. SQLite only (PostgreSQL aggregates with SQL): filled here from the rows.
+    8: lambda session: _judgment_summaries(session),
 }
+
+
+def _judgment_summaries(session: Session) -> None:
+    from core import judgment_summaries
+
+    conn = session.connection()
+    if conn.dialect.name != "sqlite":
+        return
+    path = conn.engine.url.database
+    assert path  # a file store: in-memory SQLite is not a store
+    judgment_summaries.backfill(conn, path)
 
 
 def _create_table(session: Session, model: type[SQLModel]) -> None:

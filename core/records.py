@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import JSON, Column, Index, Text
 from sqlmodel import Field, SQLModel
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 JUDGMENT_FAILURE_INDEX = "ix_judgments_conversation_verdict"
 JUDGMENT_FAILING_INDEX = "ix_judgments_failing"
 JUDGMENT_FAILING_COLUMNS = ("verdict", "criterion_id", "judge", "conversation_id")

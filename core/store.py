@@ -132,3 +132,8 @@ def _prepare(store: Store) -> None:
         )
     if current < SCHEMA_VERSION:
         migrations.upgrade(store.engine, current)
+    if store.engine.dialect.name == "sqlite":  # a new store's (a migrated one has them already)
+        from core import judgment_summaries
+
+        with store.engine.begin() as conn:
+            judgment_summaries.ensure(conn, str(store.engine.url.database))

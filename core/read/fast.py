@@ -48,16 +48,23 @@ COUNT_COLUMNS = [
 
 J = JUDGMENTS.c
 FAIL, PARTIAL, PASS = PASS_PARTIAL_FAIL.levels
-# One byte per judgment: e error, n no rating (not applicable, or no verdict), f fail, q partial,
-# p pass, o another scale's level. Rated: f, q, p, o.
-VERDICT_CODE = case(
-    (J.verdict == ERROR, "e"),
-    (or_(J.verdict.is_(None), not_(func.ifnull(J.applicable, 0))), "n"),
-    (J.verdict == FAIL, "f"),
-    (J.verdict == PARTIAL, "q"),
-    (J.verdict == PASS, "p"),
-    else_="o",
-)
+
+
+def verdict_code(verdict: Any, applicable: Any) -> Any:
+    """One byte per judgment: e error, n no rating (not applicable, or no verdict), f fail,
+    q partial, p pass, o another scale's level. Rated: f, q, p, o. (Also written by the
+    judgment summaries' triggers, on the trigger's NEW row: ``core.judgment_summaries``.)"""
+    return case(
+        (verdict == ERROR, "e"),
+        (or_(verdict.is_(None), not_(func.ifnull(applicable, 0))), "n"),
+        (verdict == FAIL, "f"),
+        (verdict == PARTIAL, "q"),
+        (verdict == PASS, "p"),
+        else_="o",
+    )
+
+
+VERDICT_CODE = verdict_code(J.verdict, J.applicable)
 RATED_CODES = np.frombuffer(b"fqpo", np.uint8)
 SCORE_OF_CODE = {
     ord("f"): PASS_PARTIAL_FAIL.scores[FAIL],
@@ -239,7 +246,7 @@ def _verdict_scan(
     return out
 
 
-def _risk_areas(path: str, pairs: list[tuple[str, str]]) -> dict[tuple[str, str], Any]:
+def risk_areas(path: str, pairs: list[tuple[str, str]]) -> dict[tuple[str, str], Any]:
     """Risk area of each (rubric, criterion), through the criterion index (one row each)."""
     query = _prepare(
         select(J.risk_area)
@@ -352,7 +359,7 @@ def sqlite_judgment_codes(
         key=key,
         verdict=verd,
         turn_index=tix,
-        risk_area=_risk_areas(path, pairs),
+        risk_area=risk_areas(path, pairs),
     )
 
 

@@ -233,3 +233,15 @@ def test_kappa_and_alpha_have_bootstrap_intervals_over_conversations() -> None:
     assert row["kappa_ci_low"] < row["kappa_quadratic"] < row["kappa_ci_high"]
     assert row["alpha_ci_low"] < row["alpha_ordinal"] < row["alpha_ci_high"]
     assert row["interval"] == "cluster bootstrap over conversations"
+
+
+def test_drawn_sign_patterns_are_those_of_rng_choice() -> None:
+    """Above the exact limit the sign-flip patterns are drawn in blocks of 0/1 integers, for
+    speed: the very patterns ``rng.choice([-1, 1])`` drew before, so p-values do not move."""
+    import numpy as np
+
+    from analysis.stats import SIGN_FLIP_DRAWS, SIGN_FLIP_EXACT_MAX, _sign_patterns
+
+    s = SIGN_FLIP_EXACT_MAX + 5
+    want = np.random.default_rng(0).choice(np.array([-1.0, 1.0]), size=(SIGN_FLIP_DRAWS, s))
+    assert np.array_equal(_sign_patterns(s).astype(float), want)

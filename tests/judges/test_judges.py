@@ -665,6 +665,25 @@ def test_retry_errors_rejudges_only_the_units_in_error(u18_store: Any) -> None:
     again = run(u18_store, gw, judges=["scripted:j"], retry_errors=True)
     assert healthy.calls == 3 and again.judged == 3 and again.skipped == 9
     assert not any(r.verdict == "error" for r in rows(u18_store, "scripted:j"))
+    # The judgment summaries (issue 37) followed the deletes and the new rows: they are what the
+    # rows say, with the errors gone.
+    import sqlite3
+
+    from core.judgment_summaries import TABLE, summary_rows
+    from core.read import sqlite_path
+
+    path = sqlite_path(u18_store)
+    assert path is not None
+    con = sqlite3.connect(path)
+    kept = sorted(
+        con.execute(
+            f"SELECT conversation_id, rubric_id, rubric_hash, judge, prompt_version, criterion_id, "
+            f"rtrim(codes), whole, n FROM {TABLE}"
+        ).fetchall()
+    )
+    con.close()
+    assert kept and kept == sorted(summary_rows(path))
+    assert not any("e" in r[6] + r[7] for r in kept)
 
 
 def test_merged_summaries_add_counts_and_keep_each_budget_note() -> None:

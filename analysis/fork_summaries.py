@@ -1,0 +1,242 @@
+"""The fork-aware tables of a SQLite store from its judgment summaries (``core.judgment_summaries``:
+one verdict byte per turn, per conversation x rating key x criterion), without reading the
+judgment rows: what ``analysis.tables.fork_tables`` counts from every row, counted per summary.
+
+The rules are those of ``analysis.forks``: a turn an arm copied from its parent (before its fork)
+is counted once, in the conversation that produced it (its root, ``coded_roots``); a copy whose
+root has no rating of that turn under that key (the root was not judged, or is left out, or a
+second judge rated part of the store) is kept in its place: the copy on the smallest
+conversation id when several are (``analysis.forks.distinct_ratings``' rule).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analysis.forks import COUNT_COLS, TurnCounts
+from core.judgment_summaries import EMPTY, JudgmentSummaries
+from core.read.fast import SCORE_OF_CODE
+
+FAIL, PARTIAL, PASS, OTHER, ERROR = (ord(c) for c in "fqpoe")
+SCORED = (FAIL, PARTIAL, PASS)
+
+
+def _sums(per_code: dict[int, np.ndarray]) -> dict[str, np.ndarray]:
+    """The count columns of ``analysis.tables.FORK_COUNT_COLUMNS`` from counts per verdict code."""
+    f, q, p, o, e = (per_code[c].astype(np.int64) for c in (FAIL, PARTIAL, PASS, OTHER, ERROR))
+    score = sum(per_code[c].astype(np.float64) * SCORE_OF_CODE[c] for c in SCORED)
+    return {
+        "n_rated": (f + q + p + o).astype(np.float64),
+        "n_fail": f.astype(np.float64),
+        "n_partial": q.astype(np.float64),
+        "n_error": e.astype(np.float64),
+        "n_other": o.astype(np.float64),
+        "score_sum": np.asarray(score, dtype=np.float64),
+        "n_scored": (f + q + p).astype(np.float64),
+    }
+
+
+def code_counts(cells: np.ndarray, mask: np.ndarray | None = None) -> dict[int, np.ndarray]:
+    """Per row of ``cells``: how many cells (of ``mask``) hold each verdict code."""
+    out = {}
+    for c in (FAIL, PARTIAL, PASS, OTHER, ERROR):
+        hit = cells == c
+        if mask is not None:
+            hit &= mask
+        out[c] = hit.sum(axis=1)
+    return out
+
+
+class SummaryTurnCounts(TurnCounts):
+    """``TurnCounts`` of summary rows: the counts of a row from a turn index on, from cumulative
+    counts per turn column (the whole conversation's rating, the last column, always counts)."""
+
+    def __init__(self, cells: np.ndarray) -> None:
+        width = cells.shape[1] - 1
+        self.width = width
+        self.span = float(width + 1)
+        kind = np.uint8 if width < 255 else np.int32
+        self.cum: dict[Any, np.ndarray] = {}
+        self.whole: dict[int, np.ndarray] = {}
+        for c in (FAIL, PARTIAL, PASS, OTHER):
+            cum = np.zeros((len(cells), width + 1), kind)
+            np.cumsum(cells[:, :width] == c, axis=1, dtype=kind, out=cum[:, 1:])
+            self.cum[c] = cum
+            self.whole[c] = cells[:, width] == c
+
+    def after(self, rows: np.ndarray, cutoff: np.ndarray) -> dict[str, np.ndarray]:
+        rows = np.asarray(rows, dtype=np.int64)
+        cutoff = np.asarray(cutoff, dtype=float)
+        never = np.isinf(cutoff)
+        unknown = np.isnan(cutoff)  # no cut-off (a set without its baseline arm): no count
+        cut = np.where(never | unknown, 0.0, cutoff)
+        cut = np.ceil(np.clip(cut, 0, self.width)).astype(np.int64)
+        per: dict[int, np.ndarray] = {}
+        for c, cum in self.cum.items():
+            got = cum[rows, self.width].astype(np.int64) - cum[rows, cut] + self.whole[c][rows]
+            per[c] = np.where(never, 0, got)
+        per[ERROR] = np.zeros(len(rows), np.int64)
+        sums = _sums(per)
+        return {c: np.where(unknown, np.nan, sums[c]) for c in COUNT_COLS}
+
+
+def distinct_counts(
+    s: JudgmentSummaries,
+    cells: np.ndarray,
+    gconv: np.ndarray,
+    gkey: np.ndarray,
+    gcrit: np.ndarray,
+    anc: np.ndarray,
+    shared: np.ndarray,
+) -> tuple[dict[int, np.ndarray], np.ndarray]:
+    """Counts per verdict code of each group's ratings with every copied turn once
+    (``analysis.forks.distinct_ratings``), and whether the group keeps any rating."""
+    from analysis.forks import coded_roots
+
+    width = cells.shape[1] - 1
+    n = len(cells)
+    s1 = shared[1][gconv] if len(shared) > 1 else np.full(n, -np.inf)
+    col = np.arange(width + 1)
+    # A turn at or after the fork with the parent is the arm's own; the whole conversation's
+    # rating is its own unless it never forked.
+    own = col[None, :] >= s1[:, None]
+    own[:, width] = ~np.isinf(s1) | (s1 < 0)
+    present = cells != EMPTY
+    counts = code_counts(cells, own)
+    kept = (present & own).any(axis=1)
+    g, t = np.nonzero(present & ~own)
+    if len(g):
+        turn = np.where(t == width, np.nan, t.astype(float))
+        root = coded_roots(gconv[g], turn, anc, shared)
+        n_key, n_crit = len(s.keys), len(s.criterion_ids)
+        n_conv = len(s.conversation_ids)
+        lookup = np.full(n_conv * n_key * n_crit, -1, np.int64)
+        lookup[(gconv * n_key + gkey) * n_crit + gcrit] = np.arange(n)
+        in_ids = root < n_conv
+        at = np.where(in_ids, (np.where(in_ids, root, 0) * n_key + gkey[g]) * n_crit + gcrit[g], 0)
+        rg = np.where(in_ids, lookup[at], -1)
+        taken = (rg >= 0) & (cells[np.maximum(rg, 0), t] != EMPTY)
+        orphan = ~taken
+        if orphan.any():
+            og, ot = g[orphan], t[orphan]
+            okey = ((root[orphan] * n_key + gkey[og]) * n_crit + gcrit[og]) * (width + 1) + ot
+            # Several copies of one turn stand in for its root: the smallest conversation id.
+            rank = np.argsort(np.argsort(np.array(s.conversation_ids, dtype=object)))[gconv[og]]
+            order = np.lexsort((rank, okey))
+            _, first = np.unique(okey[order], return_index=True)
+            og, ot = og[order[first]], ot[order[first]]
+            codes = cells[og, ot]
+            for c in counts:
+                counts[c] = counts[c] + np.bincount(og, weights=codes == c, minlength=n).astype(
+                    np.int64
+                )
+            kept[og] = True
+    return counts, kept
+
+
+def summary_fork_tables(
+    s: JudgmentSummaries,
+    path: str,
+    store_or_db: Any,
+    runs: Any,
+    leave_out: set[str] | None,
+) -> Any:
+    """``analysis.tables.fork_tables`` from the summaries ``s``; None when nothing is judged."""
+    from analysis.forks import PostForkCounts, Tree, coded_copies, coded_tree
+    from analysis.tables import (
+        CONVERSATION_COLUMNS,
+        ForkTables,
+        choice_columns,
+        conversation_table,
+        count_frame,
+        version_labels,
+    )
+    from core import read
+    from core.read.fast import risk_areas
+
+    conv = conversation_table(store_or_db, runs)
+    if leave_out:
+        conv = conv[~conv["conversation_id"].isin(leave_out)]
+    ids = np.array(s.conversation_ids, dtype=object)
+    allowed = set(conv["conversation_id"].astype(str))
+    wanted = np.fromiter((i in allowed for i in ids), dtype=bool, count=len(ids))
+    grows = np.flatnonzero(wanted[s.conversation]) if len(s) else np.zeros(0, np.int64)
+    if not len(grows):
+        return None
+    conv = conv[conv["conversation_id"].astype(str).isin(set(ids[wanted]))]
+    front = [c for c in CONVERSATION_COLUMNS if c in conv.columns]
+    conv = conv[front + sorted(choice_columns(conv), key=list(conv.columns).index)]
+    per_key = np.bincount(s.key[grows], weights=s.n[grows], minlength=len(s.keys))
+    labels, notes = version_labels(s, per_key.astype(np.int64))
+    tree_rows = read.conversation_tree(store_or_db, runs)
+    judged = set(ids[np.unique(s.conversation[grows])])
+    tree_rows = tree_rows[tree_rows["conversation_id"].astype(str).isin(judged)]
+    tree = Tree(tree_rows)
+    _, anc, shared = coded_tree(tree, list(ids))
+    cells = s.cells[grows]
+    gconv = s.conversation[grows].astype(np.int64)
+    gkey = s.key[grows].astype(np.int64)
+    gcrit = s.criterion[grows].astype(np.int64)
+    n_crit = max(len(s.criterion_ids), 1)
+    both = np.unique(s.key.astype(np.int64) * n_crit + s.criterion)
+    pairs = sorted({(s.keys[b // n_crit][0], s.criterion_ids[b % n_crit]) for b in both})
+    codes = _Codes(s, risk_areas(path, pairs))
+
+    every = _sums(code_counts(cells))
+    # One frame of every group, built (and merged with the conversations) once; the others are
+    # its rows, in the same order, with their own counts.
+    base = count_frame(codes, gconv, gkey, gcrit, every, labels, conv)
+
+    made: list[tuple[np.ndarray | None, pd.DataFrame]] = []
+
+    def rows(sums: dict[str, np.ndarray], keep: np.ndarray | None) -> pd.DataFrame:
+        at = None if keep is None else np.flatnonzero(keep)
+
+        # Frames of the same rows share their text columns (copy-on-write): at the seed study's
+        # scale each is 400 MB, and the distinct-turn and conversation-level frames usually
+        # hold the same rows (those of every arm but the copies).
+        def same(k: np.ndarray | None) -> bool:
+            if k is None or keep is None:
+                return k is None and keep is None
+            return bool(np.array_equal(k, keep))
+
+        like = next((f for k, f in made if same(k)), None)
+        if like is not None:
+            out = like.copy(deep=False)
+        else:
+            out = base.copy(deep=False) if at is None else base.iloc[at].reset_index(drop=True)
+            made.append((keep, out))
+        for c, v in sums.items():
+            out[c] = (v if at is None else v[at]).astype(out[c].dtype)
+        return out
+
+    if tree.has_forks:
+        per, kept = distinct_counts(s, cells, gconv, gkey, gcrit, anc, shared)
+        cc = rows(_sums(per), kept)
+    else:
+        cc = rows(every, None)
+    copied = coded_copies(shared)[: len(ids)][gconv]
+    cc_conv = rows(every, ~copied if copied.any() else None)
+    # ``base`` itself, with each conversation's parent and fork turn (a left merge's columns,
+    # without copying the frame once more)
+    tree_cols = tree_rows.set_index("conversation_id")
+    at = tree_cols.reindex(base["conversation_id"])
+    cc_all = base
+    for c in tree_cols.columns:
+        cc_all[c] = at[c].to_numpy()
+    out = ForkTables(cc, cc_conv, PostForkCounts(cc_all, SummaryTurnCounts(cells)), notes)
+    out.n_judgments = int(s.n[grows].sum())
+    return out
+
+
+class _Codes:
+    """What ``count_frame`` reads of ``core.read.fast.JudgmentCodes``, from summaries."""
+
+    def __init__(self, s: JudgmentSummaries, risk_area: dict[tuple[str, str], Any]) -> None:
+        self.keys = s.keys
+        self.criterion_ids = s.criterion_ids
+        self.conversation_ids = s.conversation_ids
+        self.risk_area = risk_area
