@@ -47,6 +47,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group("embedded"))
         elif any(d.scope == "module" for ds in defs.values() for d in ds):
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+    # Slow single tests first: xdist hands out groups by size (--loadscope-reorder), then single
+    # tests in this order, so a 20 s test handed out last no longer leaves the other worker idle
+    # at the end. Grouped tests stay with their module (its module fixture is built once).
+    items.sort(
+        key=lambda item: (
+            not (item.get_closest_marker("slow") and not item.get_closest_marker("xdist_group"))
+        )
+    )
 
 
 @pytest.fixture
