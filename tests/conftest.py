@@ -8,6 +8,14 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Under pytest-xdist the workers share the cores: torch gets its share of them, not all of them
+# (gateway.providers.hf.cpu_threads). Two workers on two cores, each model at 2 threads: OpenMP's
+# threads spin on a busy core and the embedded tests took 276 s instead of 44 s at load 5.
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+    os.environ.setdefault(
+        "BRANCHPOINT_TORCH_THREADS",
+        str(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))),
+    )
 
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +26,9 @@ import pytest
 POSTGRES_ENV = "BRANCHPOINT_TEST_POSTGRES"
 
 
+# tryfirst: xdist's worker reads the xdist_group marks in its own pytest_collection_modifyitems,
+# registered after this conftest and so called before it; marks added later never reached it.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Marks that follow from what a test uses, so that no test file has to repeat them.
 
@@ -36,6 +47,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group("embedded"))
         elif any(d.scope == "module" for ds in defs.values() for d in ds):
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+    # Slow single tests first: xdist hands out groups by size (--loadscope-reorder), then single
+    # tests in this order, so a 20 s test handed out last no longer leaves the other worker idle
+    # at the end. Grouped tests stay with their module (its module fixture is built once).
+    items.sort(
+        key=lambda item: (
+            not (item.get_closest_marker("slow") and not item.get_closest_marker("xdist_group"))
+        )
+    )
 
 
 @pytest.fixture

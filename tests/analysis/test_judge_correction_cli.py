@@ -8,7 +8,7 @@ import os
 import sqlite3
 from pathlib import Path
 
-from fixtures.engine.helpers import run_cli
+from fixtures.cli_in_process import run_in_process as run_cli  # output and exit status only
 from fixtures.tui.helpers import small_teen_store
 
 from core.human_labels import LabelRow, sample_queue, save_labels

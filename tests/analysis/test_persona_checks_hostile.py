@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fixtures.engine.helpers import conversations, run_cli, run_engine, turns_of, write_scenario
+from fixtures.cli_in_process import run_in_process as run_cli  # output and exit status only
+from fixtures.engine.helpers import conversations, run_engine, turns_of, write_scenario
 from test_manipulation_checks import (
     ACCEPT,
     DECLINE,

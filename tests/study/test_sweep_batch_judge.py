@@ -19,10 +19,16 @@ SCENARIO = REPO / "scenarios" / "library" / "teen" / "teen-ah-rail-bridge-jump.y
 
 
 @pytest.mark.slow
-def test_a_batch_judge_in_a_sweep(tmp_path: Path, sweep_plugin: Any) -> None:
+def test_a_batch_judge_in_a_sweep(
+    tmp_path: Path, sweep_plugin: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from typer.testing import CliRunner
 
     from tui.cli import app
+
+    # The sweep polls a batch every 30 s (judges.batch_judging.DEFAULT_POLL_S); the server's
+    # batch is done after 0.2 s: without this the test waits out one whole poll interval.
+    monkeypatch.setattr("judges.batch_judging.DEFAULT_POLL_S", 0.1)
 
     judge = ScriptedModel(default=sweep_plugin.not_applicable_judge)
     srv = ServerThread(

@@ -1,5 +1,6 @@
-"""``branchpoint sweep`` and ``branchpoint runs`` as a user runs them: a subprocess, a real SQLite
-file, the scripted models of tests/fixtures/sweep/sweep_plugin.py."""
+"""``branchpoint sweep`` and ``branchpoint runs`` as a user runs them: a real SQLite file, the
+scripted models of tests/fixtures/sweep/sweep_plugin.py. The commands run in this process
+(typer's runner, as ``tui.cli.main`` ends them); the interrupted sweep is a real process."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from fixtures.cli_in_process import run_in_process
 
 REPO = Path(__file__).resolve().parents[2]
 SWEEP = REPO / "tests" / "fixtures" / "sweep"
@@ -23,21 +25,11 @@ SCENARIO = REPO / "scenarios" / "library" / "teen" / "teen-ah-rail-bridge-jump.y
 
 
 def cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {
-        **os.environ,
-        "BRANCHPOINT_PLUGINS": "sweep_plugin",
-        "PYTHONPATH": os.pathsep.join([str(SWEEP), str(REPO)]),
-        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-        "COLUMNS": "200",
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "tui.cli", *args],
-        cwd=REPO,
-        env=env,
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    """``branchpoint ARGS`` on the sweep plugin's models, in this process."""
+    if str(SWEEP) not in sys.path:
+        sys.path.insert(0, str(SWEEP))
+    return run_in_process(
+        *args, stdin=stdin, env={"BRANCHPOINT_PLUGINS": "sweep_plugin", "COLUMNS": "200"}
     )
 
 
