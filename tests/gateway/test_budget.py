@@ -356,7 +356,9 @@ def test_judging_counts_against_the_budget_and_what_it_leaves_is_judged_later(
         server.stop()
 
 
-def test_a_schema_7_store_gets_the_reservations_table_and_the_current_version(tmp_path: Path) -> None:
+def test_a_schema_7_store_gets_the_reservations_table_and_the_current_version(
+    tmp_path: Path,
+) -> None:
     from sqlalchemy import inspect, text
 
     from core.records import SCHEMA_VERSION
