@@ -18,7 +18,8 @@ unexport PYTHONDONTWRITEBYTECODE
 # Test workers (pytest-xdist). Tests of one module-scoped fixture, and those of the embedded model,
 # stay on one worker each (tests/conftest.py), so each is set up once a run.
 WORKERS ?= 2
-PYTEST := $(PY) -m pytest -q -p no:cacheprovider -n $(WORKERS) --dist loadgroup
+# --durations=10: every run ends with its ten slowest tests, where the suite's time goes
+PYTEST := $(PY) -m pytest -q -p no:cacheprovider -n $(WORKERS) --dist loadgroup --durations=10
 
 .PHONY: demo test test-fast install clean
 
