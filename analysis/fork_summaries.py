@@ -1,6 +1,7 @@
 """The fork-aware tables of a SQLite store from its judgment summaries (``core.judgment_summaries``:
 one verdict byte per turn, per conversation x rating key x criterion), without reading the
-judgment rows: what ``analysis.tables.fork_tables`` counts from every row, counted per summary.
+judgment rows: what ``analysis.fork_codes`` counts from every row, counted per summary.
+``fork_tables`` chooses: the summaries where the store keeps them, else every row's codes.
 
 The rules are those of ``analysis.forks``: a turn an arm copied from its parent (before its fork)
 is counted once, in the conversation that produced it (its root, ``coded_roots``); a copy whose
@@ -11,13 +12,17 @@ conversation id when several are (``analysis.forks.distinct_ratings``' rule).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from analysis.fork_codes import ForkTables, code_fork_tables, count_frame, version_labels
 from analysis.forks import COUNT_COLS, TurnCounts
-from core.judgment_summaries import EMPTY, JudgmentSummaries
+from analysis.tables import CONVERSATION_COLUMNS, choice_columns, conversation_table
+from core import read
+from core.judgment_summaries import EMPTY, JudgmentSummaries, read_summaries
 from core.read.fast import SCORE_OF_CODE
 
 FAIL, PARTIAL, PASS, OTHER, ERROR = (ord(c) for c in "fqpoe")
@@ -25,7 +30,7 @@ SCORED = (FAIL, PARTIAL, PASS)
 
 
 def _sums(per_code: dict[int, np.ndarray]) -> dict[str, np.ndarray]:
-    """The count columns of ``analysis.tables.FORK_COUNT_COLUMNS`` from counts per verdict code."""
+    """The count columns of ``analysis.fork_codes.FORK_COUNT_COLUMNS`` from counts per verdict code."""
     f, q, p, o, e = (per_code[c].astype(np.int64) for c in (FAIL, PARTIAL, PASS, OTHER, ERROR))
     score = sum(per_code[c].astype(np.float64) * SCORE_OF_CODE[c] for c in SCORED)
     return {
@@ -137,6 +142,30 @@ def distinct_counts(
     return counts, kept
 
 
+def fork_tables(
+    store_or_db: Any,
+    runs: Sequence[str] | None,
+    leave_out: set[str] | None = None,
+    *,
+    summaries: bool = True,
+) -> ForkTables | None:
+    """The fork-aware tables of a SQLite store (None on another database, or with no judgment:
+    use the judgment table). ``leave_out``: conversations to leave out (retried).
+
+    Counted from the judgment summaries (a row per conversation x rating key x criterion) where
+    the store keeps them and they decide every count, else (a store not yet migrated, or
+    ``summaries=False``) from every judgment row's codes (``analysis.fork_codes``); both give
+    the same tables (tests compare them with the judgment table's)."""
+    path = read.sqlite_path(store_or_db)
+    if path is None:
+        return None
+    if summaries:
+        got = read_summaries(path)
+        if got is not None:
+            return summary_fork_tables(got, path, store_or_db, runs, leave_out)
+    return code_fork_tables(store_or_db, runs, leave_out)
+
+
 def summary_fork_tables(
     s: JudgmentSummaries,
     path: str,
@@ -144,17 +173,8 @@ def summary_fork_tables(
     runs: Any,
     leave_out: set[str] | None,
 ) -> Any:
-    """``analysis.tables.fork_tables`` from the summaries ``s``; None when nothing is judged."""
+    """``fork_tables`` from the summaries ``s``; None when nothing is judged."""
     from analysis.forks import PostForkCounts, Tree, coded_copies, coded_tree
-    from analysis.tables import (
-        CONVERSATION_COLUMNS,
-        ForkTables,
-        choice_columns,
-        conversation_table,
-        count_frame,
-        version_labels,
-    )
-    from core import read
     from core.read.fast import risk_areas
 
     conv = conversation_table(store_or_db, runs)

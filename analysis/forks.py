@@ -210,7 +210,7 @@ class PostForkCounts:
     """What matched contrasts need from a judgment table, without the table: the conversation x
     criterion counts of every judgment (copies included, with ``parent_id`` / ``fork_turn``) and
     their per-turn counts, so that a shared prefix can be cut. Built on SQLite stores by
-    ``analysis.tables.fork_tables``; contrasts take it wherever they take a judgment table, and
+    ``analysis.fork_summaries.fork_tables``; contrasts take it wherever they take a judgment table, and
     it can be filtered like one (``counts[counts["simulator"] == s]``)."""
 
     def __init__(self, cc: pd.DataFrame, turns: TurnCounts) -> None:

@@ -17,6 +17,7 @@ from analysis.contrasts import (
     simulator_sensitivity,
 )
 from analysis.ed import EDResult, ed_analysis
+from analysis.fork_summaries import fork_tables
 from analysis.forks import copied_conversations, distinct_ratings
 from analysis.judge_choice import check_judge, plotted_judge, several_judges_note
 from analysis.rates import error_counts, failure_rates
@@ -28,7 +29,6 @@ from analysis.tables import (
     aggregate,
     conversation_criterion_table,
     conversation_table,
-    fork_tables,
     human_label_table,
     judgment_table,
     resolve_runs,
@@ -116,7 +116,7 @@ def run_analysis(
     ``analysis.judge_choice``); every table still lists each judge apart.
 
     ``fast``: on SQLite, count a store with forks or several versions from its judgment rows'
-    codes (``analysis.tables.fork_tables``) instead of a judgment table (the same tables; tests
+    codes (``analysis.fork_summaries.fork_tables``) instead of a judgment table (the same tables; tests
     compare both paths)."""
     runs = resolve_runs(store_or_db, run)
     refuse_pooled_configs(store_or_db, runs)

@@ -15,7 +15,7 @@ Two stores (``--design both``, the default, times each in its own process and pr
   of its scenario's baseline arm (sharing its turns up to the branch point; one arm in ten never
   forked and is a copy), two simulators, and a second judge on one conversation in ten (16.9 M
   judgments). Its analysis counts each copied turn once, cuts contrasts at the fork and compares
-  the simulators: what ``branchpoint analyze`` does on it (``analysis.tables.fork_tables``, from
+  the simulators: what ``branchpoint analyze`` does on it (``analysis.fork_summaries.fork_tables``, from
   the judgment summaries: ``core.judgment_summaries``).
 
 Builds (once, cached under /tmp) a real store of ~15.4 million judgment rows with known effects,
@@ -497,9 +497,9 @@ def analyse_forks(db: Path, n_boot: int) -> None:
     per-turn counts for the cut at the fork), rates at both levels, post-fork matched contrasts,
     the condition contrast and the simulator comparisons."""
     from analysis.contrasts import condition_contrast, matched_contrasts, simulator_sensitivity
+    from analysis.fork_summaries import fork_tables
     from analysis.rates import failure_rates
     from analysis.sensitivity import conclusions_by_simulator
-    from analysis.tables import fork_tables
 
     print(
         f"load average before: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs (other work on the machine slows every figure)"

@@ -28,7 +28,7 @@ _EXPORTS = {
     "HumanLabel": "core.records",
     "utcnow": "core.records",
     "Store": "core.store",
-    "StoreError": "core.store",
+    "StoreError": "core.errors",
     "open_store": "core.store",
     "resolve_url": "core.store",
     "redact_url": "core.store",
@@ -70,7 +70,7 @@ if TYPE_CHECKING:  # for type checkers and editors
         is_branch_key,
         profile_key,
     )
-    from core.errors import UserError
+    from core.errors import StoreError, UserError
     from core.judgment_summaries import JudgmentSummaries, read_summaries
     from core.records import (
         SCHEMA_VERSION,
@@ -85,7 +85,7 @@ if TYPE_CHECKING:  # for type checkers and editors
     )
     from core.redaction import redact, redact_text
     from core.scales import ERROR, SCALES, ScaleDef
-    from core.store import Store, StoreError, open_store, redact_url, resolve_url
+    from core.store import Store, open_store, redact_url, resolve_url
     from core.templates import TemplateRenderError, html_template, markdown_template, render
     from core.untrusted import markdown, visible
     from core.yamlio import LoadError, load_model, read_yaml

@@ -30,7 +30,7 @@ import numpy as np
 from sqlalchemy import literal_column
 
 from core.read.fast import RJ_SEP, verdict_code
-from core.read.source import readonly_sqlite
+from core.read.sqlite_file import readonly_sqlite
 
 TABLE = "judgment_summaries"
 KEY_COLUMNS = (

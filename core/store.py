@@ -19,14 +19,10 @@ from sqlalchemy.pool import ConnectionPoolEntry
 from sqlmodel import Session, SQLModel, create_engine, select
 
 from core import migrations, records
-from core.errors import UserError
+from core.errors import StoreError
 from core.records import SCHEMA_VERSION, SchemaInfo
 
 DEFAULT_DB = "branchpoint.db"
-
-
-class StoreError(UserError):
-    """A store that cannot be opened or used; the message is one line for the user."""
 
 
 def resolve_url(db: str | os.PathLike[str] | None) -> str:

@@ -31,6 +31,8 @@ BROKEN_CYCLES = [
     ("scenarios.checks", "scenarios.models"),
     ("simulator.graph", "simulator.tree"),
     ("core.migrations", "core.store"),
+    ("core.read.source", "core.judgment_summaries"),
+    ("analysis.tables", "analysis.fork_summaries"),
 ]
 
 

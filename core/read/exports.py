@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import select
 
 from core.read.schema import CONVERSATIONS, JUDGMENTS, TURNS, table_of
-from core.read.source import Query, StoreRef, read_frame
+from core.read.source import StoreRef, read_frame
+from core.read.sqlite_file import Query
 from core.read.turns import ID_CHUNK
 from core.records import ConversationProvenance, PromptText
 

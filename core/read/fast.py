@@ -27,7 +27,7 @@ from sqlalchemy.dialects.sqlite.base import SQLiteCompiler, SQLiteDialect
 
 from core.errors import UserError
 from core.read.schema import JUDGMENT_ROWID, JUDGMENTS
-from core.read.source import Query, SQLiteQuery, prepare_sqlite, readonly_sqlite
+from core.read.sqlite_file import Query, SQLiteQuery, prepare_sqlite, readonly_sqlite
 from core.scales import ERROR, PASS_PARTIAL_FAIL
 
 if TYPE_CHECKING:

@@ -16,7 +16,8 @@ from sqlalchemy.sql import ColumnElement
 from core.domain import ENACTMENT_RUBRIC
 from core.human_labels import REALISM_RUBRIC
 from core.read.schema import CONVERSATIONS, JUDGMENT_ROWID, JUDGMENTS, TURNS
-from core.read.source import Query, StoreRef, iter_sqlite_frames, read_frame, sqlite_path
+from core.read.source import StoreRef, iter_sqlite_frames, read_frame, sqlite_path
+from core.read.sqlite_file import Query
 from core.read.turns import ID_CHUNK
 from core.records import Judgment
 from core.scales import ERROR, PASS_PARTIAL_FAIL

@@ -1,5 +1,5 @@
 """The analysis of a store with forks, copies, two judges, two judge versions and two simulators
-gives the same tables through the SQLite fast path (``analysis.tables.fork_tables``: counted from
+gives the same tables through the SQLite fast path (``analysis.fork_summaries.fork_tables``: counted from
 the judgment rows' codes) as through the judgment table."""
 
 from __future__ import annotations
@@ -153,7 +153,7 @@ def test_the_fast_path_gives_the_tables_of_the_judgment_table(
 
 def test_the_fork_counts_cut_the_shared_prefix(store: Path) -> None:
     """The per-turn counts of the fast path: a pair's post-fork ratings, counted by hand."""
-    from analysis.tables import fork_tables
+    from analysis.fork_summaries import fork_tables
 
     ft = fork_tables(str(store), None)
     assert ft is not None

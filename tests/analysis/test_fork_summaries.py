@@ -16,10 +16,9 @@ import pytest
 from test_fork_fast_path import _forked_store, _frames
 
 import analysis.pipeline as pipeline
-from analysis.fork_summaries import summary_fork_tables
+from analysis.fork_summaries import fork_tables, summary_fork_tables
 from analysis.forks import Tree, turn_roots
 from analysis.pipeline import run_analysis
-from analysis.tables import fork_tables
 from core.judgment_summaries import TABLE, read_summaries, summary_rows
 
 

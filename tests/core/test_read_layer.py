@@ -19,7 +19,7 @@ from analysis.testing.synthetic import TeenDesign, write_teen_store
 from core import read
 from core.errors import UserError
 from core.read import fast, turns
-from core.read.source import compile_sqlite
+from core.read.sqlite_file import compile_sqlite
 from core.records import Conversation, HumanLabel, ModelCall, Run
 from core.store import Store, open_store
 
