@@ -18,8 +18,15 @@ unexport PYTHONDONTWRITEBYTECODE
 # Test workers (pytest-xdist). Tests of one module-scoped fixture, and those of the embedded model,
 # stay on one worker each (tests/conftest.py), so each is set up once a run.
 WORKERS ?= 2
+# The plugins the suite uses, named: with autoload on, pytest also rewrites the asserts of every
+# module of every installed plugin's distribution, blocked or not (langsmith's 227, imported with
+# langgraph): 2 s of each worker's start.
+export PYTEST_DISABLE_PLUGIN_AUTOLOAD := 1
+PLUGINS := -p xdist.plugin -p pytest_timeout -p anyio.pytest_plugin -p syrupy \
+	-p pytest_textual_snapshot -p _hypothesis_pytestplugin
 # --durations=10: every run ends with its ten slowest tests, where the suite's time goes
-PYTEST := $(PY) -m pytest -q -p no:cacheprovider -n $(WORKERS) --dist loadgroup --durations=10
+PYTEST := $(PY) -m pytest -q -p no:cacheprovider $(PLUGINS) -n $(WORKERS) --dist loadgroup \
+	--durations=10
 
 .PHONY: demo test test-fast install clean
 

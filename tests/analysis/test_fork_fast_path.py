@@ -118,6 +118,7 @@ def _frames(a: Any) -> dict[str, Any]:
     return out
 
 
+@pytest.mark.slow
 def test_the_fast_path_gives_the_tables_of_the_judgment_table(
     store: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -117,6 +117,7 @@ def test_the_triggers_keep_what_the_rows_say(store: Path) -> None:
     assert _table(store) == sorted(summary_rows(str(store)))
 
 
+@pytest.mark.slow
 def test_summaries_give_the_analysis_of_every_row(
     store: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -143,6 +144,7 @@ def test_summaries_give_the_analysis_of_every_row(
         )
 
 
+@pytest.mark.slow
 def test_two_copies_for_one_missing_root_rating_count_the_smallest_id(tmp_path: Path) -> None:
     """The root's rating gone and two arms carrying it copied, with different verdicts: each
     path counts the copy on the smallest conversation id, whatever order the rows were written."""

@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
 from fixtures.engine.helpers import (
     conversations,
     engine_plugin,
@@ -410,6 +411,7 @@ def test_a_store_made_before_provenance_gets_its_table_on_opening(tmp_path) -> N
         store.close()
 
 
+@pytest.mark.slow
 def test_run_takes_several_simulators_and_export_counts_realised_arms(tmp_path) -> None:
     import csv
 

@@ -101,6 +101,7 @@ def _decline(store: Any, run_id: str) -> Any:
 # ------------------------------------------------------------------------ a rater that only errs
 
 
+@pytest.mark.slow
 def test_error_checks_never_count_as_enacted(store: Any, tmp_path: Path) -> None:
     run_id = _run(store, tmp_path)
     summary = rate_personas(store, FixedRater("scripted:broken", ERROR), run_id=run_id)
@@ -123,6 +124,7 @@ def test_error_checks_never_count_as_enacted(store: Any, tmp_path: Path) -> None
     assert list(shown["check error"]) == [24, 24]
 
 
+@pytest.mark.slow
 def test_a_valid_verdict_beats_an_error_and_a_model_rater_beats_the_heuristic(
     store: Any, tmp_path: Path
 ) -> None:
@@ -488,6 +490,7 @@ def test_realism_errors_are_no_rating(store: Any, tmp_path: Path) -> None:
 # ------------------------------------------------ simulator sensitivity on enacted pairs
 
 
+@pytest.mark.slow
 def test_simulator_sensitivity_compares_enacted_pairs(store: Any, tmp_path: Path) -> None:
     """Two simulators play the same cells; one ignores half its decline instructions. Compared
     on enacted pairs, both recover the planted effect (the conclusion does not move); the stubborn

@@ -61,6 +61,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return run_cli(*args, timeout=600)
 
 
+@pytest.mark.slow
 def test_report_has_every_plot_headline_first_and_escaped_text(
     teen_db: Path, tmp_path: Path
 ) -> None:
@@ -219,6 +220,7 @@ def test_bad_input_is_one_line_without_traceback(teen_db: Path, tmp_path: Path) 
         assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_two_judges_are_reported_side_by_side(teen_db: Path, tmp_path: Path) -> None:
     import shutil
 

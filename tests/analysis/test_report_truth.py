@@ -119,6 +119,7 @@ def test_plots_follow_the_judge_with_ratings_and_name_it(
     assert f"judge heuristic: {n_h} applicable ratings" in md
 
 
+@pytest.mark.slow
 def test_judge_option_picks_the_plotted_judge_and_the_report_says_why_a_plot_is_missing(
     tmp_path: Path,
 ) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from fixtures.tui.helpers import small_teen_store
 from sqlalchemy import inspect, text
 
@@ -202,6 +203,7 @@ def test_strata_read_whole_give_the_same_kind_of_draw(tmp_path: Path, monkeypatc
     store.close()
 
 
+@pytest.mark.slow
 def test_every_item_of_a_stratum_is_equally_likely_even_when_two_judges_share_a_key(
     tmp_path: Path,
 ) -> None:

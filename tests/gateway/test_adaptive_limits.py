@@ -143,6 +143,7 @@ def test_the_gateway_takes_its_limiters_from_the_factory() -> None:
         server.stop()
 
 
+@pytest.mark.slow
 def test_calls_released_by_the_end_of_a_retry_after_keep_the_rate_limit() -> None:
     """Issue 33: after a Retry-After ended, the calls that had taken their rate token before it
     began all left in the same millisecond (7 in one second at a 4/s limit). Each now takes a

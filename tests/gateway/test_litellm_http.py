@@ -27,6 +27,7 @@ def rows(store) -> list[ModelCall]:  # type: ignore[no-untyped-def]
         return list(s.exec(select(ModelCall)).all())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec", ["litellm:openai/whatever", "oai:whatever"])
 def test_round_trip_stores_call_without_key(
     spec: str, loopback_server: str, api_key: str, store
@@ -62,6 +63,7 @@ def test_round_trip_stores_call_without_key(
     assert KEY not in row.model_dump_json()
 
 
+@pytest.mark.slow
 def test_server_receives_key_from_environment(api_key: str) -> None:
     server = ServerThread(require_key=KEY)
     url = server.start()
@@ -94,6 +96,7 @@ def test_server_receives_key_from_environment(api_key: str) -> None:
         server.stop()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec", ["litellm:openai/retry-a", "oai:retry-b"])
 def test_429_with_retry_after_is_retried(
     spec: str, loopback_server: str, api_key: str, store

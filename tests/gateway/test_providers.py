@@ -168,6 +168,7 @@ def test_loopback_server_speaks_openai(loopback_server: str) -> None:
         assert json.loads(r.read())["data"][0]["id"] == "scripted:echo"
 
 
+@pytest.mark.slow
 def test_no_repeat_ngram_matches_transformers() -> None:
     import torch
     from transformers.generation.logits_process import NoRepeatNGramLogitsProcessor
@@ -183,6 +184,7 @@ def test_no_repeat_ngram_matches_transformers() -> None:
             assert torch.equal(NoRepeatNGram(n)(ids, scores.clone()), expected)
 
 
+@pytest.mark.slow
 def test_missing_local_models_are_user_errors(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
     import importlib.util
 
@@ -250,6 +252,7 @@ def _hf_probs(scores, temperature, top_p, top_k):  # type: ignore[no-untyped-def
     return out.softmax(dim=-1)
 
 
+@pytest.mark.slow
 def test_nucleus_gives_transformers_distribution_flat_rows_included() -> None:
     import torch
 
@@ -286,6 +289,7 @@ def test_nucleus_gives_transformers_distribution_flat_rows_included() -> None:
     assert flat_seen > 0  # the fallback path was exercised
 
 
+@pytest.mark.slow
 def test_nucleus_sampler_frequencies_match_transformers() -> None:
     import torch
     from scipy.stats import chisquare

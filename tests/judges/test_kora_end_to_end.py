@@ -190,6 +190,7 @@ def test_judge_command_without_rubric_uses_each_scenarios_rubric(
     assert rubrics <= {"teen"}
 
 
+@pytest.mark.slow
 def test_judge_command_stops_when_a_scenario_names_no_rubric(tmp_path: Path) -> None:
     path = write_scenario(tmp_path)  # an inline fixture with no `rubric:` field
     db = str(tmp_path / "none.db")

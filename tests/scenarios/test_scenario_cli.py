@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from scenarios.schema import SCENARIO_SCHEMA_PATH, dumps, scenario_json_schema
@@ -148,6 +149,7 @@ def test_schema_file_in_repo_is_up_to_date() -> None:
     )
 
 
+@pytest.mark.slow
 def test_schema_accepts_the_fixtures_and_rejects_a_typo(tmp_path: Path) -> None:
     """The schema is usable by a JSON-Schema validator (when one is installed) on real files."""
     try:

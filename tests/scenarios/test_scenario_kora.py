@@ -35,6 +35,7 @@ def _records() -> list[dict]:
     ]
 
 
+@pytest.mark.slow
 def test_all_781_import_and_validate(
     imported: tuple[list[Path], list[Scenario], list[str]],
 ) -> None:

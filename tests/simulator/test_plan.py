@@ -97,6 +97,7 @@ def _transcripts(store: Any, run_id: str) -> dict[str, Any]:
     return out
 
 
+@pytest.mark.slow
 def test_a_pickled_plan_executed_in_a_worker_process_writes_the_normal_transcripts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -160,6 +160,7 @@ def _calls_line(stdout: str) -> tuple[int, int]:
     return int(found[1]), int(found[2])
 
 
+@pytest.mark.slow
 def test_two_processes_write_exactly_what_one_writes(
     loopback_server: str, cli_db: str, tmp_path: Path
 ) -> None:

@@ -55,6 +55,7 @@ def test_concurrency_puts_that_many_calls_in_flight(
     assert _peak(slow_server, tmp_path, 12) == 12
 
 
+@pytest.mark.slow
 def test_a_limit_caps_the_provider_below_the_concurrency(
     slow_server: ServerThread, tmp_path: Path
 ) -> None:

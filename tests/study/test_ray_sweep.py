@@ -87,6 +87,7 @@ def test_shared_limit_holds_slots_rate_and_cools_every_owner_down() -> None:
     assert limit.limit == 2
 
 
+@pytest.mark.slow
 def test_limiter_actor_cools_down_a_worker_for_another_workers_retry_after(
     ray_cluster: None,
 ) -> None:

@@ -105,6 +105,7 @@ def test_judge_with_error_verdicts_exits_1(tmp_path: Path) -> None:
 
 # A plugin's models ($BRANCHPOINT_PLUGINS, register(gateway)) reach ``judge`` as they reach ``run``
 # and ``sweep``: a lab that serves its judge from an in-house module can judge with it.
+@pytest.mark.slow
 def test_judge_uses_a_model_that_a_plugin_registers(tmp_path: Path) -> None:
     db = tmp_path / "p.db"
     ran = cli("run", str(ENGINE / "at_turn.yaml"), "--target", "scripted:slowbot",

@@ -44,6 +44,7 @@ def _identifying(db: Path, conversation_id: str) -> list[str]:
     return [s for s in out if s]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", ["L", "R"])
 async def test_no_labelling_screen_shows_what_identifies_the_arm(tmp_path: Path, key: str) -> None:
     db = tmp_path / "t.db"

@@ -69,6 +69,7 @@ async def test_compare_scrolls_to_its_last_turn_by_keyboard(tree) -> None:  # ty
         assert box.has_focus
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", ["L", "R"])
 async def test_the_labelled_turn_is_in_view_and_marked(tmp_path: Path, key: str) -> None:
     store = small_teen_store(tmp_path / "t.db", n_exchanges=6)

@@ -31,6 +31,7 @@ def _shown(screen: LabelScreen, selector: str) -> str:
     )
 
 
+@pytest.mark.slow
 async def test_three_turns_labelled_blind_are_in_the_store(tmp_path: Path) -> None:
     db = tmp_path / "t.db"
     store = small_teen_store(db)
@@ -79,6 +80,7 @@ async def test_three_turns_labelled_blind_are_in_the_store(tmp_path: Path) -> No
     store.close()
 
 
+@pytest.mark.slow
 async def test_a_queue_resumes_where_the_annotator_left_it(tmp_path: Path) -> None:
     db = tmp_path / "t.db"
     store = small_teen_store(db)

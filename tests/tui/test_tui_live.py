@@ -18,6 +18,7 @@ from tui.app.screens.live import LiveScreen
 pytestmark = pytest.mark.anyio
 
 
+@pytest.mark.slow
 async def test_the_live_view_updates_as_rows_arrive(tmp_path: Path) -> None:
     db = tmp_path / "live.db"
     viewer = open_store(db)
@@ -56,6 +57,7 @@ async def test_the_live_view_updates_as_rows_arrive(tmp_path: Path) -> None:
     viewer.close()
 
 
+@pytest.mark.slow
 async def test_the_live_view_shows_only_the_selected_run(tmp_path: Path) -> None:
     from datetime import UTC, datetime, timedelta
 

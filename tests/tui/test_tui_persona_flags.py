@@ -174,6 +174,7 @@ async def test_transcript_marks_the_flagged_persona_turns_only(tmp_path: Path) -
     store.close()
 
 
+@pytest.mark.slow
 async def test_no_persona_ratings_no_marks_and_filters_match_nothing(tmp_path: Path) -> None:
     store = small_teen_store(tmp_path / "t.db")
     app = BranchpointApp(store, page_size=10)
@@ -205,6 +206,7 @@ async def test_no_persona_ratings_no_marks_and_filters_match_nothing(tmp_path: P
         ("realism:low scenario:scn", {"c2", "c3"}),
     ],
 )
+@pytest.mark.slow
 async def test_filter_keeps_exactly_the_flagged_conversations(
     tmp_path: Path, line: str, expected: set[str]
 ) -> None:

@@ -105,6 +105,7 @@ def _run_in_pty(args: list[str], wait_for: bytes, timeout: float = 60.0) -> byte
     return out
 
 
+@pytest.mark.slow
 def test_the_bytes_written_to_a_terminal_hold_no_escape_from_the_model(tmp_path: Path) -> None:
     db = tmp_path / "h.db"
     hand_store(db, [HOSTILE], []).close()
