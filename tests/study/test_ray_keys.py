@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fixtures.leaks import files_holding
 
 from gateway.testing.openai_server import ServerThread
 
@@ -59,17 +60,6 @@ def _sweep(manifest: Path, ray_tmp: Path) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=400,
     )
-
-
-def _files_holding(key: str, folder: Path) -> list[Path]:
-    found = []
-    for f in folder.rglob("*"):
-        try:
-            if f.is_file() and key.encode() in f.read_bytes():
-                found.append(f)
-        except OSError:  # a socket, or a file gone since it was listed
-            continue
-    return found
 
 
 def test_keys_reach_ray_workers_from_the_secrets_file_on_their_node_and_nowhere_else(
@@ -146,7 +136,7 @@ store: "{postgres_url}"
         # both runs' Ray folders: session logs, runtime-env files, spilled objects, temp files
         assert any(ray_tmp.rglob("session_*")), sorted(ray_tmp.iterdir())
         assert any(p.suffix in (".log", ".out", ".err") for p in ray_tmp.rglob("*"))
-        assert _files_holding(KEY, ray_tmp) == []
+        assert files_holding(KEY, ray_tmp) == []
         assert KEY not in missing.stdout + missing.stderr + done.stdout + done.stderr
     finally:
         persona.stop()

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fixtures.leaks import files_holding
 from sqlmodel import select
 
 from core.errors import UserError
@@ -225,19 +226,6 @@ def _ray_dirs() -> list[Path]:
     return sorted(dirs)
 
 
-def _files_holding(key: str, *dirs: Path) -> list[Path]:
-    """Every file under ``dirs`` whose bytes hold ``key``."""
-    found = []
-    for folder in dirs:
-        for f in folder.rglob("*"):
-            try:
-                if f.is_file() and key.encode() in f.read_bytes():
-                    found.append(f)
-            except OSError:  # a socket, or a file gone since it was listed
-                continue
-    return found
-
-
 def _plan(path: Path, store: Any) -> Any:
     from study.manifest import load_manifest
     from study.plan import plan_sweep
@@ -433,7 +421,7 @@ def test_sweep_on_two_workers_replaces_a_killed_worker_and_holds_the_rpm_limit(
                 assert key not in dump, table
         # nor Ray's logs, state files and spilled objects on the node (its runtime-env agent
         # logs what it sets)
-        assert _files_holding(key, *_ray_dirs()) == []
+        assert files_holding(key, *_ray_dirs()) == []
         # every planned cell once, completed; each transcript's turns once, in order
         assert sorted(c.id for c in convs) == sorted(planned)
         assert {c.status for c in convs} == {"completed"}, convs
