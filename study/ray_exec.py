@@ -172,7 +172,7 @@ async def run_sweep_ray(
                 trees_of_run: dict[int, set[str]] = {}
                 for i, tree in todo:
                     trees_of_run.setdefault(i, set()).add(tree_id(tree))
-                calls = await _drive(
+                calls, result.workers_replaced = await _drive(
                     plan,
                     store,
                     leases,
@@ -264,10 +264,10 @@ async def _drive(
     *,
     on_run_done: Callable[[int], Awaitable[None]] | None = None,
     trees_of_run: dict[int, set[str]] | None = None,
-) -> dict[str, int]:
-    """Start the workers, wait for them, hand back a dead one's trees; the calls they made.
-    ``on_run_done(i)`` runs (here, while the workers go on) once every tree of run plan ``i``
-    in ``trees_of_run`` is finished."""
+) -> tuple[dict[str, int], int]:
+    """Start the workers, wait for them, hand back a dead one's trees; the calls they made and
+    the number of dead workers replaced. ``on_run_done(i)`` runs (here, while the workers go on)
+    once every tree of run plan ``i`` in ``trees_of_run`` is finished."""
     import ray
 
     from simulator.lifecycle import stored_turns
@@ -345,6 +345,7 @@ async def _drive(
         # a dead worker's place is taken by a new one, up to as many as were started: a worker
         # that dies of what it runs does not die for ever
         replacements = ex.workers
+        replaced = 0
         calls: dict[str, int] = {}
         waiting = dict(trees_of_run or {}) if on_run_done is not None else {}
         while pending:
@@ -368,6 +369,7 @@ async def _drive(
                         await registry.forget.remote(owner)
                     if replacements and _trees_left(await asyncio.to_thread(leases.counts)):
                         replacements -= 1
+                        replaced += 1
                         pending.add(start_worker())
             # only workers the cluster has not started yet (no CPU free where one died, say):
             # with no tree left for them, the sweep is done without them
@@ -395,7 +397,7 @@ async def _drive(
         for handle in [*workers, registry, *([budget_actor] if budget_actor else [])]:
             with contextlib.suppress(Exception):
                 ray.kill(handle)
-    return calls
+    return calls, replaced
 
 
 class ClusterLimiters:

@@ -78,6 +78,7 @@ class SweepResult:
     reserved_usd: float = 0.0  # of it, unsettled reservations at their bound (calls lost)
     budget_note: str = ""  # which limit was reached, and the spend
     failed_status: int = 0  # of the not completed, those that failed (not interrupted)
+    workers_replaced: int = 0  # Ray workers that died and were replaced by new ones
 
     @property
     def n_failed(self) -> int:

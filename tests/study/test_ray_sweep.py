@@ -436,10 +436,11 @@ def test_sweep_on_two_workers_replaces_a_killed_worker_and_holds_the_rpm_limit(
         assert all(leases[t][0] == "done" for t in leases)
         for tree in killed["trees"]:
             assert leases[tree][1] >= 2 and leases[tree][2] != killed["owner"]
-        # a new worker took the dead one's place: trees were finished by two owners, neither
-        # of them the dead one
+        # a new worker took the dead one's place (whether it finished a tree depends on how soon
+        # it started: the survivor may have taken every tree left), and the dead one finished none
+        assert result.workers_replaced == 1
         finishers = {owner for _, _, owner in leases.values()}
-        assert len(finishers) == 2 and killed["owner"] not in finishers, finishers
+        assert 1 <= len(finishers) <= 2 and killed["owner"] not in finishers, finishers
         tree_convs = {
             a.conversation_id
             for _, p in plan.runs

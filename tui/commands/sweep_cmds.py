@@ -197,6 +197,11 @@ def _summary(outcome: StudyResult) -> int:
         say(outcome.persona_flags)
     if result.retried:
         say(f"retried {result.retried} failed conversation(s) (--retry-failed)")
+    if result.workers_replaced:
+        say(
+            f"{result.workers_replaced} Ray worker(s) died and were replaced; their trees were "
+            "resumed from their stored turns"
+        )
     if result.failed:
         why = ", ".join(f"{reason} {n}" for reason, n in sorted(result.failed.items()))
         say(f"not completed, by reason: {why}")
