@@ -11,7 +11,8 @@ one detector call per target call when a detector model is set.
 the count takes an event schedule: the events every reply of a given exchange shows. The plan
 counts three: ``never`` (no reply shows an event: fewest calls), ``midway`` (events from the
 middle exchange on) and ``always`` (every reply shows every event: each event branch point forks
-at its first chance, the most calls). Persona retries on a broken character are not counted.
+at its first chance, the most calls). Persona retries on a broken character are not counted here;
+the plan adds them to its high (``study.costs.tree_cost``).
 """
 
 from __future__ import annotations

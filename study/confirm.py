@@ -3,11 +3,10 @@ the manifest's ``confirm_above_usd``.
 
 The amount compared is the plan's *high* USD, not its expected one: the question guards against
 a bill nobody meant to run up, so it is asked whenever the plan says the run could cost more
-than the threshold, not only when it probably will. (High takes each side's ``max_tokens``, so a
-small one can put it under expected, whose message lengths are typical ones; the larger of the
-two is taken.) A budget caps what a sweep can spend, so a budget below that is the bound
-instead. A plan with an unpriced model cannot bound
-the cost at all, so it always asks. Judging is in the plan's cost, so in this bound, when its
+than the threshold, not only when it probably will. High takes each side's ``max_tokens``; a
+target that sets none has its replies assumed (``study.costs.TARGET_REPLY_HIGH``), and the
+question says so. A budget caps what a sweep can spend, so a budget below that is the bound
+instead. A plan with an unpriced model cannot bound the cost at all, so it always asks. Judging is in the plan's cost, so in this bound, when its
 estimate is attached (``study.judge_estimate``, as ``sweep`` does).
 """
 
@@ -15,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from study.costs import TARGET_REPLY_HIGH
 
 if TYPE_CHECKING:
     from study.plan import SweepPlan
@@ -30,6 +31,7 @@ class CostCheck:
     by_budget: bool = False  # the bound is the budget's, below the plan's estimates
     judging: str = ""  # what the plan's USD say of judging (SweepPlan.judging_note)
     unpriced: tuple[str, ...] = ()
+    uncapped: tuple[str, ...] = ()  # targets with no max_tokens: high assumes their reply length
 
     @property
     def needed(self) -> bool:
@@ -47,9 +49,15 @@ class CostCheck:
                 "litellm's price map; a target's price: gives one)"
             )
         cap = "the budget's cap; " if self.by_budget else ""
+        assumed = (
+            f"; more if {', '.join(self.uncapped)} replies past {TARGET_REPLY_HIGH} tokens (no "
+            "max_tokens)"
+            if self.uncapped and not self.by_budget
+            else ""
+        )
         return (
             f"{cells} may cost up to {usd(self.bound)} ({cap}plan: expected "
-            f"{usd(self.expected)}, high {usd(self.high)}{self.judging}), above "
+            f"{usd(self.expected)}, high {usd(self.high)}{self.judging}{assumed}), above "
             f"confirm_above_usd {usd(self.threshold)}"
         )
 
@@ -81,4 +89,5 @@ def cost_check(plan: SweepPlan) -> CostCheck:
         by_budget=by_budget,
         judging=plan.judging_note,
         unpriced=tuple(plan.unpriced),
+        uncapped=tuple(plan.uncapped),
     )

@@ -8,10 +8,12 @@ Per-turn rubrics judge every chatbot turn once: a turn shared by arms up to thei
 once and its verdicts copied, so the judge calls are the trees' chatbot calls, at each estimate
 level (``low`` / ``expected`` / ``high`` as the plan counts them). A judge call reads the rubric's
 prompt (rendered, its length measured) and the transcript up to the rated turn; conversation
-rubrics make one call per arm that reads all of it. Output tokens: a typical verdict per
-criterion (``VERDICT_TOKENS``, low and expected), all of ``max_tokens`` for high. The estimate
-is an upper bound on what the cache lets through: identical transcripts (replicates of a
-deterministic chatbot) are answered from it for nothing. ``SweepPlan.attach_judging`` adds
+rubrics make one call per arm that reads all of it. As for the trees (``study/costs.py``), low
+is a floor (one input token a call, an empty answer), expected a typical verdict per criterion
+(``VERDICT_TOKENS``), high all of ``max_tokens`` on every attempt (an answer that does not
+validate is asked again, ``DEFAULT_MAX_RETRIES`` times, each retry reading the answers before it).
+Identical transcripts (replicates of a deterministic chatbot) are answered from the cache for
+nothing, so expected and high are upper bounds on what it lets through. ``SweepPlan.attach_judging`` adds
 the judges' wall time to the plan's (``study/timing.py``). Each estimate is priced both ways,
 direct and through the provider's batch API: the plan counts the way the manifest asks for
 (``batch``) and shows the other beside it.
@@ -29,8 +31,8 @@ if TYPE_CHECKING:
     from study.manifest import JudgeEntry
     from study.plan import JudgingEstimate, SweepPlan
 
-# tokens of one criterion's verdict (applicable, verdict, a rationale, evidence), low / expected
-VERDICT_TOKENS = (25, 60)
+# tokens of one criterion's typical verdict (applicable, verdict, a rationale, evidence)
+VERDICT_TOKENS = 60
 
 
 def estimate_judging(plan: SweepPlan, store: Store | None = None) -> list[JudgingEstimate]:
@@ -102,8 +104,9 @@ def _estimate(
     price: Price | None,
     left: list[int],
 ) -> JudgingEstimate:
+    from judges.llm_judge import DEFAULT_MAX_RETRIES
     from scenarios.parts import ScenarioFields
-    from study.costs import LEVELS, message_lengths
+    from study.costs import CORRECTION_TOKENS, LEVELS, message_lengths
     from study.plan import JudgingEstimate
 
     est = JudgingEstimate(
@@ -116,16 +119,25 @@ def _estimate(
     n_criteria = len(rubric.criteria)
     max_tokens = entry.params.get("max_tokens")
     high_output = int(max_tokens) if max_tokens else min(4096, 256 + 160 * n_criteria)
+    attempts = 1 + DEFAULT_MAX_RETRIES
 
     def add(i: int, calls: int, read: int) -> None:
         level = LEVELS[i]
-        # a verdict never exceeds max_tokens: low <= expected <= high by construction
-        output = (
-            high_output if level == "high" else min(VERDICT_TOKENS[i] * n_criteria, high_output)
-        )
-        est.calls[level] += calls
-        est.tokens[level].input += read
-        est.tokens[level].output += calls * output
+        if level == "low":  # the floor: one token a non-empty message, a verdict may be empty
+            est.calls[level] += calls
+            est.tokens[level].input += calls
+            return
+        if level == "expected":
+            est.calls[level] += calls
+            est.tokens[level].input += read
+            est.tokens[level].output += calls * min(VERDICT_TOKENS * n_criteria, high_output)
+            return
+        # high: every call at its most attempts, each retry reading the call's input, the
+        # answers before it (at most max_tokens each) and a corrective note (judges/llm_judge.py)
+        est.calls[level] += attempts * calls
+        retry_reads = sum(j * (high_output + CORRECTION_TOKENS) for j in range(attempts))
+        est.tokens[level].input += attempts * read + calls * retry_reads
+        est.tokens[level].output += attempts * calls * high_output
 
     # Trees whose tallies are one object (one shape, ``study.plan._Shapes``) with the same
     # arms, exchanges and reply caps make the same judge calls: each such group counted once.

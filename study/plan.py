@@ -26,7 +26,7 @@ from gateway.pricing import Price, Tokens, price_of
 from gateway.specs import parse_spec
 from simulator.call_tally import CallTally, schedules, tree_calls
 from study import detectable, timing
-from study.costs import LEVELS, message_lengths, tokens_of
+from study.costs import LEVELS, TARGET_REPLY_HIGH, TreeCost, tree_cost
 from study.detectable import ContrastKey, ContrastPairs, count_pairs
 from study.manifest import Manifest, ModelEntry, TargetEntry, scenario_paths
 from study.timing import WallTime, Workload, latency_of
@@ -61,6 +61,9 @@ class TargetEstimate:
     done: int = 0
     calls: dict[str, int] = field(default_factory=lambda: dict.fromkeys(LEVELS, 0))
     calls_independent: int = 0  # the same cells with every arm from scratch
+    # of ``calls``, persona attempts after a turn's first (a broken character): high counts
+    # every turn at its most attempts, low and expected none
+    persona_retries: dict[str, int] = field(default_factory=lambda: dict.fromkeys(LEVELS, 0))
     tokens: dict[str, Tokens] = field(default_factory=lambda: {k: Tokens() for k in LEVELS})
     usd: dict[str, float | None] = field(default_factory=lambda: dict.fromkeys(LEVELS, 0.0))
 
@@ -150,6 +153,25 @@ class SweepPlan:
             return "; judging not included"
         return "; judging included" if self.judging else ""  # [] : no judge calls a model
 
+    @property
+    def persona_retries(self) -> int:
+        return max((p.persona_retries for _, p in self.runs), default=0)
+
+    @property
+    def uncapped(self) -> list[str]:
+        """The targets that set no ``max_tokens``: their high is an assumption, not a bound."""
+        return sorted(
+            {t.target for _, p in self.runs for t in p.trees if t.target_params.max_tokens is None}
+        )
+
+    def _uncapped(self) -> list[str]:
+        if not self.uncapped:
+            return []
+        return [
+            f"high is not a bound for {', '.join(self.uncapped)}: no max_tokens, so its replies "
+            f"are assumed at most {TARGET_REPLY_HIGH} tokens (set params.max_tokens to bound them)"
+        ]
+
     def lines(self) -> list[str]:
         """The plan as the command prints it."""
         m = self.manifest
@@ -157,8 +179,12 @@ class SweepPlan:
             f"sweep {self.sweep_id}: {self.cells} cells ({self.done} done, "
             f"{self.cells - self.done} to do); {len(m.conditions)} condition(s), "
             f"{len(m.simulators)} simulator(s), {m.replicates} replicate(s)",
-            "calls are for trees not yet finished; low: no chatbot reply triggers an event branch "
-            "point, high: every reply does",
+            "calls and USD are for trees not yet finished. low is a floor: no chatbot reply "
+            "triggers an event branch point, every message is one token (a conversation that "
+            "ends early, or calls answered from the cache, spend less); high: every reply "
+            "triggers every event, replies run to max_tokens, every persona turn takes its "
+            f"{self.persona_retries} retries (a broken character)",
+            *self._uncapped(),
             f"{'target':34}{'cells':>7}{'done':>6}{'calls low':>11}{'expected':>10}{'high':>9}"
             f"{'no fork':>9}{'tokens (exp)':>14}{'USD low':>10}{'expected':>10}{'high':>10}",
         ]
@@ -489,33 +515,31 @@ def _estimate_trees(
     shape: the same calls and tokens) to ``est`` and ``work``."""
     tallies, independent = shapes.tallies(tree, shape)
     est.calls_independent += n * _count(independent, detector)
+    simulator = tree.simulator or plan.simulator
     for level in LEVELS:
-        tally = tallies[level]
-        est.calls[level] += n * _count(tally, detector)
-        persona_len, reply_len = message_lengths(
-            level, plan.persona_params.max_tokens, tree.target_params.max_tokens
+        cost = tree_cost(
+            level,
+            tallies[level],
+            system_prompt=tree.system_prompt,
+            persona_max=plan.persona_params.max_tokens,
+            target_max=tree.target_params.max_tokens,
+            persona_retries=plan.persona_retries,
+            detector=detector is not None,
         )
-        target_tok, persona_tok = (
-            Tokens(t.input * n, t.output * n)
-            for t in tokens_of(
-                tally,
-                system_prompt=tree.system_prompt,
-                persona_tokens=persona_len,
-                reply_tokens=reply_len,
-            )
-        )
-        est.tokens[level].add(target_tok)
-        est.tokens[level].add(persona_tok)
-        if work is not None:
-            _time_level(work, config, tree, plan, level, tally, (target_tok, persona_tok), n)
-        usd = est.usd[level]
-        parts = [(tree.target, target_tok), (tree.simulator or plan.simulator, persona_tok)]
+        est.calls[level] += n * cost.calls
+        est.persona_retries[level] += n * cost.persona_retries
+        parts = [(tree.target, cost.target), (simulator, cost.persona)]
         if detector:
-            parts.append((detector, target_tok))  # it reads the reply in its context
+            parts.append((detector, cost.detector))
+        usd = est.usd[level]
         for spec, tokens in parts:
+            tokens = Tokens(tokens.input * n, tokens.output * n)
+            est.tokens[level].add(tokens)
             price = prices.get(spec)
             usd = None if usd is None or price is None else usd + tokens.usd(price)
         est.usd[level] = usd
+        if work is not None:
+            _time_level(work, config, tree, plan, level, cost, n)
 
 
 def _time_level(
@@ -524,26 +548,29 @@ def _time_level(
     tree: TreeSpec,
     plan: RunPlan,
     level: str,
-    tally: CallTally,
-    tokens: tuple[Tokens, Tokens],
+    cost: TreeCost,
     n: int = 1,
 ) -> None:
-    """Add one level's calls, tokens (already for all ``n``) and serial seconds of ``n`` trees
-    alike to ``tree`` to ``work`` (sweep/timing.py)."""
+    """Add one level's calls, tokens and serial seconds of ``n`` trees alike to ``tree`` (each
+    costing ``cost``) to ``work`` (sweep/timing.py)."""
     i = LEVELS.index(level)
     simulator = tree.simulator or plan.simulator
-    target_tok, persona_tok = tokens
-    n_target, n_persona = n * tally.target_calls, n * tally.persona_calls
-    work.add_calls(tree.target, tree.target_params, level, n_target, target_tok.total)
-    work.add_calls(simulator, plan.persona_params, level, n_persona, persona_tok.total)
+    n_target, n_persona = n * cost.target_calls, n * cost.persona_calls
+    work.add_calls(tree.target, tree.target_params, level, n_target, n * cost.target.total)
+    work.add_calls(simulator, plan.persona_params, level, n_persona, n * cost.persona.total)
     per_target = latency_of(parse_spec(tree.target).kind)[i]
     per_persona = latency_of(parse_spec(simulator).kind)[i]
     if plan.detector:
-        work.add_calls(plan.detector, plan.detector_params, level, n_target, target_tok.total)
+        work.add_calls(
+            plan.detector, plan.detector_params, level, n * cost.detector_calls,
+            n * cost.detector.total,
+        )  # fmt: skip
         per_target += latency_of(parse_spec(plan.detector).kind)[i]
     serial = n_persona * per_persona + n_target * per_target
     work.add_serial(config, plan.concurrency, level, serial)
-    work.add_chain(level, tree.max_turns * (per_persona + per_target))
+    # a conversation's calls are serial: its turns, each persona turn at its most attempts
+    attempts = 1 + (plan.persona_retries if level == "high" else 0)
+    work.add_chain(level, tree.max_turns * (attempts * per_persona + per_target))
 
 
 def _count(tally: CallTally, detector: str | None) -> int:

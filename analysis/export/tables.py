@@ -15,7 +15,7 @@ variant choice):
   and ``recorded`` (False: the run records no firing at all, so realisation is unknown).
 
 With these three files and pandas alone the report's per-protocol post-fork contrast comes out
-again (``tests/test_export_reproduces_the_report.py`` does it): pair the arms on their keys, keep
+again (``tests/analysis/test_export_reproduces_the_report.py`` does it): pair the arms on their keys, keep
 the pairs both of whose arms realised their option, compare the turns from the first index at which
 the two arms' turns stop being the same message (``origin_turn_id`` or ``turn_id``), average each
 pair's difference in failure proportion within its scenario, then across scenarios.

@@ -132,7 +132,7 @@ def test_a_budget_stops_the_sweep_before_it_is_exceeded_and_survives_a_sigkill(
         finally:
             store.close()
         # the calls it had out when it died count at their bound: their reservations were
-        # committed before they were sent (tests/test_budget_kill.py checks what was billed)
+        # committed before they were sent (tests/study/test_budget_kill.py checks what was billed)
         held = rows(db, "select coalesce(sum(upper_usd), 0) from spend_reservations")[0][0]
         assert sum(rebuilt.values()) == pytest.approx(killed_at + held)
         assert set(rebuilt) == {TARGET}  # the persona calls cost nothing, and count there too

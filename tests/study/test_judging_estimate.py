@@ -83,7 +83,8 @@ def test_conversation_rubrics_one_call_an_arm_and_the_price_counts(tmp_path: Pat
     plan = plan_sweep(m, path, "s")
     trees_high = plan.total("usd", "high")
     (est,) = estimate_judging(plan)
-    assert est.calls == dict.fromkeys(("low", "expected", "high"), plan.cells)
+    # one call an arm; high: each at its most attempts (an answer that does not validate)
+    assert est.calls == {"low": plan.cells, "expected": plan.cells, "high": 3 * plan.cells}
     tokens = est.tokens["expected"]
     assert est.usd["expected"] == pytest.approx(tokens.input * 1e-6 + tokens.output * 2e-6)
     assert tokens.input > plan.cells * 1000  # the rubric's prompt is read by every call
@@ -122,7 +123,7 @@ def test_finished_conversations_without_an_exchange_cap_are_estimated(tmp_path: 
     none_left = _estimate(plan, entry, None, rubric, "teen", None, [])
     assert est.calls["low"] == none_left.calls["low"] + 2
     longest = max(tree.max_turns for _, tree, _ in plan.pending)
-    read = est.tokens["low"].input - none_left.tokens["low"].input
+    read = est.tokens["expected"].input - none_left.tokens["expected"].input
     assert read > 2 * longest  # each reads a whole conversation of the longest length
 
 

@@ -17,8 +17,9 @@ import pytest
 from core.errors import UserError
 from gateway.pricing import Tokens
 from gateway.specs import parse_spec
+from judges.llm_judge import DEFAULT_MAX_RETRIES
 from simulator.call_tally import schedules, tree_calls
-from study.costs import LEVELS, message_lengths, tokens_of
+from study.costs import LEVELS, tree_cost
 from study.detectable import tree_pairs
 from study.judge_estimate import estimate_judging
 from study.manifest import load_manifest
@@ -71,33 +72,30 @@ def _reference(sweep):  # type: ignore[no-untyped-def]
             independent[tree.target] += alone.persona_calls + alone.target_calls * extra
             for i, level in enumerate(LEVELS):
                 tally = tree_calls(tree, plans[SCHEDULE_OF[level]])
-                calls[(tree.target, level)] += tally.persona_calls + tally.target_calls * extra
-                judge_calls[level] += tally.target_calls  # a per-turn rubric: one a reply
-                lengths = message_lengths(
-                    level, plan.persona_params.max_tokens, tree.target_params.max_tokens
-                )
-                target_tok, persona_tok = tokens_of(
+                cost = tree_cost(
+                    level,
                     tally,
                     system_prompt=tree.system_prompt,
-                    persona_tokens=lengths[0],
-                    reply_tokens=lengths[1],
+                    persona_max=plan.persona_params.max_tokens,
+                    target_max=tree.target_params.max_tokens,
+                    persona_retries=plan.persona_retries,
+                    detector=detector is not None,
                 )
+                calls[(tree.target, level)] += cost.calls
+                judge_calls[level] += tally.target_calls  # a per-turn rubric: one a reply
                 total = tokens.setdefault((tree.target, level), Tokens())
-                total.add(target_tok)
-                total.add(persona_tok)
-                for spec, tok in [
-                    (tree.target, target_tok),
-                    (tree.simulator, persona_tok),
-                    *([(detector, target_tok)] if detector else []),
+                for spec, tok, n in [
+                    (tree.target, cost.target, cost.target_calls),
+                    (tree.simulator, cost.persona, cost.persona_calls),
+                    *([(detector, cost.detector, cost.detector_calls)] if detector else []),
                 ]:
+                    total.add(tok)
                     usd[(tree.target, level)] += tok.usd(prices[spec])  # type: ignore[arg-type]
-                    load_calls[(spec, level)] += (
-                        tally.persona_calls if tok is persona_tok else tally.target_calls
-                    )
+                    load_calls[(spec, level)] += n
                 per_target = latency_of(parse_spec(tree.target).kind)[i]
                 per_target += latency_of(parse_spec(detector).kind)[i] if detector else 0
                 per_persona = latency_of(parse_spec(tree.simulator).kind)[i]
-                serial[level] += tally.persona_calls * per_persona + tally.target_calls * per_target
+                serial[level] += cost.persona_calls * per_persona + tally.target_calls * per_target
     return calls, independent, tokens, usd, load_calls, judge_calls, serial, pairs
 
 
@@ -127,6 +125,7 @@ def test_alike_trees_counted_once_equal_every_tree_counted(tmp_path: Path) -> No
         total = sum(seconds[level] for _, seconds in sweep.work.serial.values())  # type: ignore[union-attr]
         assert total == pytest.approx(serial[level], rel=1e-12)
     (judging,) = estimate_judging(sweep)
+    judge_calls["high"] *= 1 + DEFAULT_MAX_RETRIES  # every judge call at its most attempts
     assert {k: judging.calls[k] for k in LEVELS} == {k: judge_calls[k] for k in LEVELS}
     planned = Counter(
         {

@@ -68,19 +68,74 @@ def test_plan_call_counts_equal_calls_made(fork: str, tmp_path: Path, plugin: ob
 
     assert result.conversations == plan.cells and result.completed == plan.cells
     quiet, eager = by_target["scripted:quiet"], by_target["scripted:eager"]
-    # Independent arms never fork, so every schedule gives the same count: the no-fork one.
+    # Independent arms never fork, so every schedule gives the same count: the no-fork one
+    # (high adds every persona turn's retries).
+    quiet_high = quiet.calls["high"] - quiet.persona_retries["high"]
     if fork == "independent":
-        assert quiet.calls["low"] == quiet.calls["high"] == quiet.calls_independent
+        assert quiet.calls["low"] == quiet_high == quiet.calls_independent
     else:
-        assert quiet.calls["low"] < quiet.calls["expected"] < quiet.calls["high"]
-        assert quiet.calls["high"] < quiet.calls_independent
+        assert quiet.calls["low"] < quiet.calls["expected"] < quiet_high
+        assert quiet_high < quiet.calls_independent
     made = result.calls["persona"] + result.calls["target"]
-    assert made == quiet.calls["low"] + eager.calls["high"] + sum(midway.values())
+    # high counts every persona turn at its most attempts; this persona never breaks character
+    eager_high = eager.calls["high"] - eager.persona_retries["high"]
+    assert made == quiet.calls["low"] + eager_high + sum(midway.values())
     assert model_call_count(store, "persona") == result.calls["persona"]
     for spec, level in (("scripted:quiet", "low"), ("scripted:eager", "high")):
-        persona = tree_persona_calls(plan, spec, level)
+        persona = tree_persona_calls(plan, spec, level) + by_target[spec].persona_retries[level]
         assert _target_calls(store, spec) == by_target[spec].calls[level] - persona
     assert _target_calls(store, "scripted:midway") == midway["target"]
+    store.close()
+
+
+def test_high_counts_every_persona_turn_at_its_most_attempts(
+    tmp_path: Path, plugin: object
+) -> None:
+    # A persona that breaks character on every turn's first attempt made twice the persona calls
+    # the plan's high counted (it counted none of the retries): high was not an upper bound.
+    manifest, path = _manifest(
+        tmp_path,
+        targets=["scripted:eager"],
+        simulators=["scripted:flaky-persona"],
+        max_exchanges=3,
+    )
+    store = open_store(tmp_path / "sweep.db")
+    plan = plan_sweep(manifest, path, "flaky", store=store)
+    est = plan.targets[0]
+    result = asyncio.run(run_sweep(plan, store))
+    assert result.completed == plan.cells
+    persona, target = model_call_count(store, "persona"), model_call_count(store, "target")
+    turns = persona // 2  # each turn: a broken first attempt, then the retry
+    assert persona == 2 * turns and target == est.calls["high"] - 3 * turns
+    retries = plan.persona_retries
+    assert est.persona_retries["high"] == retries * turns  # every turn at its most attempts
+    assert est.calls["low"] <= persona + target <= est.calls["high"]
+    assert persona + target > est.calls["high"] - est.persona_retries["high"]  # beyond the old high
+    assert "every persona turn takes its 2 retries" in plan.lines()[1]
+    store.close()
+
+
+def test_low_is_a_floor_when_every_reply_is_one_word(tmp_path: Path, plugin: object) -> None:
+    # low assumed typical short messages (10 and 40 tokens), so one-word replies spent less
+    # than the plan's low (issue 33: $0.0024 spent, $0.0052 low). It now counts a token for
+    # each non-empty message a call sends, which no reply can take away.
+    price = {"input_per_mtok": 1000, "output_per_mtok": 2000}
+    manifest, path = _manifest(
+        tmp_path,
+        targets=[{"spec": "scripted:terse", "price": price}],
+        simulators=[{"spec": "scripted:terse-persona", "price": price}],
+        max_exchanges=4,
+    )
+    store = open_store(tmp_path / "sweep.db")
+    plan = plan_sweep(manifest, path, "terse", store=store)
+    asyncio.run(run_sweep(plan, store))
+    with store.engine.connect() as conn:
+        from sqlalchemy import text
+
+        spent = conn.execute(text("select sum(cost) from model_calls")).scalar_one()
+    low, high = plan.total("usd", "low"), plan.total("usd", "high")
+    assert low is not None and high is not None
+    assert 0 < low <= spent <= high, (low, spent, high)
     store.close()
 
 
@@ -385,10 +440,6 @@ def test_an_unpriced_judge_with_a_budget_is_an_error_and_a_judge_price_counts(
     assert (price.input, price.output) == pytest.approx((3e-6, 6e-6))
 
 
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(pytest.main([__file__, "-q"]))
-
-
 def test_low_expected_high_are_ordered_when_max_tokens_is_below_a_typical_reply(
     tmp_path: Path,
 ) -> None:
@@ -408,3 +459,29 @@ def test_low_expected_high_are_ordered_when_max_tokens_is_below_a_typical_reply(
     low, expected, high = (plan.total("usd", k) for k in ("low", "expected", "high"))
     assert low is not None and expected is not None and high is not None
     assert low <= expected <= high
+
+
+def test_a_target_without_max_tokens_has_its_high_called_an_assumption(tmp_path: Path) -> None:
+    # high took 600-token replies for a target with no max_tokens and the question before a
+    # sweep said "may cost up to" that figure: a target's reply has no such limit.
+    from study.confirm import cost_check
+
+    price = {"input_per_mtok": 500, "output_per_mtok": 2000}
+    capped = {"spec": "oai:capped", "params": {"max_tokens": 50}, "price": price}
+    manifest, path = _manifest(
+        tmp_path, targets=[capped, {"spec": "oai:open", "price": price}], simulators=["scripted:p"]
+    )
+    plan = plan_sweep(manifest, path, "s")
+    assert plan.uncapped == ["oai:open"]
+    (line,) = (ln for ln in plan.lines() if ln.startswith("high is not a bound"))
+    assert line.startswith("high is not a bound for oai:open: no max_tokens, so its replies")
+    reason = cost_check(plan).reason()
+    assert "may cost up to" in reason and "more if oai:open replies past 600 tokens" in reason
+    only_capped = Manifest.model_validate({**manifest.model_dump(), "targets": [capped]})
+    plan = plan_sweep(only_capped, path, "s")
+    assert plan.uncapped == [] and "more if" not in cost_check(plan).reason()
+    assert not any(ln.startswith("high is not a bound") for ln in plan.lines())
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(pytest.main([__file__, "-q"]))
