@@ -24,13 +24,15 @@ from __future__ import annotations
 
 import sqlite3
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from sqlalchemy import literal_column
 
-from core.read.fast import RJ_SEP, verdict_code
 from core.read.sqlite_file import readonly_sqlite
+from core.read.verdict_sql import FAST_DIALECT, RJ_SEP, verdict_code
+
+if TYPE_CHECKING:
+    import numpy as np
 
 TABLE = "judgment_summaries"
 KEY_COLUMNS = (
@@ -57,9 +59,7 @@ _CREATE = (
 def _code(row: str) -> str:
     """The verdict code (``core.read.fast.verdict_code``) of the trigger's OLD or NEW row."""
     expr = verdict_code(literal_column(f"{row}.verdict"), literal_column(f"{row}.applicable"))
-    from core.read.fast import _DIALECT
-
-    return str(expr.compile(dialect=_DIALECT, compile_kwargs={"literal_binds": True}))
+    return str(expr.compile(dialect=FAST_DIALECT, compile_kwargs={"literal_binds": True}))
 
 
 def _match(row: str) -> str:
@@ -130,6 +130,8 @@ def summary_rows(path: str) -> list[tuple[Any, ...]]:
     """The summary rows of every judgment of a SQLite store, from the rows themselves (what the
     triggers would have written): (conversation_id, rubric_id, rubric_hash, judge,
     prompt_version, criterion_id, codes, whole, n)."""
+    import numpy as np
+
     from core.read.fast import sqlite_judgment_codes
 
     codes = sqlite_judgment_codes(path, versions=True, turns=True)
@@ -169,7 +171,8 @@ def backfill(conn: Any, path: str) -> int:
     run = getattr(conn, "exec_driver_sql", None) or conn.execute
     install(conn)
     run(f"DELETE FROM {TABLE}")
-    rows = summary_rows(path)
+    # a new store has no judgments: nothing to read (and numpy not to import, for the TUI)
+    rows = summary_rows(path) if run("SELECT 1 FROM judgments LIMIT 1").fetchone() else []
     place = ", ".join("?" * (len(KEY_COLUMNS) + 3))
     sql = f"INSERT INTO {TABLE} ({', '.join(KEY_COLUMNS)}, codes, whole, n) VALUES ({place})"
     if hasattr(conn, "exec_driver_sql"):
@@ -215,6 +218,7 @@ def maintained(conn: Any) -> bool:
 def read_summaries(path: str) -> JudgmentSummaries | None:
     """The summaries of a SQLite store, or None where it has none (a store opened read-only
     before migration 8 upgraded it) or they disagree with their counts (``consistent``)."""
+    import numpy as np
     import pandas as pd
 
     conn = readonly_sqlite(path)

@@ -22,13 +22,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from sqlalchemy import Column, String, bindparam, case, column, func, not_, or_, select, table
-from sqlalchemy.dialects.sqlite.base import SQLiteCompiler, SQLiteDialect
+from sqlalchemy import Column, String, bindparam, column, func, select, table
 
 from core.errors import UserError
 from core.read.schema import JUDGMENT_ROWID, JUDGMENTS
 from core.read.sqlite_file import Query, SQLiteQuery, prepare_sqlite, readonly_sqlite
-from core.scales import ERROR, PASS_PARTIAL_FAIL
+from core.read.verdict_sql import FAIL, FAST_DIALECT, PARTIAL, PASS, RJ_SEP, ROW_SEP, verdict_code
+from core.scales import PASS_PARTIAL_FAIL
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -47,21 +47,6 @@ COUNT_COLUMNS = [
 ]
 
 J = JUDGMENTS.c
-FAIL, PARTIAL, PASS = PASS_PARTIAL_FAIL.levels
-
-
-def verdict_code(verdict: Any, applicable: Any) -> Any:
-    """One byte per judgment: e error, n no rating (not applicable, or no verdict), f fail,
-    q partial, p pass, o another scale's level. Rated: f, q, p, o. (Also written by the
-    judgment summaries' triggers, on the trigger's NEW row: ``core.judgment_summaries``.)"""
-    return case(
-        (verdict == ERROR, "e"),
-        (or_(verdict.is_(None), not_(func.ifnull(applicable, 0))), "n"),
-        (verdict == FAIL, "f"),
-        (verdict == PARTIAL, "q"),
-        (verdict == PASS, "p"),
-        else_="o",
-    )
 
 
 VERDICT_CODE = verdict_code(J.verdict, J.applicable)
@@ -71,55 +56,14 @@ SCORE_OF_CODE = {
     ord("q"): PASS_PARTIAL_FAIL.scores[PARTIAL],
     ord("p"): PASS_PARTIAL_FAIL.scores[PASS],
 }
-RJ_SEP, ROW_SEP = "\x02", "\x01"  # cannot occur in ids
 
 _SQLITE_MASTER = table(
     "sqlite_master", column("type", String), column("name", String), column("tbl_name", String)
 )
 
 
-class _FastCompiler(SQLiteCompiler):
-    # ``with_hint(table, "INDEXED BY ...")`` is written after the table name.
-    def get_from_hint_text(self, table: Any, text: str | None) -> str | None:
-        return text
-
-    # The query's own constants are written into it as literals: SQLite compares a column with a
-    # literal faster than with a bound value (a quarter of the verdict scan's time). Values given
-    # at run time (``bindparam("name")`` without a value) stay ``?``.
-    def visit_bindparam(
-        self,
-        bindparam: Any,
-        within_columns_clause: Any = False,
-        literal_binds: Any = False,
-        skip_bind_expression: Any = False,
-        literal_execute: Any = False,
-        render_postcompile: Any = False,
-        is_upsert_set: Any = False,
-        **kw: Any,
-    ) -> Any:
-        if bindparam.value is not None and not bindparam.expanding:
-            return self.render_literal_bindparam(bindparam, **kw)
-        return super().visit_bindparam(
-            bindparam,
-            within_columns_clause=within_columns_clause,
-            literal_binds=literal_binds,
-            skip_bind_expression=skip_bind_expression,
-            literal_execute=literal_execute,
-            render_postcompile=render_postcompile,
-            is_upsert_set=is_upsert_set,
-            **kw,
-        )
-
-
-class _FastDialect(SQLiteDialect):
-    statement_compiler = _FastCompiler
-
-
-_DIALECT = _FastDialect(paramstyle="qmark")
-
-
 def _prepare(stmt: Query) -> SQLiteQuery:
-    return prepare_sqlite(stmt, _DIALECT)
+    return prepare_sqlite(stmt, FAST_DIALECT)
 
 
 def _run(conn: sqlite3.Connection, stmt: Query) -> Any:
