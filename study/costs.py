@@ -107,12 +107,12 @@ def tree_cost(
     if detector:
         # The detector reads its instructions and the reply: two non-empty messages at the floor;
         # above it, the target's tokens (more than it reads: the whole conversation) bound it.
-        out.detector = Tokens(2 * tally.target_calls, 0) if floor else Tokens(*_pair(out.target))
+        out.detector = (
+            Tokens(2 * tally.target_calls, 0)
+            if floor
+            else Tokens(out.target.input, out.target.output)
+        )
     return out
-
-
-def _pair(tokens: Tokens) -> tuple[int, int]:
-    return tokens.input, tokens.output
 
 
 def _sum(calls: Counter[int], input_at: Callable[[int], int], output: int) -> Tokens:

@@ -133,9 +133,11 @@ def _estimate(
             est.tokens[level].output += calls * min(VERDICT_TOKENS * n_criteria, high_output)
             return
         # high: every call at its most attempts, each retry reading the call's input, the
-        # answers before it (at most max_tokens each) and a corrective note (judges/llm_judge.py)
+        # answers before it (at most max_tokens each) and a corrective note that names every
+        # criterion id (judges/llm_judge.py; up to 8 tokens an id)
         est.calls[level] += attempts * calls
-        retry_reads = sum(j * (high_output + CORRECTION_TOKENS) for j in range(attempts))
+        note = CORRECTION_TOKENS + 8 * n_criteria
+        retry_reads = sum(j * (high_output + note) for j in range(attempts))
         est.tokens[level].input += attempts * read + calls * retry_reads
         est.tokens[level].output += attempts * calls * high_output
 

@@ -524,7 +524,7 @@ def _estimate_trees(
             persona_max=plan.persona_params.max_tokens,
             target_max=tree.target_params.max_tokens,
             persona_retries=plan.persona_retries,
-            detector=detector is not None,
+            detector=bool(detector),
         )
         est.calls[level] += n * cost.calls
         est.persona_retries[level] += n * cost.persona_retries
