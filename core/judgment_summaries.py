@@ -57,7 +57,7 @@ _CREATE = (
 
 
 def _code(row: str) -> str:
-    """The verdict code (``core.read.fast.verdict_code``) of the trigger's OLD or NEW row."""
+    """The verdict code (``core.read.verdict_sql.verdict_code``) of the trigger's OLD or NEW row."""
     expr = verdict_code(literal_column(f"{row}.verdict"), literal_column(f"{row}.applicable"))
     return str(expr.compile(dialect=FAST_DIALECT, compile_kwargs={"literal_binds": True}))
 
