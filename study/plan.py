@@ -197,9 +197,13 @@ class SweepPlan:
             )
         calls = [int(self.total("calls", k) or 0) for k in LEVELS]
         independent = sum(t.calls_independent for t in self.targets)
+        shared = (
+            f"with forking, {independent} without"
+            if any(t.fork == "shared" for _, p in self.runs for t in p.trees)
+            else "every arm from scratch (fork: independent)"
+        )
         out.append(
-            f"model calls: {calls[0]} / {calls[1]} / {calls[2]} (low / expected / high) with "
-            f"forking, {independent} without"
+            f"model calls: {calls[0]} / {calls[1]} / {calls[2]} (low / expected / high) {shared}"
         )
         for j in self.judging or []:
             other = "direct" if j.batch else "batched"

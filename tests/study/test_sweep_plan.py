@@ -483,5 +483,17 @@ def test_a_target_without_max_tokens_has_its_high_called_an_assumption(tmp_path:
     assert not any(ln.startswith("high is not a bound") for ln in plan.lines())
 
 
+def test_a_sweep_whose_arms_never_fork_is_not_said_to_fork(tmp_path: Path) -> None:
+    # fork: independent printed "... with forking, N without": no arm of it forks.
+    manifest, path = _manifest(
+        tmp_path, targets=["scripted:t"], simulators=["scripted:p"], fork="independent"
+    )
+    (line,) = (ln for ln in plan_sweep(manifest, path, "s").lines() if ln.startswith("model calls"))
+    assert "forking" not in line and line.endswith("every arm from scratch (fork: independent)")
+    shared = plan_sweep(manifest.model_copy(update={"fork": "shared"}), path, "s")
+    (line,) = (ln for ln in shared.lines() if ln.startswith("model calls"))
+    assert line.endswith(" without") and "with forking" in line
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
