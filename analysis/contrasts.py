@@ -262,6 +262,15 @@ def candidate_pairs(
     return pd.DataFrame(out)
 
 
+def _unpaired(cand: pd.DataFrame) -> str:
+    """Why ``candidate_pairs`` gave no pair to compare: no matched arms at all, or matched arms
+    of which none has a rating in both (their judgments not applicable, or errors)."""
+    if cand.empty:
+        return "no matched pairs"
+    n = len(cand[["conversation_id_a", "conversation_id_b"]].drop_duplicates())
+    return f"{n} matched pairs, none rated in both arms"
+
+
 def _copied_pairs(
     enc: Encoded, tree: Tree, conv_a: np.ndarray, conv_b: np.ndarray, src: np.ndarray
 ) -> np.ndarray:
@@ -442,6 +451,8 @@ class ContrastResult:
     notes: list[str] = field(default_factory=list)
     # per contrast x condition: arms that realised their option, pairs realised in both (n of N)
     realisation: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # contrasts whose arms were matched but never rated in both (their notes): why a table is empty
+    unrated: list[str] = field(default_factory=list)
 
 
 def _target_share(per_target: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
@@ -546,6 +557,7 @@ def matched_contrasts(
     by = [c for c in by if c in cc.columns]
     base = resolve_baselines(cc, baselines)
     pooled, per_t, fried, drops, arms = [], [], [], [], []
+    unrated: list[str] = []
     choice_cols = choice_columns(cc)
     enc = Encoded(cc)
     wanted = list(branch_points) if branch_points is not None else list(base["branch_point"])
@@ -566,7 +578,9 @@ def matched_contrasts(
             cand = candidate_pairs(cc, col, baseline, opt, match, enc, turns=turns, tree=tree)
             itt = intention_to_treat_pairs(cand, enc) if not cand.empty else cand
             if itt.empty:
-                notes.append(f"branch point {bp}: no matched pairs for {baseline} vs {opt}")
+                why = _unpaired(cand)
+                notes.append(f"branch point {bp}: {baseline} vs {opt}: {why}")
+                unrated += [] if cand.empty else [why]
                 continue
             cand = with_realisation(cand, realisation, bp)
             label = {
@@ -611,6 +625,7 @@ def matched_contrasts(
         fr["p_holm"] = holm(fr["pvalue"].to_numpy())
     out = ContrastResult(tab, pt, _target_share(pt, share_keys), fr, base, notes)
     out.realisation = real
+    out.unrated = unrated
     return out
 
 
@@ -705,7 +720,7 @@ def condition_contrast(
             continue
         cand = candidate_pairs(cc, factor, reference, lvl, match, enc, turns=turns, tree=tree)
         if cand.empty or not (cand["status"] == "pair").any():
-            notes.append(f"no matched pairs for {factor} {reference} vs {lvl}")
+            notes.append(f"{factor} {reference} vs {lvl}: {_unpaired(cand)}")
             continue
         label = f"{factor}: {reference} → {lvl}"
         cand = cand.assign(contrast=label, baseline=reference, option=lvl)

@@ -3,6 +3,7 @@ people (percentages, points, intervals with their method, realised pairs)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -248,7 +249,13 @@ def build_sections(a: Analysis) -> list[Section]:
     s.plot = (
         "forest_contrasts.png",
         plots.forest_plot(plotted, judge=a.primary_judge),
-        no_contrast_reason(contrasts, plotted, a.primary_judge, _ed_table(a, "branches")),
+        no_contrast_reason(
+            contrasts,
+            plotted,
+            a.primary_judge,
+            _ed_table(a, "branches"),
+            a.contrasts.unrated if a.contrasts is not None else (),
+        ),
     )
     if a.realisation is not None and not a.realisation.empty:
         s.tables.append((REALISATION_CAPTION, _realisation_display(a.realisation)))
@@ -521,14 +528,18 @@ def no_contrast_reason(
     plotted: pd.DataFrame | None,
     judge: str | None,
     ed_branches: pd.DataFrame | None = None,
+    unrated: Sequence[str] = (),
 ) -> str:
     """Why the forest plot is empty, read off the contrast table it would have drawn (and the
-    ED one, whose matched pairs are in the eating-disorder section)."""
+    ED one, whose matched pairs are in the eating-disorder section; ``unrated``: the contrasts
+    whose arms were matched but never rated in both, ``ContrastResult.unrated``)."""
     if (contrasts is None or contrasts.empty) and ed_branches is not None:
         return (
             "no pass/partial/fail matched pairs; the matched contrasts on ED safety scores "
             f"({int(ed_branches['n_pairs'].sum())} pairs) are in the eating-disorder section"
         )
+    if (contrasts is None or contrasts.empty) and unrated:
+        return unrated[0]
     if contrasts is None or contrasts.empty:
         return "no matched pairs (a sweep needs arms that differ in one branch point only)"
     mine = _by_judge(contrasts, judge)

@@ -333,3 +333,25 @@ def test_analyze_prints_the_unsuitable_judge_note_of_the_report(tmp_path: Path) 
     assert res.exit_code == 0, res.output
     flat = " ".join(res.output.split())
     assert " ".join(note.split()) in flat
+
+
+def test_pairs_whose_every_rating_is_an_error_are_not_called_missing(tmp_path: Path) -> None:
+    # Every verdict an error: analyze said "no matched pairs for accept_limit vs push_back" (and
+    # for the conditions) although every arm had its matched twin; what they lacked was a rating.
+    from analysis.pipeline import run_analysis
+
+    db = _teen(tmp_path / "err.db", n_scenarios=3)
+    with sqlite3.connect(db) as con:
+        con.execute("UPDATE judgments SET verdict = 'error', applicable = 1")
+    a = run_analysis(str(db), n_boot=0, examples=0)
+    notes = [*a.contrasts.notes, *a.condition.notes]
+    assert not [n for n in notes if "no matched pairs" in n], notes
+    assert notes == [
+        "branch point limit: accept_limit vs push_back: 12 matched pairs, none rated in both arms",
+        "condition none vs teen_aware: 12 matched pairs, none rated in both arms",
+    ], notes
+    # the report said the same: "No plot: no matched pairs (a sweep needs arms that differ in
+    # one branch point only)", of a sweep whose arms did
+    md = _md(db, tmp_path / "report")
+    assert "a sweep needs arms" not in md
+    assert "No plot: 12 matched pairs, none rated in both arms" in md
