@@ -47,7 +47,8 @@ class Analysis:
 
     runs: list[str] | None
     n_conversations: int = 0
-    n_judgments: int = 0
+    n_judgments: int = 0  # applicable judgments, copies once: ratings and error verdicts
+    n_errors: int = 0  # of them, error verdicts (a judge that could not answer)
     rates: pd.DataFrame | None = None  # target x condition x criterion x risk area (turn level)
     rates_target_condition: pd.DataFrame | None = None
     rates_condition: pd.DataFrame | None = None
@@ -192,7 +193,8 @@ def run_analysis(
     a.n_conversations = (
         int(distinct_convs["conversation_id"].nunique()) if not distinct_convs.empty else 0
     )
-    a.n_judgments = int((cc["n_rated"] + cc["n_error"]).sum()) if not cc.empty else 0
+    a.n_errors = int(cc["n_error"].sum()) if not cc.empty else 0
+    a.n_judgments = (int(cc["n_rated"].sum()) if not cc.empty else 0) + a.n_errors
     ppf = cc[cc["rubric_id"].isin(ppf_rubrics)] if not cc.empty else cc
     check_judge(judge, cc)
     a.primary_judge = plotted_judge(ppf, judge)

@@ -355,3 +355,11 @@ def test_pairs_whose_every_rating_is_an_error_are_not_called_missing(tmp_path: P
     md = _md(db, tmp_path / "report")
     assert "a sweep needs arms" not in md
     assert "No plot: 12 matched pairs, none rated in both arms" in md
+    # and analyze's first line counted the 432 error verdicts as "432 distinct ratings" above a
+    # rate table of "0 / 0" ratings
+    from tui.cli import app
+
+    res = CliRunner().invoke(app, ["analyze", "--all", "--db", str(db), "--n-boot", "0"])
+    assert res.exit_code == 0, res.output
+    first = res.output.splitlines()[0]
+    assert first.endswith("0 distinct ratings and 432 error verdicts (all runs)"), first

@@ -239,7 +239,9 @@ def register(app: typer.Typer) -> None:
         )
         console.print(
             _text(
-                f"{a.n_conversations} conversations{copies}, {a.n_judgments} distinct ratings"
+                f"{a.n_conversations} conversations{copies}, "
+                f"{a.n_judgments - a.n_errors} distinct ratings"
+                + (f" and {a.n_errors} error verdicts" if a.n_errors else "")
                 + (f" (runs: {', '.join(a.runs)})" if a.runs else " (all runs)")
             )  # fmt: skip
         )
