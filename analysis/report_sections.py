@@ -37,6 +37,20 @@ def _num(x: Any, digits: int = 1) -> str:
     return f"{float(x):.{digits}f}"
 
 
+NO_TARGET_INTERVAL = "n/a (no target has an interval)"
+
+
+def _of_targets(share: Any, n: Any, no_interval: Any) -> str:
+    """The share of targets whose own interval excludes zero, saying how many have none (a
+    target with a single scenario): those are neither raised nor shown not to be."""
+    if n != n:  # no per-target row
+        return ""
+    n, none = int(n), int(no_interval) if no_interval == no_interval else 0
+    if none >= n:
+        return NO_TARGET_INTERVAL
+    return f"{_pct(share)} of {n}" + (f" ({none} without an interval)" if none else "")
+
+
 def _interval(lo: Any, hi: Any, fmt: Any) -> str:
     a, b = fmt(lo), fmt(hi)
     return f"{a} to {b}" if a and b else "n/a"
@@ -79,9 +93,11 @@ def headline_tables(a: Analysis, top: int = 8) -> list[tuple[str, pd.DataFrame]]
         share = a.contrasts.target_share
         on = [k for k in ("contrast", "criterion_id", "judge", "condition") if k in c.columns]
         if share is not None and not share.empty:
-            c = c.merge(share[[*on, "share_raised", "n_targets"]], on=on, how="left")
+            c = c.merge(
+                share[[*on, "share_raised", "n_targets", "n_no_interval"]], on=on, how="left"
+            )
         else:
-            c = c.assign(share_raised=np.nan, n_targets=np.nan)
+            c = c.assign(share_raised=np.nan, n_targets=np.nan, n_no_interval=np.nan)
         t = pd.DataFrame({
             "contrast": c["contrast"], "condition": _column(c, "condition"), "criterion": c["criterion_id"],
             "post-fork rate base → option": [f"{_pct(x)} → {_pct(y)}" for x, y in zip(c["rate_a"], c["rate_b"])],
@@ -92,7 +108,7 @@ def headline_tables(a: Analysis, top: int = 8) -> list[tuple[str, pd.DataFrame]]
             "p scenario-level (Holm)": [_p(x) for x in c["p_scenario_holm"]],
             "McNemar p (Holm; not cluster-adjusted)": [_p(x) for x in c["p_mcnemar_holm"]],
             "Wilcoxon p (Holm; not cluster-adjusted)": [_p(x) for x in c["p_wilcoxon_holm"]],
-            "targets raised": [f"{_pct(s)} of {int(n)}" if n == n else "" for s, n in zip(c["share_raised"], c["n_targets"])],
+            "targets raised": [_of_targets(*x) for x in zip(c["share_raised"], c["n_targets"], c["n_no_interval"])],
         })  # fmt: skip
         out.append(
             _named(
@@ -279,8 +295,9 @@ def build_sections(a: Analysis) -> list[Section]:
             ts = a.contrasts.target_share
             s.tables.append(_named("Share of targets where the option raised / lowered failure (interval excludes 0)", ts, pd.DataFrame({
                 "contrast": ts["contrast"], "condition": _column(ts, "condition"), "criterion": ts["criterion_id"], "targets": ts["n_targets"],
-                "higher (point)": [_pct(x) for x in ts["share_higher"]], "raised": [_pct(x) for x in ts["share_raised"]],
-                "lowered": [_pct(x) for x in ts["share_lowered"]], "median diff (pp)": [_pp(x) for x in ts["median_diff"]]}), a.primary_judge))  # fmt: skip
+                "higher (point)": [_pct(x) for x in ts["share_higher"]],
+                "raised": [_of_targets(*x) for x in zip(ts["share_raised"], ts["n_targets"], ts["n_no_interval"])],
+                "lowered": [_of_targets(*x) for x in zip(ts["share_lowered"], ts["n_targets"], ts["n_no_interval"])], "median diff (pp)": [_pp(x) for x in ts["median_diff"]]}), a.primary_judge))  # fmt: skip
         if not a.contrasts.friedman.empty:
             f = a.contrasts.friedman
             s.tables.append(_named("Friedman tests, branch points with 3+ options (scenarios as blocks: each option's mean post-fork score per scenario)", f, pd.DataFrame({

@@ -363,3 +363,18 @@ def test_pairs_whose_every_rating_is_an_error_are_not_called_missing(tmp_path: P
     assert res.exit_code == 0, res.output
     first = res.output.splitlines()[0]
     assert first.endswith("0 distinct ratings and 432 error verdicts (all runs)"), first
+
+
+def test_targets_without_an_interval_are_not_counted_as_not_raised(tmp_path: Path) -> None:
+    # One scenario: no target has a scenario-level interval, and analyze said "targets raised
+    # 0.0% of 2" beside a +43-point difference, as if both targets had been shown not raised.
+    from tui.cli import app
+
+    db = _teen(tmp_path / "one.db", n_scenarios=1)
+    res = CliRunner().invoke(
+        app, ["analyze", "--all", "--db", str(db), "--n-boot", "0"], env={"COLUMNS": "250"}
+    )
+    assert res.exit_code == 0, res.output
+    assert "% of 2" not in res.output and "n/a (no target has an interval)" in res.output
+    md = _md(db, tmp_path / "r")
+    assert "n/a (no target has an interval)" in md
