@@ -53,8 +53,9 @@ class RunResult(BaseModel):
     # failed conversations set to run again (--retry-failed)
     retried: int = 0
     conversations: list[ConversationSummary] = Field(default_factory=list)
-    # model calls this invocation made, by purpose
+    # model calls this invocation made, by purpose, and of them those the cache answered
     calls: dict[str, int] = Field(default_factory=dict)
+    cached_calls: dict[str, int] = Field(default_factory=dict)
     # the persona turns not enacted / low in realism, as every summary words them (None: no
     # persona turn of the run has a rating)
     persona_flags: str | None = None

@@ -197,10 +197,12 @@ async def _execute_held(
 
     With ``workers`` > 1 the trees run in that many worker processes (``simulator.processes``);
     this process keeps the lease, the progress and the run's final status."""
+    from core.records import utcnow
     from simulator.processes import execute_in_processes
 
     progress.add_total(plan.turn_budget)
     progress.advance(stored_turns(store, plan.run_id))
+    started = utcnow()  # this invocation's calls are those recorded from here on
     try:
         if workers > 1:
             calls = await execute_in_processes(
@@ -221,8 +223,10 @@ async def _execute_held(
     result.calls = calls
     complete_run(store, plan.run_id)
     result.conversations = summaries(store, plan.run_id)
+    from core.read.calls import cached_call_counts
     from core.read.persona_flags import persona_flags_line
 
+    result.cached_calls = cached_call_counts(store, plan.run_id, since=started)
     result.persona_flags = persona_flags_line(store, plan.run_id)
     return result
 

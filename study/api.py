@@ -68,6 +68,7 @@ class StudyResult:
     # detector, judge): what ``branchpoint runs`` counts, and what the summary prints. A call the
     # budget refused before sending it has no row (``sweep.calls`` counts the calls attempted).
     stored_calls: dict[str, int] = field(default_factory=dict)
+    cached_calls: dict[str, int] = field(default_factory=dict)  # of them, the cache's answers
     # persona turns not enacted / low in realism (the judges' manipulation checks and realism
     # ratings, or the realism gate's), as every summary words them; None when none is rated
     persona_flags: str | None = None
@@ -205,11 +206,14 @@ async def arun_study(
 
         result.spent_usd = sum(spend_of_run(store, sweep.sweep_id).values())
         result.reserved_usd = sum(reserved_by_target(store, sweep.sweep_id).values())
+    from core.read.calls import cached_call_counts
+
     return StudyResult(
         result,
         judging.summary(),
-        _stored_calls(store, sweep.sweep_id),
-        persona_flags_line(store, sweep.sweep_id),
+        stored_calls=_stored_calls(store, sweep.sweep_id),
+        cached_calls=cached_call_counts(store, sweep.sweep_id),
+        persona_flags=persona_flags_line(store, sweep.sweep_id),
     )
 
 

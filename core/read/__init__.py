@@ -73,6 +73,8 @@ _EXPORTS = {
     "judged_items": "core.read.labels",
     # model calls
     "model_call_count": "core.read.calls",
+    "cached_call_counts": "core.read.calls",
+    "calls_text": "core.read.calls",
     "run_costs": "core.read.costs",
     "run_reserved": "core.read.costs",
     "reserved_by_target": "core.read.costs",
@@ -113,7 +115,7 @@ if TYPE_CHECKING:  # for type checkers and editors
         shared_prefix,
         tree_arms,
     )
-    from core.read.calls import model_call_count
+    from core.read.calls import cached_call_counts, calls_text, model_call_count
     from core.read.conversations import (
         conversation_rows,
         find_conversation,

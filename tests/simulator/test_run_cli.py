@@ -101,6 +101,31 @@ def test_run_prints_a_summary_and_show_marks_forks_events_and_stages(cli, tmp_pa
     assert "versions" not in after["resumes"][-1]  # unchanged, so not repeated
 
 
+def test_a_rerun_served_from_the_cache_says_so(cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # A second run with the same seed and params is answered from the cache; its summary said
+    # "model calls: 6 persona, 7 target" as if the 13 calls had been made again.
+    db = tmp_path / "cli.db"
+    run = ("run", str(FIX / "on_event.yaml"), "--target", "scripted:slowbot")
+    run += ("--simulator", "scripted:persona", "--db", str(db), "--max-turns", "5")
+    first = cli(*run, "--run-id", "a")
+    assert first.exit_code == 0 and "from the cache" not in first.output, first.output
+    again = cli(*run, "--run-id", "b")
+    assert again.exit_code == 0, again.output
+    with sqlite3.connect(db) as con:
+        cached = dict(
+            con.execute(
+                "select purpose, count(*) from model_calls where run_id = 'b' and cached "
+                "group by purpose"
+            ).fetchall()
+        )
+    assert cached == {"persona": 6, "target": 7}
+    flat = " ".join(again.output.split())  # the line wraps at the terminal's width
+    assert (
+        "model calls: 6 persona, 7 target, 0 detector (of them answered from the cache: 6 "
+        "persona, 7 target)" in flat
+    )
+
+
 def test_show_prints_model_text_literally(cli, tmp_path) -> None:
     db = tmp_path / "m.db"
     res = cli(

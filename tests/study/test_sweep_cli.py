@@ -394,3 +394,21 @@ def test_sweep_resume_and_rm_on_postgresql(tmp_path: Path, postgres_url: str) ->
     gone = cli("runs", "rm", "sweep-study", "--yes", "--db", postgres_url)
     assert gone.returncode == 0, gone.stderr
     assert "no runs in this store" in cli("runs", "--db", postgres_url).stdout
+
+
+def test_a_second_sweep_answered_from_the_cache_says_so(tmp_path: Path) -> None:
+    # The same cells under a second sweep name in one store are answered from the cache (same
+    # seeds, same params); the summary said "model calls stored: 7 persona, 9 target" as if
+    # they had been sent again.
+    first = cli("sweep", str(write(tmp_path / "a.yaml", ["scripted:quiet"], name="a")))
+    assert first.returncode == 0, first.stderr
+    assert "of them answered from the cache" not in first.stdout, first.stdout
+    again = cli("sweep", str(write(tmp_path / "b.yaml", ["scripted:quiet"], name="b")))
+    assert again.returncode == 0, again.stderr
+    db = tmp_path / "results.db"
+    cached = rows(
+        db, "select purpose, count(*) from model_calls where run_id = 'b' and cached group by 1"
+    )
+    assert cached and all(n > 0 for _, n in cached)
+    hits = ", ".join(f"{n} {purpose}" for purpose, n in sorted(cached))
+    assert f"of them answered from the cache (not sent): {hits}" in again.stdout, again.stdout

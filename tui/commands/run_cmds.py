@@ -426,6 +426,7 @@ def _print_summary(result: RunResult) -> None:
     from rich.table import Table
     from rich.text import Text
 
+    from core.read.calls import calls_text
     from simulator.transcript import safe_text
 
     console = Console()
@@ -471,7 +472,7 @@ def _print_summary(result: RunResult) -> None:
     console.print(
         Text("by status/stop reason: " + ", ".join(f"{k} {v}" for k, v in sorted(tally.items())))
     )
-    calls = result.calls
+    calls, hits = result.calls, calls_text(result.cached_calls)
     db = result.db.removeprefix("sqlite:///")
     resumed = (
         f" (resumed: {result.interrupted_before} unfinished conversations continued)"
@@ -484,6 +485,7 @@ def _print_summary(result: RunResult) -> None:
             f"{db}; "
             f"model calls: {calls.get('persona', 0)} persona, {calls.get('target', 0)} target, "
             f"{calls.get('detector', 0)} detector"
+            + (f" (of them answered from the cache: {hits})" if hits else "")
         )
     )
     if result.persona_flags:  # the realism gate rated its persona turns

@@ -178,6 +178,8 @@ def _summary(outcome: StudyResult) -> int:
     from rich.console import Console
     from rich.text import Text
 
+    from core.read.calls import calls_text
+
     result, judging = outcome.sweep, outcome.judging
 
     console = Console()
@@ -187,12 +189,14 @@ def _summary(outcome: StudyResult) -> int:
 
     # the store's call rows (what `runs` counts), not the calls attempted: a call the budget
     # refused was never sent
-    calls = ", ".join(f"{n} {purpose}" for purpose, n in sorted(outcome.stored_calls.items()))
+    calls = calls_text(outcome.stored_calls)
     say(
         f"sweep {result.sweep_id}: {result.conversations} conversations, "
         f"{result.completed} completed, {result.n_failed} not completed; "
         f"model calls stored: {calls or 'none'}"
     )
+    if hits := calls_text(outcome.cached_calls):
+        say(f"of them answered from the cache (not sent): {hits}")
     if outcome.persona_flags:
         say(outcome.persona_flags)
     if result.retried:
