@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
+from judges.llm_judge import DEFAULT_MAX_RETRIES
 from judges.panel import Panel
 from judges.reasoning_criterion import check_reasoning_judges, reads_reasoning, reasoning_view
 from judges.rubric import ERROR, Criterion, Rubric
@@ -572,7 +573,9 @@ class JudgingRunner:
 # ------------------------------------------------------------------------------ the API
 
 
-def make_judge(spec: str, gateway: Any, params: Any | None = None, max_retries: int = 2) -> Judge:
+def make_judge(
+    spec: str, gateway: Any, params: Any | None = None, max_retries: int = DEFAULT_MAX_RETRIES
+) -> Judge:
     """``heuristic`` -> the offline heuristic judge; any model spec -> an LLM judge on that model."""
     from judges.heuristic import HeuristicJudge
     from judges.llm_judge import LLMJudge
@@ -596,7 +599,7 @@ async def ajudge_run(
     scope: str | None = None,
     concurrency: int = 4,
     params: Any | None = None,
-    max_retries: int = 2,
+    max_retries: int = DEFAULT_MAX_RETRIES,  # what the sweep's plan counts for high
     retry_errors: bool = False,
     gateway: Any | None = None,
     progress: bool = False,

@@ -6,8 +6,9 @@ a bill nobody meant to run up, so it is asked whenever the plan says the run cou
 than the threshold, not only when it probably will. High takes each side's ``max_tokens``; a
 target that sets none has its replies assumed (``study.costs.TARGET_REPLY_HIGH``), and the
 question says so. A budget caps what a sweep can spend, so a budget below that is the bound
-instead. A plan with an unpriced model cannot bound the cost at all, so it always asks. Judging is in the plan's cost, so in this bound, when its
-estimate is attached (``study.judge_estimate``, as ``sweep`` does).
+instead. A plan with an unpriced model cannot bound the cost at all, so it always asks. Judging
+is in the plan's cost, so in this bound, when its estimate is attached
+(``study.judge_estimate``, as ``sweep`` does).
 """
 
 from __future__ import annotations
