@@ -278,18 +278,22 @@ def _copied_pairs(
     their parent's transcript): the same comparison stored again, one observation (the pair of
     the original arms is kept)."""
 
-    def roots(conv: np.ndarray) -> np.ndarray:  # once per distinct conversation
-        codes, names = pd.factorize(conv.astype(str))
-        return np.array([tree.content_root(str(c)) for c in names], dtype=object)[codes]
-
-    ra, rb = roots(conv_a), roots(conv_b)
-    copy = (ra != conv_a.astype(str)) | (rb != conv_b.astype(str))
+    # On codes of the conversation ids (pairs repeat each arm once per criterion): a root per
+    # distinct conversation, and the duplicates found among integer keys.
+    codes_a, names_a = pd.factorize(conv_a, use_na_sentinel=False)
+    codes_b, names_b = pd.factorize(conv_b, use_na_sentinel=False)
+    names = np.array([str(c) for c in (*names_a, *names_b)], dtype=object)
+    root_of, roots = pd.factorize(np.array([tree.content_root(c) for c in names], dtype=object))
+    own = names == roots[root_of]
+    ra, rb = root_of[: len(names_a)][codes_a], root_of[len(names_a) :][codes_b]
+    copy = ~own[: len(names_a)][codes_a] | ~own[len(names_a) :][codes_b]
     if not copy.any():
         return np.zeros(len(conv_a), dtype=bool)
-    work = pd.DataFrame({"a": ra, "b": rb, "k": enc.key(CRITERION_KEYS)[src], "copy": copy})
+    k = enc.key(CRITERION_KEYS)[src]
+    key = (ra.astype(np.int64) * len(roots) + rb) * (int(k.max()) + 1) + k
     order = np.argsort(copy, kind="stable")  # originals first: a duplicate is the copy
-    dup = np.zeros(len(work), dtype=bool)
-    dup[order] = work.iloc[order].duplicated(["a", "b", "k"]).to_numpy()
+    dup = np.zeros(len(key), dtype=bool)
+    dup[order] = pd.Series(key[order]).duplicated().to_numpy()
     return dup
 
 
@@ -517,6 +521,38 @@ def _prepare(data: Any, notes: list[str]) -> tuple[pd.DataFrame, Tree, Any]:
     return cc, tree, _turn_counts(data, cc, tree, notes)
 
 
+class _Pairing:
+    """What pairing needs of one table (its rows, fork tree, per-turn counts and codes) and
+    every candidate pair frame made from it: the contrasts of an analysis (by branch point, by
+    simulator) ask for the same pairs, made once. Callers must not change a frame it gives."""
+
+    def __init__(self, data: Any, notes: list[str]) -> None:
+        self.cc, self.tree, self.turns = _prepare(data, notes)
+        self.notes = list(notes)  # what preparing said, for each use of the pairing
+        self.enc = Encoded(self.cc)
+        self.made: dict[tuple[Any, ...], pd.DataFrame] = {}
+
+    def pairs(self, col: str, a: Any, b: Any, match: Sequence[str]) -> pd.DataFrame:
+        key = (col, a, b, tuple(match))
+        if key not in self.made:
+            self.made[key] = candidate_pairs(
+                self.cc, col, a, b, match, self.enc, turns=self.turns, tree=self.tree
+            )
+        return self.made[key]
+
+
+def _pairing(data: Any) -> tuple[_Pairing, list[str]]:
+    """The pairing of ``data`` and the notes that preparing it gave. A ``PostForkCounts`` (the
+    store's counts, not changed once built) keeps its pairing; a frame gets a new one."""
+    if isinstance(data, PostForkCounts):
+        got = data.memo.get("pairing")
+        if got is None:
+            got = data.memo["pairing"] = _Pairing(data, [])
+        return got, list(got.notes)
+    notes: list[str] = []
+    return _Pairing(data, notes), notes
+
+
 def _note_dropouts(drop: pd.DataFrame, label: str, notes: list[str]) -> None:
     if drop.empty:
         return
@@ -552,15 +588,79 @@ def matched_contrasts(
     their option (per protocol), with the intention-to-treat figures beside them (``*_itt``,
     ``analysis.realisation``); without it every arm counts as realised.
     """
-    notes: list[str] = []
-    cc, tree, turns = _prepare(data, notes)
-    by = [c for c in by if c in cc.columns]
-    base = resolve_baselines(cc, baselines)
+    p, notes = _pairing(data)
+    settings = _Settings(baselines, branch_points, by, n_boot, seed, ci, per_target, realisation)
+    return _contrasts(p.cc, p.pairs, p.enc, p.turns, settings, notes)
+
+
+def matched_contrasts_within(
+    data: pd.DataFrame,
+    column: str,
+    baselines: Mapping[str, str] | None = None,
+    *,
+    by: Sequence[str] = ("condition",),
+    n_boot: int = DEFAULT_BOOT,
+    seed: int = 0,
+    ci: float = 0.95,
+    per_target: bool = True,
+    realisation: pd.DataFrame | None = None,
+) -> dict[str, ContrastResult]:
+    """``matched_contrasts`` of each level of ``column`` (one of ``PAIR_KEYS``, e.g. the
+    simulator) on its own: each equals ``matched_contrasts`` of that level's rows, its own
+    baselines, notes and Holm family, but the arms are paired once for all levels. A pair never
+    crosses levels of a column it is matched on, so a level's pairs are the pairs of all levels
+    with that level."""
+    if column not in PAIR_KEYS:
+        raise ValueError(f"{column!r} is not matched on: pairs cross its levels")
+    p, notes = _pairing(data)
+    settings = _Settings(baselines, None, by, n_boot, seed, ci, per_target, realisation)
+    out = {}
+    levels = p.cc[column].astype(str)
+    for level in sorted(levels.dropna().unique()):
+
+        def pairs(col: str, a: str, b: str, match: list[str], level: str = level) -> pd.DataFrame:
+            cand = p.pairs(col, a, b, match)
+            if cand.empty:
+                return cand
+            keep = cand[column].astype(str).to_numpy() == level
+            return cand[keep].reset_index(drop=True) if keep.any() else cand.iloc[0:0]
+
+        sub = p.cc[(levels == level).to_numpy()]
+        out[level] = _contrasts(sub, pairs, p.enc, p.turns, settings, list(notes))
+    return out
+
+
+@dataclass(frozen=True)
+class _Settings:
+    """``matched_contrasts``' options, as ``_contrasts`` takes them."""
+
+    baselines: Mapping[str, str] | None
+    branch_points: Sequence[str] | None
+    by: Sequence[str]
+    n_boot: int
+    seed: int
+    ci: float
+    per_target: bool
+    realisation: pd.DataFrame | None
+
+
+def _contrasts(
+    cc: pd.DataFrame,
+    pairs_of: Any,
+    enc: Encoded,
+    turns: TurnCounts | None,
+    o: _Settings,
+    notes: list[str],
+) -> ContrastResult:
+    """The contrasts of ``cc``'s branch points from the candidate pairs ``pairs_of(choice
+    column, baseline, option, match)`` gives (``candidate_pairs`` of ``cc``)."""
+    n_boot, seed, ci = o.n_boot, o.seed, o.ci
+    by = [c for c in o.by if c in cc.columns]
+    base = resolve_baselines(cc, o.baselines)
     pooled, per_t, fried, drops, arms = [], [], [], [], []
     unrated: list[str] = []
     choice_cols = choice_columns(cc)
-    enc = Encoded(cc)
-    wanted = list(branch_points) if branch_points is not None else list(base["branch_point"])
+    wanted = list(o.branch_points) if o.branch_points is not None else list(base["branch_point"])
     for bp, baseline, _src in base.itertuples(index=False):
         if bp not in wanted:
             continue
@@ -575,14 +675,14 @@ def matched_contrasts(
         for opt in options:
             if opt == baseline:
                 continue
-            cand = candidate_pairs(cc, col, baseline, opt, match, enc, turns=turns, tree=tree)
+            cand = pairs_of(col, baseline, opt, match)
             itt = intention_to_treat_pairs(cand, enc) if not cand.empty else cand
             if itt.empty:
                 why = _unpaired(cand)
                 notes.append(f"branch point {bp}: {baseline} vs {opt}: {why}")
                 unrated += [] if cand.empty else [why]
                 continue
-            cand = with_realisation(cand, realisation, bp)
+            cand = with_realisation(cand, o.realisation, bp)
             label = {
                 "branch_point": bp,
                 "baseline": baseline,
@@ -605,7 +705,7 @@ def matched_contrasts(
                 itt.assign(**label), gcols, n_boot=n_boot, seed=seed, ci=ci
             )
             pooled.append(with_itt(summary, itt_summary, gcols).merge(drop, on=gcols, how="left"))
-            if per_target and not pairs.empty:
+            if o.per_target and not pairs.empty:
                 per_t.append(
                     summarise_pairs(
                         pairs, [*gcols, "target"], n_boot=n_boot, seed=seed, ci=ci, tests=False
@@ -644,6 +744,8 @@ def _friedman_branch(
     baseline arm (before it, all arms are one conversation). Scenarios missing an option are
     left out (complete blocks only).
     """
+    key_cols = ["scenario_id", *CRITERION_KEYS, "risk_area", *by]
+    cands = {o: c[["_ia", "_ib", "_k", "fork_turn", *key_cols]] for o, c in cands.items()}
     parts = [c[c["_ia"] >= 0] for c in cands.values()]
     allc = pd.concat(parts, ignore_index=True)
     # The cut of a set is taken over every arm's pair, those whose baseline arm lacks the
@@ -659,7 +761,7 @@ def _friedman_branch(
         rows_idx.append(frame[side].to_numpy(np.int64))
         cut.append(set_cut.reindex(frame["_k"]).to_numpy(float))
         opt_code.append(np.full(len(frame), code))
-        keys.append(frame[["scenario_id", *CRITERION_KEYS, "risk_area", *by]])
+        keys.append(frame[key_cols])
     r = np.concatenate(rows_idx)
     c = np.concatenate(cut)
     if turns is not None:
@@ -668,20 +770,32 @@ def _friedman_branch(
         got = {k: np.where(np.isinf(c), 0.0, enc.array(k)[r].astype(float)) for k in COUNT_COLS}
     with np.errstate(invalid="ignore", divide="ignore"):
         score = got["score_sum"] / got["n_scored"]
+    # Key columns stay as ``Encoded.take`` gives them (categories in text order: groups sort
+    # as text, missing last), shared by every candidate frame.
     frame = pd.concat(keys, ignore_index=True)
-    for col in frame.columns:
-        if isinstance(frame[col].dtype, pd.CategoricalDtype):
-            frame[col] = frame[col].astype(object)
     frame["_opt"] = np.concatenate(opt_code)
     frame["_score"] = score
     frame = frame[frame["_score"].notna()]
     gkeys = [*CRITERION_KEYS, "risk_area", *by]
+    if frame.empty:
+        return pd.DataFrame()
+    # Each group's scenario x option means from one pass of sums (a pivot per group took a
+    # second a branch point at the seed study's scale).
+    group = frame.groupby(gkeys, dropna=False, sort=True, observed=True).ngroup().to_numpy()
+    n_groups, k = int(group.max()) + 1, len(options)
+    block, blocks = pd.factorize(frame["scenario_id"], sort=True)
+    cell = (group * len(blocks) + block) * k + frame["_opt"].to_numpy()
+    size = n_groups * len(blocks) * k
+    total = np.bincount(cell, weights=frame["_score"].to_numpy(float), minlength=size)
+    count = np.bincount(cell, minlength=size)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        means = (total / count).reshape(n_groups, len(blocks), k)
+    complete: np.ndarray = np.all(count.reshape(n_groups, len(blocks), k) > 0, axis=2)
+    keys = frame[gkeys].assign(_g=group).drop_duplicates("_g").set_index("_g").sort_index()
     out = []
-    for gk, grp in frame.groupby(gkeys, dropna=False, sort=True):
-        grid = grp.pivot_table(index="scenario_id", columns="_opt", values="_score", aggfunc="mean")
-        grid = grid.reindex(columns=range(len(options))).dropna()
-        res = friedman([grid[i].to_numpy() for i in range(len(options))])
-        kd = dict(zip(gkeys, gk if isinstance(gk, tuple) else (gk,)))
+    for g, kd in zip(range(n_groups), keys.to_dict("records")):
+        grid = means[g][complete[g]]
+        res = friedman([grid[:, i] for i in range(k)])
         out.append({"branch_point": bp, "options": ", ".join(options), **kd,
                     "n_blocks": res.n_blocks, "blocks": "scenarios", "statistic": res.statistic,
                     "pvalue": res.pvalue, "kendall_w": res.kendall_w})  # fmt: skip
@@ -704,8 +818,8 @@ def condition_contrast(
     The pair shares run, scenario, variant, target, simulator and replicate. With
     ``factor="simulator"`` the same machinery gives the simulator-sensitivity contrast.
     """
-    notes: list[str] = []
-    cc, tree, turns = _prepare(data, notes)
+    p, notes = _pairing(data)
+    cc = p.cc
     levels = sorted(cc[factor].dropna().astype(str).unique())
     if reference not in levels:
         notes.append(f"reference {factor} {reference!r} not in the data ({', '.join(levels)})")
@@ -714,11 +828,10 @@ def condition_contrast(
     match = ["run_id", "scenario_id", "variant_id", "target", "condition", "simulator", "replicate"]
     match = [c for c in match if c != factor]
     pooled, per_t = [], []
-    enc = Encoded(cc)
     for lvl in levels:
         if lvl == reference:
             continue
-        cand = candidate_pairs(cc, factor, reference, lvl, match, enc, turns=turns, tree=tree)
+        cand = p.pairs(factor, reference, lvl, match)
         if cand.empty or not (cand["status"] == "pair").any():
             notes.append(f"{factor} {reference} vs {lvl}: {_unpaired(cand)}")
             continue

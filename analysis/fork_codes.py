@@ -5,6 +5,7 @@ the same from the judgment summaries and chooses between the two (``fork_tables`
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -90,9 +91,11 @@ def _grouped(
     keep: np.ndarray | None,
     judge_of_key: list[str],
     conv: pd.DataFrame,
+    make: Any = None,
 ) -> pd.DataFrame:
     """Conversation x criterion x judge counts of the rows ``keep`` selects (None: all), from
-    their groups (``_groups``) and count columns, groups in order of first appearance."""
+    their groups (``_groups``) and count columns, groups in order of first appearance, as
+    ``make`` builds a frame of them (``count_frame``'s arguments; default ``count_frame``)."""
     group, used = groups
     n_key, n_crit = len(codes.keys), len(codes.criterion_ids)
     n_groups = len(used)
@@ -118,7 +121,7 @@ def _grouped(
     g_crit = used % n_crit
     g_key = (used // n_crit) % n_key
     g_conv = used // (n_crit * n_key)
-    return count_frame(codes, g_conv, g_key, g_crit, sums, judge_of_key, conv)
+    return (make or count_frame)(codes, g_conv, g_key, g_crit, sums, judge_of_key, conv)
 
 
 def count_frame(
@@ -135,13 +138,7 @@ def count_frame(
     rubrics = [key[0] for key in codes.keys]
     rubric = np.array(rubrics, dtype=object)[g_key]
     crit = np.array(codes.criterion_ids, dtype=object)[g_crit]
-    # The risk area of each (rating key, criterion) code pair, looked up once per pair.
-    areas = np.full((len(rubrics), len(codes.criterion_ids)), np.nan, dtype=object)
-    for k, r in enumerate(rubrics):
-        for c, x in enumerate(codes.criterion_ids):
-            a = codes.risk_area.get((r, x))
-            if a is not None:
-                areas[k, c] = a
+    areas = _risk_areas(codes)
     agg = pd.DataFrame(
         {
             "conversation_id": np.array(codes.conversation_ids, dtype=object)[g_conv],
@@ -154,6 +151,94 @@ def count_frame(
     )
     out = agg.merge(conv, on="conversation_id", how="left")
     return finish_aggregate(out)
+
+
+def _risk_areas(codes: Any) -> np.ndarray:
+    """The risk area of each (rating key, criterion) code pair, looked up once per pair."""
+    rubrics = [key[0] for key in codes.keys]
+    areas = np.full((len(rubrics), len(codes.criterion_ids)), np.nan, dtype=object)
+    for k, r in enumerate(rubrics):
+        for c, x in enumerate(codes.criterion_ids):
+            a = codes.risk_area.get((r, x))
+            if a is not None:
+                areas[k, c] = a
+    return areas
+
+
+def coded(values: Any, at: np.ndarray) -> pd.Categorical:
+    """``values[at]`` as a categorical (categories in text order; ``at`` -1: missing), made
+    without a string per row."""
+    inv, cats = pd.factorize(np.asarray(values, dtype=object), sort=True)
+    return pd.Categorical.from_codes(np.append(inv, -1)[at], categories=cats)
+
+
+def coded_count_frame(
+    codes: Any,
+    g_conv: np.ndarray,
+    g_key: np.ndarray,
+    g_crit: np.ndarray,
+    sums: dict[str, np.ndarray],
+    judge_of_key: list[str],
+    conv: pd.DataFrame,
+) -> pd.DataFrame:
+    """``count_frame``'s rows and columns with every text column categorical, made from the
+    codes without a string per row (categories in text order, so that rows sort and group as
+    the text does): what contrasts pair on (``PostForkCounts``). At the seed study's scale the
+    text frame is 400 MB and every filter of it copies strings; this one is a tenth of that."""
+
+    rubric_of_key = np.array([key[0] for key in codes.keys], dtype=object)
+    n_crit = len(codes.criterion_ids)
+    out: dict[str, Any] = {
+        "conversation_id": coded(np.array(codes.conversation_ids, dtype=object), g_conv),
+        "rubric_id": coded(rubric_of_key, g_key),
+        "criterion_id": coded(np.array(codes.criterion_ids, dtype=object), g_crit),
+        "risk_area": coded(_risk_areas(codes).reshape(-1), g_key * n_crit + g_crit),
+        "judge": coded(np.array(judge_of_key, dtype=object), g_key),
+        **{c: np.asarray(v) for c, v in sums.items()},
+    }
+    # The conversation's columns (a left merge on its id): its row, or none (-1: missing).
+    row_of = pd.Index(conv["conversation_id"].astype(str)).get_indexer(
+        np.array([str(i) for i in codes.conversation_ids], dtype=object)
+    )[g_conv]
+    for col in conv.columns:
+        if col == "conversation_id":
+            continue
+        values = conv[col].to_numpy()
+        if pd.api.types.is_numeric_dtype(conv[col].dtype):
+            filled = np.append(values.astype(float), np.nan)[row_of]
+            out[col] = filled.astype(values.dtype) if (row_of >= 0).all() else filled
+        else:
+            out[col] = coded(values, row_of)
+    frame = pd.DataFrame(out)
+    for col in ("n_rated", "n_fail", "n_partial", "n_error", "n_other", "n_scored"):
+        frame[col] = frame[col].astype(np.int64)
+    frame["score_sum"] = frame["score_sum"].astype(float)
+    return frame
+
+
+def pairing_frame(
+    codes: Any,
+    g_conv: np.ndarray,
+    g_key: np.ndarray,
+    g_crit: np.ndarray,
+    sums: dict[str, np.ndarray],
+    judge_of_key: list[str],
+    conv: pd.DataFrame,
+    *,
+    tree_rows: pd.DataFrame,
+) -> pd.DataFrame:
+    """``coded_count_frame`` with each conversation's ``parent_id`` and ``fork_turn`` (a left
+    merge with the tree, which holds a row per judged conversation): ``PostForkCounts``' rows."""
+    frame = coded_count_frame(codes, g_conv, g_key, g_crit, sums, judge_of_key, conv)
+    ids = np.array([str(i) for i in codes.conversation_ids], dtype=object)
+    at = pd.Index(tree_rows["conversation_id"].astype(str)).get_indexer(ids)[g_conv]
+    for col in tree_rows.columns.drop("conversation_id"):
+        values = tree_rows[col].to_numpy()
+        if pd.api.types.is_numeric_dtype(tree_rows[col].dtype):
+            frame[col] = np.append(values.astype(float), np.nan)[at]
+        else:
+            frame[col] = coded(values, at)
+    return frame
 
 
 FORK_COUNT_COLUMNS = (
@@ -227,8 +312,8 @@ def code_fork_tables(
     cc = _grouped(codes, groups, counts, keep, labels, conv)
     copied = coded_copies(shared)[: len(ids)][conv_code]
     cc_conv = _grouped(codes, groups, counts, ~copied if copied.any() else None, labels, conv)
-    cc_all = _grouped(codes, groups, counts, None, labels, conv)
-    cc_all = cc_all.merge(tree_rows, on="conversation_id", how="left")
+    with_tree = functools.partial(pairing_frame, tree_rows=tree_rows)
+    cc_all = _grouped(codes, groups, counts, None, labels, conv, with_tree)
     group = groups[0]
     del groups, keep, copied, root, conv_code, rows  # before the per-turn counts' peak
     turns = TurnCounts.from_rows(group, turn, counts)

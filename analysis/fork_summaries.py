@@ -18,7 +18,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis.fork_codes import ForkTables, code_fork_tables, count_frame, version_labels
+from analysis.fork_codes import (
+    ForkTables,
+    code_fork_tables,
+    count_frame,
+    pairing_frame,
+    version_labels,
+)
 from analysis.forks import COUNT_COLS, TurnCounts
 from analysis.tables import CONVERSATION_COLUMNS, choice_columns, conversation_table
 from core import read
@@ -240,13 +246,8 @@ def summary_fork_tables(
         cc = rows(every, None)
     copied = coded_copies(shared)[: len(ids)][gconv]
     cc_conv = rows(every, ~copied if copied.any() else None)
-    # ``base`` itself, with each conversation's parent and fork turn (a left merge's columns,
-    # without copying the frame once more)
-    tree_cols = tree_rows.set_index("conversation_id")
-    at = tree_cols.reindex(base["conversation_id"])
-    cc_all = base
-    for c in tree_cols.columns:
-        cc_all[c] = at[c].to_numpy()
+    # Every group again, coded for pairing, with each conversation's parent and fork turn.
+    cc_all = pairing_frame(codes, gconv, gkey, gcrit, every, labels, conv, tree_rows=tree_rows)
     out = ForkTables(cc, cc_conv, PostForkCounts(cc_all, SummaryTurnCounts(cells)), notes)
     out.n_judgments = int(s.n[grows].sum())
     return out

@@ -216,6 +216,9 @@ class PostForkCounts:
     def __init__(self, cc: pd.DataFrame, turns: TurnCounts) -> None:
         self.cc = cc.reset_index(drop=True)
         self.turns = turns
+        # What the contrasts derive from these counts once (``analysis.contrasts``' pairing):
+        # the counts are not changed after they are built.
+        self.memo: dict[str, Any] = {}
 
     @property
     def columns(self) -> pd.Index:

@@ -97,8 +97,10 @@ def with_realisation(
     if not lookup:
         return cand.assign(realised_a=True, realised_b=True)
 
-    def flags(ids: pd.Series) -> np.ndarray:
-        return np.array([lookup.get(str(i), False) for i in ids], dtype=bool)
+    def flags(ids: pd.Series) -> np.ndarray:  # looked up once per distinct conversation
+        codes, names = pd.factorize(ids, use_na_sentinel=False)
+        known = np.array([lookup.get(str(i), False) for i in names], dtype=bool)
+        return known[codes] if len(known) else np.zeros(len(ids), dtype=bool)
 
     return cand.assign(
         realised_a=flags(cand["conversation_id_a"]), realised_b=flags(cand["conversation_id_b"])

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis.contrasts import CRITERION_KEYS, matched_contrasts
+from analysis.contrasts import CRITERION_KEYS, matched_contrasts_within
 from analysis.realisation import NOT_REALISED
 from analysis.tables import as_conversation_frame
 
@@ -58,17 +58,16 @@ def conclusions_by_simulator(
     if len(sims) < 2:
         return pd.DataFrame()
     ref_sim: str = reference if reference is not None and reference in sims else sims[0]
-    results: dict[str, pd.DataFrame] = {}
-    for sim in sims:
-        res = matched_contrasts(
-            data[data["simulator"].astype(str) == sim],
-            baselines,
-            realisation=realisation,
-            n_boot=n_boot,
-            seed=seed,
-            per_target=False,
-        )
-        results[sim] = res.contrasts
+    each = matched_contrasts_within(
+        data,
+        "simulator",
+        baselines,
+        realisation=realisation,
+        n_boot=n_boot,
+        seed=seed,
+        per_target=False,
+    )
+    results = {sim: each[sim].contrasts for sim in sims}
     ref = results[ref_sim]
     if ref.empty:
         return pd.DataFrame()

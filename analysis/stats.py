@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-from scipy import stats
+from scipy import special, stats
 
 TIE_DIGITS = 9
 
@@ -122,16 +122,24 @@ def wilcoxon_paired(a: np.ndarray, b: np.ndarray) -> Wilcoxon:
     nz = d[d != 0]
     if len(nz) == 0:
         return Wilcoxon(0.0, 1.0, 0.0, 0, WILCOXON_EXACT)
-    ranks = stats.rankdata(np.abs(nz))
+    # Mid-ranks of |d| and the sizes of its ties in one sort.
+    _, tie_of, ties = np.unique(np.abs(nz), return_inverse=True, return_counts=True)
+    ranks = (np.cumsum(ties) - (ties - 1) / 2.0)[tie_of]
     total = ranks.sum()
     r = float((ranks[nz > 0].sum() - ranks[nz < 0].sum()) / total)
-    if len(nz) <= WILCOXON_EXACT_MAX:
+    n = len(nz)
+    if n <= WILCOXON_EXACT_MAX:
         p, stat = _signed_rank_exact_p(ranks, nz > 0)
-        return Wilcoxon(stat, p, r, len(nz), WILCOXON_EXACT)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # scipy notes the normal approximation
-        res = stats.wilcoxon(nz, method="asymptotic")
-    return Wilcoxon(float(res.statistic), float(res.pvalue), r, len(nz), WILCOXON_NORMAL)
+        return Wilcoxon(stat, p, r, n, WILCOXON_EXACT)
+    # The normal approximation with the tie correction, as ``scipy.stats.wilcoxon(d,
+    # method="asymptotic")`` computes it (a test checks they agree); written out because
+    # scipy's argument handling cost 1.3 ms a call, a second per thousand contrasts.
+    w_plus = float(ranks[nz > 0].sum())
+    t = ties.astype(float)
+    se = np.sqrt((n * (n + 1.0) * (2.0 * n + 1.0) - float(np.sum(t**3 - t)) / 2) / 24)
+    z = (w_plus - n * (n + 1.0) * 0.25) / se
+    p = float(min(1.0, 2 * special.ndtr(-abs(z))))
+    return Wilcoxon(min(w_plus, float(total) - w_plus), p, r, n, WILCOXON_NORMAL)
 
 
 @dataclass(frozen=True)

@@ -190,6 +190,28 @@ def test_wilcoxon_on_small_tied_groups_is_exact_and_fast() -> None:
     assert big.method.startswith("normal")
 
 
+def test_wilcoxon_normal_branch_equals_scipy_with_and_without_ties() -> None:
+    """The normal approximation is written out (scipy's wrapper cost a second per thousand
+    contrasts); its statistic and p must be scipy's, tie correction included."""
+    import warnings
+
+    rng = np.random.default_rng(11)
+    for i in range(200):
+        n = int(rng.integers(120, 400))  # over WILCOXON_EXACT_MAX once ties at 0 drop
+        if i % 2:
+            a, b = rng.random(n), rng.random(n) + 0.05
+        else:
+            a, b = rng.choice([0, 0.25, 0.5, 1], n), rng.choice([0, 0.5, 0.75, 1], n)
+        w = wilcoxon_paired(a, b)
+        d = np.round(b - a, 9)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ref = stats.wilcoxon(d[d != 0], method="asymptotic")
+        assert w.method.startswith("normal")
+        assert w.statistic == ref.statistic
+        assert w.pvalue == pytest.approx(ref.pvalue, rel=1e-12, abs=1e-300)
+
+
 # -------------------------------------------------------------------------- smaller items
 
 

@@ -1,0 +1,126 @@
+"""Contrasts per level of a matched column (the simulator), paired once: each level's result is
+what ``matched_contrasts`` gives on that level's rows alone, and a table's pairs are made once
+for every contrast of an analysis."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+import analysis.contrasts as contrasts
+from analysis.contrasts import matched_contrasts, matched_contrasts_within
+from analysis.fork_summaries import fork_tables
+from analysis.sensitivity import conclusions_by_simulator
+from analysis.testing.synthetic import TeenDesign, add_unforked_arms, write_teen_store
+from core import read
+
+SIMS = ("scripted:sim-a", "scripted:sim-b")
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path = tmp_path_factory.mktemp("within") / "two-sims.db"
+    design = TeenDesign(
+        n_scenarios=8,
+        targets=("scripted:t1", "scripted:t2"),
+        simulators=SIMS,
+        simulator_effect={"scripted:sim-b": 0.1},
+        n_exchanges=4,
+        branch_points={
+            "disclosure": ["guarded", "open"],
+            "help": ["accept", "decline"],
+            "limit": ["accept_limit", "push_back", "argue"],  # three options: Friedman too
+        },
+    )
+    write_teen_store(path, design, seed=5)
+    add_unforked_arms(path)  # a fork tree: copies to count once
+    return str(path)
+
+
+def _frames(res: Any) -> dict[str, Any]:
+    return {
+        "contrasts": res.contrasts,
+        "per_target": res.per_target,
+        "friedman": res.friedman,
+        "realisation": res.realisation,
+        "notes": res.notes,
+    }
+
+
+def test_each_level_equals_the_analysis_of_its_rows_alone(store: str) -> None:
+    ft = fork_tables(store, None)
+    assert ft is not None
+    paired = ft.paired
+    realisation = read.realisation_rows(store, None)
+    each = matched_contrasts_within(paired, "simulator", realisation=realisation, n_boot=50)
+    assert sorted(each) == list(SIMS)
+    for sim in SIMS:
+        alone = matched_contrasts(
+            paired[(paired["simulator"].astype(str) == sim).to_numpy()],
+            realisation=realisation,
+            n_boot=50,
+        )
+        got, want = _frames(each[sim]), _frames(alone)
+        assert not want["contrasts"].empty and not want["friedman"].empty
+        for name, frame in want.items():
+            if isinstance(frame, pd.DataFrame):
+                pd.testing.assert_frame_equal(
+                    got[name].reset_index(drop=True), frame.reset_index(drop=True), obj=name
+                )
+            else:
+                assert got[name] == frame, name
+
+
+def test_a_column_that_is_not_matched_on_is_refused(store: str) -> None:
+    ft = fork_tables(store, None)
+    assert ft is not None
+    with pytest.raises(ValueError, match="not matched on"):
+        matched_contrasts_within(ft.paired, "criterion_id")
+
+
+def test_the_pairs_of_a_table_are_made_once_for_every_contrast(
+    store: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The contrasts and the simulator comparison of one analysis ask for the same pairs; at
+    the seed study's scale making them again cost 2.5 s."""
+    made: list[tuple[str, Any, Any]] = []
+    real = contrasts.candidate_pairs
+
+    def counted(cc: pd.DataFrame, factor: str, a: Any, b: Any, *args: Any, **kw: Any) -> Any:
+        made.append((factor, a, b))
+        return real(cc, factor, a, b, *args, **kw)
+
+    monkeypatch.setattr(contrasts, "candidate_pairs", counted)
+    ft = fork_tables(store, None)
+    assert ft is not None
+    first = matched_contrasts(ft.paired, n_boot=50)
+    n = len(made)
+    assert n == len(set(made)) and n >= 3
+    moved = conclusions_by_simulator(ft.paired, n_boot=50)
+    assert len(made) == n and not moved.empty  # no pair made again
+    again = matched_contrasts(ft.paired, n_boot=50)
+    pd.testing.assert_frame_equal(first.contrasts, again.contrasts)
+    # a new table (another filter) pairs anew
+    matched_contrasts(ft.paired[(ft.paired["judge"].astype(str) != "").to_numpy()], n_boot=50)
+    assert len(made) == 2 * n
+
+
+def test_the_split_path_gives_the_separate_calls_answer(tmp_path: Path) -> None:
+    """conclusions_by_simulator (paired once) equals comparing two separate analyses by hand."""
+    write_teen_store(tmp_path / "s.db", TeenDesign(n_scenarios=6, simulators=SIMS))
+    ft = fork_tables(str(tmp_path / "s.db"), None)
+    assert ft is not None
+    table = conclusions_by_simulator(ft.paired, n_boot=50)
+    for sim, side in ((SIMS[0], "ref"), (SIMS[1], "other")):
+        alone = matched_contrasts(
+            ft.paired[(ft.paired["simulator"].astype(str) == sim).to_numpy()],
+            n_boot=50,
+            per_target=False,
+        ).contrasts
+        merged = table.merge(alone, on=["contrast", "criterion_id", "condition", "judge"])
+        assert len(merged) == len(alone)
+        pd.testing.assert_series_equal(merged[f"diff_{side}"], merged["diff"], check_names=False)
+        assert (merged[f"n_pairs_{side}"] == merged["n_pairs"]).all()
