@@ -55,7 +55,14 @@ from analysis.realisation import (
     with_itt,
     with_realisation,
 )
-from analysis.stats import friedman, holm, mcnemar_exact, scenario_level_test, wilcoxon_paired
+from analysis.stats import (
+    McNemar,
+    binomial_half_p,
+    friedman,
+    holm,
+    scenario_level_test,
+    wilcoxon_paired,
+)
 from analysis.tables import CHOICE_PREFIX, as_conversation_frame, choice_column, choice_columns
 from analysis.versions import keep_versions_apart
 from core.domain import is_branch_key
@@ -105,6 +112,7 @@ def resolve_baselines(cc: pd.DataFrame, given: Mapping[str, str] | None = None) 
         ]
     from_files = _scenario_baselines(paths)
     rows = []
+    per_conversation: pd.DataFrame | None = None  # a row per conversation, made when needed
     for bp in branch_point_keys(cc):
         col = choice_column(bp)
         if bp in given:
@@ -112,7 +120,9 @@ def resolve_baselines(cc: pd.DataFrame, given: Mapping[str, str] | None = None) 
         elif bp in from_files:
             rows.append((bp, from_files[bp], "scenario file"))
         else:
-            counts = cc.drop_duplicates("conversation_id")[col].dropna().astype(str).value_counts()
+            if per_conversation is None:
+                per_conversation = cc.drop_duplicates("conversation_id")
+            counts = per_conversation[col].dropna().astype(str).value_counts()
             if counts.empty:
                 continue
             top = counts[counts == counts.max()].index.sort_values()[0]
@@ -184,6 +194,19 @@ class Encoded:
 
 def _missing(v: Any) -> bool:
     return v is None or (isinstance(v, float) and np.isnan(v))
+
+
+def text_levels(column: pd.Series) -> list[str]:
+    """The distinct values of ``column`` as text, sorted, missing left out (made from its
+    distinct values: converting a 800,000-row column to text first took 0.3 s)."""
+    return sorted({str(v) for v in pd.unique(column.dropna())})
+
+
+def text_equals(column: pd.Series, value: str) -> np.ndarray:
+    """Rows of ``column`` whose text is ``value`` (missing never), compared once per value."""
+    codes, uniques = pd.factorize(column)
+    hit = np.array([str(u) == value for u in uniques] + [False], dtype=bool)
+    return hit[codes]
 
 
 def _conv_ids_by_key(enc: Encoded, mask: np.ndarray, key: np.ndarray) -> pd.Series:
@@ -403,9 +426,14 @@ def summarise_pairs(
         order = np.argsort(group, kind="mergesort")
         bounds = np.searchsorted(group[order], np.arange(g + 1))
         rows = []
+        # McNemar on every group at once: its discordant pairs, then one vectorised p.
+        fa, fb = v["conv_a"].astype(bool), v["conv_b"].astype(bool)
+        only_b = np.bincount(group, weights=~fa & fb, minlength=g).astype(np.int64)
+        only_a = np.bincount(group, weights=fa & ~fb, minlength=g).astype(np.int64)
+        p_mcnemar = binomial_half_p(only_b, only_a)
         for gi in range(g):
             idx = order[bounds[gi] : bounds[gi + 1]]
-            mc = mcnemar_exact(v["conv_a"][idx].astype(bool), v["conv_b"][idx].astype(bool))
+            mc = McNemar(int(only_b[gi]), int(only_a[gi]), float(p_mcnemar[gi]))
             sa, sb = v["score_a"][idx], v["score_b"][idx]
             ok = ~np.isnan(sa) & ~np.isnan(sb)
             # Arguments swapped on purpose: rank-biserial > 0 when the option's score is lower,
@@ -604,28 +632,30 @@ def matched_contrasts_within(
     ci: float = 0.95,
     per_target: bool = True,
     realisation: pd.DataFrame | None = None,
+    friedman_tests: bool = True,
 ) -> dict[str, ContrastResult]:
     """``matched_contrasts`` of each level of ``column`` (one of ``PAIR_KEYS``, e.g. the
     simulator) on its own: each equals ``matched_contrasts`` of that level's rows, its own
     baselines, notes and Holm family, but the arms are paired once for all levels. A pair never
     crosses levels of a column it is matched on, so a level's pairs are the pairs of all levels
-    with that level."""
+    with that level. ``friedman_tests=False`` leaves the Friedman tests out (an empty table)."""
     if column not in PAIR_KEYS:
         raise ValueError(f"{column!r} is not matched on: pairs cross its levels")
     p, notes = _pairing(data)
-    settings = _Settings(baselines, None, by, n_boot, seed, ci, per_target, realisation)
+    settings = _Settings(
+        baselines, None, by, n_boot, seed, ci, per_target, realisation, friedman_tests
+    )
     out = {}
-    levels = p.cc[column].astype(str)
-    for level in sorted(levels.dropna().unique()):
+    for level in text_levels(p.cc[column]):
 
         def pairs(col: str, a: str, b: str, match: list[str], level: str = level) -> pd.DataFrame:
             cand = p.pairs(col, a, b, match)
             if cand.empty:
                 return cand
-            keep = cand[column].astype(str).to_numpy() == level
+            keep = text_equals(cand[column], level)
             return cand[keep].reset_index(drop=True) if keep.any() else cand.iloc[0:0]
 
-        sub = p.cc[(levels == level).to_numpy()]
+        sub = p.cc[text_equals(p.cc[column], level)]
         out[level] = _contrasts(sub, pairs, p.enc, p.turns, settings, list(notes))
     return out
 
@@ -642,6 +672,7 @@ class _Settings:
     ci: float
     per_target: bool
     realisation: pd.DataFrame | None
+    friedman_tests: bool = True
 
 
 def _contrasts(
@@ -667,7 +698,7 @@ def _contrasts(
         col = choice_column(bp)
         others = [c for c in choice_cols if c != col]
         match = [*PAIR_KEYS, *others]
-        options = sorted(cc[col].dropna().astype(str).unique())
+        options = text_levels(cc[col])
         if baseline not in options:
             notes.append(f"branch point {bp}: baseline {baseline!r} never ran; no contrasts")
             continue
@@ -711,7 +742,7 @@ def _contrasts(
                         pairs, [*gcols, "target"], n_boot=n_boot, seed=seed, ci=ci, tests=False
                     )
                 )
-        if len(options) >= 3 and len(cands) == len(options) - 1:
+        if o.friedman_tests and len(options) >= 3 and len(cands) == len(options) - 1:
             fried.append(_friedman_branch(enc, turns, cands, bp, baseline, options, by))
     tab = _finish_family(pd.concat(pooled, ignore_index=True) if pooled else pd.DataFrame())
     real = pd.concat(arms, ignore_index=True) if arms else pd.DataFrame()
@@ -820,7 +851,7 @@ def condition_contrast(
     """
     p, notes = _pairing(data)
     cc = p.cc
-    levels = sorted(cc[factor].dropna().astype(str).unique())
+    levels = text_levels(cc[factor])
     if reference not in levels:
         notes.append(f"reference {factor} {reference!r} not in the data ({', '.join(levels)})")
         empty = pd.DataFrame()
@@ -872,7 +903,7 @@ def simulator_sensitivity(
 ) -> ContrastResult | None:
     """When a sweep used two or more simulators: failure-rate difference per target between them."""
     cc = as_conversation_frame(data)
-    sims = sorted(cc["simulator"].dropna().astype(str).unique())
+    sims = text_levels(cc["simulator"])
     if len(sims) < 2:
         return None
     return condition_contrast(

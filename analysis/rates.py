@@ -85,7 +85,9 @@ def failure_rates(
         if by
         else np.zeros(len(cc), int)
     )
-    clusters, cl_codes = np.unique(cc[cluster].astype(str).to_numpy(), return_inverse=True)
+    # Clusters in text order (sums over them in a fixed order: every path that counts the same
+    # ratings gives the same bits), from codes (np.unique of 800,000 ids took 0.4 s a call).
+    cl_codes, clusters = pd.factorize(cc[cluster].astype(str), sort=True)
     n_groups = int(group.max()) + 1
     s, g = len(clusters), n_groups
     del n_boot, seed  # kept for callers: rate intervals no longer resample (see choose_interval)
@@ -107,7 +109,7 @@ def failure_rates(
             else ((cc["n_partial"] > 0) & (cc["n_rated"] > 0)).to_numpy(),
             "n_rated": den,
             "n_error": cc["n_error"].to_numpy(),
-            "_conv": cc["conversation_id"].to_numpy(),
+            "_conv": pd.factorize(cc["conversation_id"], use_na_sentinel=False)[0],
             "_cl": cl_codes,
         }
     )

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis.contrasts import CRITERION_KEYS, matched_contrasts_within
+from analysis.contrasts import CRITERION_KEYS, matched_contrasts_within, text_levels
 from analysis.realisation import NOT_REALISED
 from analysis.tables import as_conversation_frame
 
@@ -54,7 +54,7 @@ def conclusions_by_simulator(
 ) -> pd.DataFrame:
     """One row per contrast x criterion x condition x other simulator: both results and
     ``verdict`` (``same conclusion``, or what moved). Empty with fewer than two simulators."""
-    sims = sorted(as_conversation_frame(data)["simulator"].dropna().astype(str).unique())
+    sims = text_levels(as_conversation_frame(data)["simulator"])
     if len(sims) < 2:
         return pd.DataFrame()
     ref_sim: str = reference if reference is not None and reference in sims else sims[0]
@@ -66,6 +66,7 @@ def conclusions_by_simulator(
         n_boot=n_boot,
         seed=seed,
         per_target=False,
+        friedman_tests=False,  # not compared
     )
     results = {sim: each[sim].contrasts for sim in sims}
     ref = results[ref_sim]

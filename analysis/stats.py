@@ -51,14 +51,21 @@ class McNemar:
         return (self.b + 0.5) / (self.c + 0.5)
 
 
-@lru_cache(maxsize=4096)
-def _binomial_half_p(b: int, c: int) -> float:
-    """Two-sided exact binomial p of b successes in b + c at 1/2, scipy's binomtest itself,
-    cached: the same discordant counts recur across a table's rows. (2 P(X <= min(b, c)) is the
-    same number in exact arithmetic but not in floating point: 0.9999999999999998 for 91 of 181.)"""
-    if b + c == 0:
-        return 1.0
-    return float(stats.binomtest(b, b + c, 0.5).pvalue)
+def binomial_half_p(b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """Two-sided exact binomial p of b successes in b + c at 1/2, for arrays of counts: the
+    number ``scipy.stats.binomtest(b, b + c, 0.5)`` gives (a test checks; they can differ only
+    in the last denormal, below 1e-300), in one vectorised call instead of 1.3 ms a pair. binomtest adds to the tail of k = min(b, c) the terms on the
+    other side of the mode that are no likelier than P(X = k): at 1/2 these are the k + 1
+    mirrored ones, so p = P(X <= k) + P(X >= n - k), summed as binomtest sums them (2 P(X <= k)
+    is the same number in exact arithmetic but not in floating point: 0.9999999999999998 for
+    91 of 181)."""
+    b = np.atleast_1d(np.asarray(b, dtype=np.int64))
+    n = b + np.atleast_1d(np.asarray(c, dtype=np.int64))
+    below = b * 2 < n  # binomtest's branches: b below the mode, or above it
+    with np.errstate(all="ignore"):
+        low = np.where(below, stats.binom.cdf(b, n, 0.5), stats.binom.cdf(n - b, n, 0.5))
+        high = np.where(below, stats.binom.sf(n - b - 1, n, 0.5), stats.binom.sf(b - 1, n, 0.5))
+    return np.where((b * 2 == n) | (n == 0), 1.0, np.minimum(1.0, low + high))
 
 
 def mcnemar_exact(fail_a: np.ndarray, fail_b: np.ndarray) -> McNemar:
@@ -67,7 +74,7 @@ def mcnemar_exact(fail_a: np.ndarray, fail_b: np.ndarray) -> McNemar:
     fb = np.asarray(fail_b, dtype=bool)
     b = int(np.sum(~fa & fb))
     c = int(np.sum(fa & ~fb))
-    return McNemar(b, c, _binomial_half_p(b, c))
+    return McNemar(b, c, float(binomial_half_p(np.array([b]), np.array([c]))[0]))
 
 
 @dataclass(frozen=True)

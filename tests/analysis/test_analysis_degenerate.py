@@ -212,6 +212,21 @@ def test_wilcoxon_normal_branch_equals_scipy_with_and_without_ties() -> None:
         assert w.pvalue == pytest.approx(ref.pvalue, rel=1e-12, abs=1e-300)
 
 
+def test_mcnemar_p_equals_binomtest_for_every_count_up_to_120_and_large_ones() -> None:
+    """McNemar's p is computed for all groups at once (binomtest cost 1.3 ms a pair); it must be
+    binomtest's number, including 91 of 181 (1.0, where 2 P(X <= k) gives 0.9999999999999998)."""
+    from analysis.stats import binomial_half_p
+
+    grid = np.array([(b, c) for b in range(121) for c in range(121)])
+    rng = np.random.default_rng(7)
+    big = rng.integers(0, 4000, size=(400, 2))
+    counts = np.vstack([grid, big, [[91, 90], [0, 0]]])
+    got = binomial_half_p(counts[:, 0], counts[:, 1])
+    want = [stats.binomtest(int(b), int(b + c), 0.5).pvalue if b + c else 1.0 for b, c in counts]
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-300)
+    assert got[-2] == 1.0 and got[-1] == 1.0
+
+
 # -------------------------------------------------------------------------- smaller items
 
 
