@@ -144,6 +144,7 @@ class Encoded:
         self.cc = cc
         self._codes: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._arrays: dict[str, np.ndarray] = {}
+        self._categories: dict[str, tuple[np.ndarray, pd.Index]] = {}
 
     def codes(self, col: str) -> np.ndarray:
         if col not in self._codes:
@@ -165,15 +166,17 @@ class Encoded:
         ):
             return self.array(col)[idx]
         codes = self.codes(col)
-        uniques = self._codes[col][1]
-        keep = np.array([not _missing(u) for u in uniques], dtype=bool)
-        names = np.array([str(u) for u in uniques[keep]], dtype=object)
-        order = np.argsort(names, kind="stable")  # sorted categories: groups come out in text order
-        rank = np.empty(len(order), np.int64)
-        rank[order] = np.arange(len(order))
-        cats = pd.Index(names[order], dtype=object)
-        remap = np.full(len(uniques), -1, np.int64)
-        remap[keep] = rank
+        if col not in self._categories:  # made once a column: a contrast takes each often
+            uniques = self._codes[col][1]
+            keep = np.array([not _missing(u) for u in uniques], dtype=bool)
+            names = np.array([str(u) for u in uniques[keep]], dtype=object)
+            order = np.argsort(names, kind="stable")  # sorted: groups come out in text order
+            rank = np.empty(len(order), np.int64)
+            rank[order] = np.arange(len(order))
+            remap = np.full(len(uniques), -1, np.int64)
+            remap[keep] = rank
+            self._categories[col] = (remap, pd.Index(names[order], dtype=object))
+        remap, cats = self._categories[col]
         return pd.Categorical.from_codes(remap[codes[idx]], categories=cats)
 
     def array(self, col: str) -> np.ndarray:
@@ -209,10 +212,12 @@ def text_equals(column: pd.Series, value: str) -> np.ndarray:
     return hit[codes]
 
 
-def _conv_ids_by_key(enc: Encoded, mask: np.ndarray, key: np.ndarray) -> pd.Series:
-    """Conversation id of each matching key among ``mask`` rows (one conversation per key)."""
-    ids = enc.array("conversation_id")[mask]
-    return pd.Series(ids, index=key[mask]).groupby(level=0).first()
+def _first_rows(mask: np.ndarray, key: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """The first of the ``mask`` rows with each ``wanted`` key (one conversation per key;
+    every wanted key is among them)."""
+    rows = np.flatnonzero(mask)
+    uniq, first = np.unique(key[rows], return_index=True)
+    return rows[first[np.searchsorted(uniq, wanted)]]
 
 
 def candidate_pairs(
@@ -247,8 +252,8 @@ def candidate_pairs(
     if m.empty:
         return pd.DataFrame()
     ck = m["ck"].to_numpy(np.int64)
-    conv_a = _conv_ids_by_key(enc, la, conv_key).reindex(ck).to_numpy(dtype=object)
-    conv_b = _conv_ids_by_key(enc, lb, conv_key).reindex(ck).to_numpy(dtype=object)
+    conv_a = enc.take("conversation_id", _first_rows(la, conv_key, ck))
+    conv_b = enc.take("conversation_id", _first_rows(lb, conv_key, ck))
     cutoff = tree.divergences(conv_a, conv_b) if tree.has_forks else np.zeros(len(m))
     has_a, has_b = m["ia"].notna().to_numpy(), m["ib"].notna().to_numpy()
     ia = m["ia"].fillna(-1).to_numpy(np.int64)
@@ -452,16 +457,30 @@ def summarise_pairs(
 
 
 def _dropouts(cand: pd.DataFrame, gcols: Sequence[str]) -> pd.DataFrame:
-    """Per group: criteria rated in one arm only (they leave the contrast), and unforked pairs."""
-    st = cand["status"].astype(str)
-    work = cand[list(gcols)].copy()
-    for c in work.columns:
-        if isinstance(work[c].dtype, pd.CategoricalDtype):
-            work[c] = work[c].astype(object)
-    work["n_only_baseline"] = (st == "only_a").to_numpy(np.int64)
-    work["n_only_option"] = (st == "only_b").to_numpy(np.int64)
-    work["n_never_forked"] = (st == "never_forked").to_numpy(np.int64)
-    return work.groupby(list(gcols), dropna=False, sort=False).sum().reset_index()
+    """Per group (in order of first appearance): criteria rated in one arm only (they leave the
+    contrast), and unforked pairs."""
+    group = cand.groupby(list(gcols), dropna=False, sort=False, observed=True).ngroup().to_numpy()
+    first = np.unique(group, return_index=True)[1]  # each group's first row
+    order = np.argsort(first)  # the groups in order of first appearance
+    keys = cand[list(gcols)].iloc[first[order]].reset_index(drop=True)
+    for c in keys.columns:
+        if isinstance(keys[c].dtype, pd.CategoricalDtype):
+            keys[c] = keys[c].astype(object)
+    st = np.asarray(cand["status"], dtype=object)
+    for col, status in (("n_only_baseline", "only_a"), ("n_only_option", "only_b"),
+                        ("n_never_forked", "never_forked")):  # fmt: skip
+        per = np.bincount(group, weights=st == status, minlength=len(first))
+        keys[col] = per[order].astype(np.int64)
+    return keys
+
+
+def _constants(n: int, **values: str) -> dict[str, pd.Categorical]:
+    """Columns of ``n`` rows that hold one text each, as categoricals (as strings they cost a
+    string per row and slow every group-by of a contrast)."""
+    return {
+        k: pd.Categorical.from_codes(np.zeros(n, np.int8), categories=[v])
+        for k, v in values.items()
+    }
 
 
 # --------------------------------------------------------------------------- public
@@ -688,7 +707,7 @@ def _contrasts(
     n_boot, seed, ci = o.n_boot, o.seed, o.ci
     by = [c for c in o.by if c in cc.columns]
     base = resolve_baselines(cc, o.baselines)
-    pooled, per_t, fried, drops, arms = [], [], [], [], []
+    pooled, per_t, fried, arms = [], [], [], []
     unrated: list[str] = []
     choice_cols = choice_columns(cc)
     wanted = list(o.branch_points) if o.branch_points is not None else list(base["branch_point"])
@@ -720,12 +739,11 @@ def _contrasts(
                 "option": opt,
                 "contrast": f"{bp}: {baseline} → {opt}",
             }
-            cand = cand.assign(**label)
+            cand = cand.assign(**_constants(len(cand), **label))
             cands[opt] = cand
             gcols = ["contrast", "branch_point", "baseline", "option", *CRITERION_KEYS,
                      "risk_area", *by]  # fmt: skip
             drop = _dropouts(cand, gcols)
-            drops.append(drop)
             _note_dropouts(drop, label["contrast"], notes)
             pairs = per_protocol_pairs(cand)
             arms.append(arm_counts(cand, ["contrast", "branch_point", "baseline", "option", *by]))
@@ -733,7 +751,7 @@ def _contrasts(
                 notes.append(f"{label['contrast']}: no pair realised in both arms (not realised)")
             summary = summarise_pairs(pairs, gcols, n_boot=n_boot, seed=seed, ci=ci)
             itt_summary = summarise_pairs(
-                itt.assign(**label), gcols, n_boot=n_boot, seed=seed, ci=ci
+                itt.assign(**_constants(len(itt), **label)), gcols, n_boot=n_boot, seed=seed, ci=ci
             )
             pooled.append(with_itt(summary, itt_summary, gcols).merge(drop, on=gcols, how="left"))
             if o.per_target and not pairs.empty:
@@ -867,7 +885,7 @@ def condition_contrast(
             notes.append(f"{factor} {reference} vs {lvl}: {_unpaired(cand)}")
             continue
         label = f"{factor}: {reference} → {lvl}"
-        cand = cand.assign(contrast=label, baseline=reference, option=lvl)
+        cand = cand.assign(**_constants(len(cand), contrast=label, baseline=reference, option=lvl))
         gcols = ["contrast", "baseline", "option", *CRITERION_KEYS, "risk_area"]
         drop = _dropouts(cand, gcols)
         _note_dropouts(drop, label, notes)

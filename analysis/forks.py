@@ -95,8 +95,8 @@ class Tree:
     def divergences(self, a: Iterable[str], b: Iterable[str]) -> np.ndarray:
         """``divergence`` of each pair, computed once per distinct pair (a contrast repeats
         each pair of arms for every criterion)."""
-        a_codes, a_names = pd.factorize(np.asarray(list(a), dtype=object), use_na_sentinel=False)
-        b_codes, b_names = pd.factorize(np.asarray(list(b), dtype=object), use_na_sentinel=False)
+        a_codes, a_names = pd.factorize(_ids(a), use_na_sentinel=False)
+        b_codes, b_names = pd.factorize(_ids(b), use_na_sentinel=False)
         if not len(a_codes):
             return np.zeros(0, dtype=float)
         pair = a_codes.astype(np.int64) * (len(b_names) + 1) + b_codes
@@ -107,6 +107,13 @@ class Tree:
             dtype=float,
         )
         return got[inv.reshape(-1)]
+
+
+def _ids(values: Iterable[str]) -> Any:
+    """Conversation ids as ``pd.factorize`` takes them (a categorical as it is: its codes)."""
+    if isinstance(values, (pd.Categorical, pd.Series, np.ndarray)):
+        return values
+    return np.asarray(list(values), dtype=object)
 
 
 def turn_level_counts(judgments: pd.DataFrame) -> pd.DataFrame:
