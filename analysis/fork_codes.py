@@ -150,12 +150,12 @@ def count_frame(
         "criterion_id": column(codes.criterion_ids, g_crit),
         "risk_area": column(_risk_areas(codes).reshape(-1), g_key * n_crit + g_crit),
         "judge": column(judge_of_key, g_key),
-        **sums,
+        **{c: np.array(v) for c, v in sums.items()},  # copies: the frame owns its columns
     }
     row_of = _conversation_rows(codes, conv)[g_conv]
     for col in conv.columns.drop("conversation_id"):
         out[col] = conv[col].array.take(row_of, allow_fill=True)
-    return finish_aggregate(pd.DataFrame(out))
+    return finish_aggregate(pd.DataFrame(out, copy=False))  # every column made here
 
 
 def _conversation_rows(codes: Any, conv: pd.DataFrame) -> np.ndarray:
@@ -205,7 +205,7 @@ def coded_count_frame(
         "criterion_id": coded(np.array(codes.criterion_ids, dtype=object), g_crit),
         "risk_area": coded(_risk_areas(codes).reshape(-1), g_key * n_crit + g_crit),
         "judge": coded(np.array(judge_of_key, dtype=object), g_key),
-        **{c: np.asarray(v) for c, v in sums.items()},
+        **{c: np.array(v) for c, v in sums.items()},  # copies: the frame owns its columns
     }
     # The conversation's columns (a left merge on its id): its row, or none (-1: missing).
     row_of = _conversation_rows(codes, conv)[g_conv]
@@ -218,7 +218,7 @@ def coded_count_frame(
             out[col] = filled.astype(values.dtype) if (row_of >= 0).all() else filled
         else:
             out[col] = coded(values, row_of)
-    frame = pd.DataFrame(out)
+    frame = pd.DataFrame(out, copy=False)  # every column made here
     for col in ("n_rated", "n_fail", "n_partial", "n_error", "n_other", "n_scored"):
         frame[col] = frame[col].astype(np.int64)
     frame["score_sum"] = frame["score_sum"].astype(float)

@@ -50,17 +50,6 @@ def _sums(per_code: dict[int, np.ndarray]) -> dict[str, np.ndarray]:
     }
 
 
-def code_counts(cells: np.ndarray, mask: np.ndarray | None = None) -> dict[int, np.ndarray]:
-    """Per row of ``cells``: how many cells (of ``mask``) hold each verdict code."""
-    out = {}
-    for c in (FAIL, PARTIAL, PASS, OTHER, ERROR):
-        hit = cells == c
-        if mask is not None:
-            hit &= mask
-        out[c] = hit.sum(axis=1)
-    return out
-
-
 class SummaryTurnCounts(TurnCounts):
     """``TurnCounts`` of summary rows: the counts of a row from a turn index on, from cumulative
     counts per turn column (the whole conversation's rating, the last column, always counts)."""
@@ -78,24 +67,31 @@ class SummaryTurnCounts(TurnCounts):
         self.cum: dict[Any, np.ndarray] = {}
         self.whole: dict[int, np.ndarray] = {}
         turns = cells[:, used]
-        for c in (FAIL, PARTIAL, PASS, OTHER):
+        for c in (FAIL, PARTIAL, PASS, OTHER, ERROR):
             cum = np.zeros((len(cells), len(used) + 1), kind)
             np.cumsum(turns == c, axis=1, dtype=kind, out=cum[:, 1:])
             self.cum[c] = cum
             self.whole[c] = cells[:, width] == c
 
-    def after(self, rows: np.ndarray, cutoff: np.ndarray) -> dict[str, np.ndarray]:
+    def codes_from(self, rows: np.ndarray, cutoff: np.ndarray) -> dict[int, np.ndarray]:
+        """Per row of ``rows``: how many of its cells hold each verdict code from turn
+        ``cutoff`` on, the whole conversation's rating included (inf: none; NaN: every turn)."""
         rows = np.asarray(rows, dtype=np.int64)
         cutoff = np.asarray(cutoff, dtype=float)
         never = np.isinf(cutoff)
-        unknown = np.isnan(cutoff)  # no cut-off (a set without its baseline arm): no count
-        cut = np.where(never | unknown, 0.0, cutoff)
-        cut = np.ceil(np.clip(cut, 0, self.width)).astype(np.int64)
+        cut = np.where(never | np.isnan(cutoff), 0.0, cutoff)
+        at = self.before[np.ceil(np.clip(cut, 0, self.width)).astype(np.int64)]
         per: dict[int, np.ndarray] = {}
         for c, cum in self.cum.items():
-            got = cum[rows, -1].astype(np.int64) - cum[rows, self.before[cut]] + self.whole[c][rows]
+            got = cum[rows, -1].astype(np.int64) - cum[rows, at] + self.whole[c][rows]
             per[c] = np.where(never, 0, got)
-        per[ERROR] = np.zeros(len(rows), np.int64)
+        return per
+
+    def after(self, rows: np.ndarray, cutoff: np.ndarray) -> dict[str, np.ndarray]:
+        cutoff = np.asarray(cutoff, dtype=float)
+        unknown = np.isnan(cutoff)  # no cut-off (a set without its baseline arm): no count
+        per = self.codes_from(rows, cutoff)
+        per[ERROR] = np.zeros(len(cutoff), np.int64)  # contrasts count no errors
         sums = _sums(per)
         return {c: np.where(unknown, np.nan, sums[c]) for c in COUNT_COLS}
 
@@ -108,6 +104,7 @@ def distinct_counts(
     gcrit: np.ndarray,
     anc: np.ndarray,
     shared: np.ndarray,
+    turns: SummaryTurnCounts,
 ) -> tuple[dict[int, np.ndarray], np.ndarray]:
     """Counts per verdict code of each group's ratings with every copied turn once
     (``analysis.forks.distinct_ratings``), and whether the group keeps any rating."""
@@ -118,13 +115,14 @@ def distinct_counts(
     s1 = shared[1][gconv] if len(shared) > 1 else np.full(n, -np.inf)
     col = np.arange(width + 1)
     # A turn at or after the fork with the parent is the arm's own; the whole conversation's
-    # rating is its own unless it never forked.
+    # rating is its own unless it never forked (s1 inf; -inf: no parent, every turn its own).
     own = col[None, :] >= s1[:, None]
     own[:, width] = ~np.isinf(s1) | (s1 < 0)
     present = cells != EMPTY
-    counts = code_counts(cells, own)
-    kept = (present & own).any(axis=1)
-    g, t = np.nonzero(present & ~own)
+    counts = turns.codes_from(np.arange(n), np.where(s1 < 0, 0.0, s1))
+    copied_cells = present & ~own
+    kept = present.sum(axis=1) > copied_cells.sum(axis=1)  # a present cell of its own
+    g, t = np.nonzero(copied_cells)
     if len(g):
         turn = np.where(t == width, np.nan, t.astype(float))
         root = coded_roots(gconv[g], turn, anc, shared)
@@ -217,11 +215,8 @@ def summary_fork_tables(
     pairs = sorted({(s.keys[b // n_crit][0], s.criterion_ids[b % n_crit]) for b in both})
     codes = _Codes(s, risk_areas(path, pairs))
 
-    every = _sums(code_counts(cells))
-    # One frame of every group, built (and merged with the conversations) once; the others are
-    # its rows, in the same order, with their own counts.
-    base = count_frame(codes, gconv, gkey, gcrit, every, labels, conv)
-
+    turns = SummaryTurnCounts(cells)
+    every = _sums(turns.codes_from(np.arange(len(cells)), np.zeros(len(cells))))
     made: list[tuple[np.ndarray | None, pd.DataFrame]] = []
 
     def rows(sums: dict[str, np.ndarray], keep: np.ndarray | None) -> pd.DataFrame:
@@ -236,17 +231,19 @@ def summary_fork_tables(
             return bool(np.array_equal(k, keep))
 
         like = next((f for k, f in made if same(k)), None)
-        if like is not None:
-            out = like.copy(deep=False)
-        else:
-            out = base.copy(deep=False) if at is None else base.iloc[at].reset_index(drop=True)
+        sel: Any = slice(None) if at is None else at
+        picked = {c: v[sel] for c, v in sums.items()}
+        if like is None:  # the groups ``keep`` selects, made from their codes
+            out = count_frame(codes, gconv[sel], gkey[sel], gcrit[sel], picked, labels, conv)
             made.append((keep, out))
-        for c, v in sums.items():
-            out[c] = (v if at is None else v[at]).astype(out[c].dtype)
+            return out
+        out = like.copy(deep=False)
+        for c, v in picked.items():
+            out[c] = v.astype(out[c].dtype)
         return out
 
     if tree.has_forks:
-        per, kept = distinct_counts(s, cells, gconv, gkey, gcrit, anc, shared)
+        per, kept = distinct_counts(s, cells, gconv, gkey, gcrit, anc, shared, turns)
         cc = rows(_sums(per), kept)
     else:
         cc = rows(every, None)
@@ -254,7 +251,7 @@ def summary_fork_tables(
     cc_conv = rows(every, ~copied if copied.any() else None)
     # Every group again, coded for pairing, with each conversation's parent and fork turn.
     cc_all = pairing_frame(codes, gconv, gkey, gcrit, every, labels, conv, tree_rows=tree_rows)
-    out = ForkTables(cc, cc_conv, PostForkCounts(cc_all, SummaryTurnCounts(cells)), notes)
+    out = ForkTables(cc, cc_conv, PostForkCounts(cc_all, turns), notes)
     out.n_judgments = int(s.n[grows].sum())
     return out
 
