@@ -55,16 +55,9 @@ def _percentile(reps: np.ndarray, ci: float) -> tuple[np.ndarray, np.ndarray]:
         warnings.simplefilter(
             "ignore", RuntimeWarning
         )  # a group with no data: NaN, said in the table
-        lo = (
-            np.nanpercentile(reps, lo_q, axis=0)
-            if np.isnan(reps).any()
-            else np.percentile(reps, lo_q, axis=0)
-        )
-        hi = (
-            np.nanpercentile(reps, hi_q, axis=0)
-            if np.isnan(reps).any()
-            else np.percentile(reps, hi_q, axis=0)
-        )
+        # Both quantiles from one sort of each group's replicates.
+        q = np.nanpercentile if np.isnan(reps).any() else np.percentile
+        lo, hi = q(reps, [lo_q, hi_q], axis=0)
     return lo, hi
 
 

@@ -145,6 +145,7 @@ class Encoded:
         self._codes: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._arrays: dict[str, np.ndarray] = {}
         self._categories: dict[str, tuple[np.ndarray, pd.Index]] = {}
+        self._keys: dict[tuple[str, ...], np.ndarray] = {}
 
     def codes(self, col: str) -> np.ndarray:
         if col not in self._codes:
@@ -185,7 +186,15 @@ class Encoded:
         return self._arrays[col]
 
     def key(self, cols: Sequence[str]) -> np.ndarray:
-        """One int64 per row identifying its combination of ``cols``."""
+        """One int64 per row identifying its combination of ``cols`` (made once per list: the
+        options of a branch point pair on the same columns)."""
+        if tuple(cols) not in self._keys:
+            made = self._key(cols)
+            made.flags.writeable = False  # shared by every caller
+            self._keys[tuple(cols)] = made
+        return self._keys[tuple(cols)]
+
+    def _key(self, cols: Sequence[str]) -> np.ndarray:
         parts = [self.codes(c) for c in cols]
         dims = [int(p.max()) + 1 if len(p) else 1 for p in parts]
         if float(np.prod([float(d) for d in dims])) < 2.0**62:

@@ -124,10 +124,14 @@ def distinct_counts(
     kept = present.sum(axis=1) > copied_cells.sum(axis=1)  # a present cell of its own
     g, t = np.nonzero(copied_cells)
     if len(g):
-        turn = np.where(t == width, np.nan, t.astype(float))
-        root = coded_roots(gconv[g], turn, anc, shared)
         n_key, n_crit = len(s.keys), len(s.criterion_ids)
         n_conv = len(s.conversation_ids)
+        # A cell's root depends on its conversation and turn only: found once for each of
+        # those (a grid of conversations x turns), not for each copied cell of each criterion.
+        grid_conv = np.repeat(np.arange(n_conv), width + 1)
+        grid_turn = np.tile(np.append(np.arange(width, dtype=float), np.nan), n_conv)
+        grid = coded_roots(grid_conv, grid_turn, anc, shared).reshape(n_conv, width + 1)
+        root = grid[gconv[g], t]
         lookup = np.full(n_conv * n_key * n_crit, -1, np.int64)
         lookup[(gconv * n_key + gkey) * n_crit + gcrit] = np.arange(n)
         in_ids = root < n_conv

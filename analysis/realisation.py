@@ -121,7 +121,7 @@ def intention_to_treat_pairs(cand: pd.DataFrame, counts: Any) -> pd.DataFrame:
     conversation (a judge that rated the copies differently is noise, not an effect).
     """
     never = (cand["status"] == "never_forked").to_numpy()
-    out = cand.copy()
+    out = cand.copy(deep=False)  # copy-on-write: the columns set below are new, cand unchanged
     if never.any():
         ia = out["_ia"].to_numpy(np.int64)
         safe = np.where(ia >= 0, ia, 0)
