@@ -491,13 +491,11 @@ def _dropouts(cand: pd.DataFrame, gcols: Sequence[str]) -> pd.DataFrame:
     return keys
 
 
-def _constants(n: int, **values: str) -> dict[str, pd.Categorical]:
-    """Columns of ``n`` rows that hold one text each, as categoricals (as strings they cost a
-    string per row and slow every group-by of a contrast)."""
-    return {
-        k: pd.Categorical.from_codes(np.zeros(n, np.int8), categories=[v])
-        for k, v in values.items()
-    }
+def _constants(n: int, **values: str) -> dict[str, Any]:
+    """Columns of ``n`` rows that hold one text each, as a frame's text columns are, taken
+    from a one-value array (made from a scalar, they cost a Python string per row)."""
+    at = np.zeros(n, np.int64)
+    return {k: pd.array([v], dtype="str").take(at) for k, v in values.items()}
 
 
 # --------------------------------------------------------------------------- public
@@ -668,18 +666,19 @@ def matched_contrasts_within(
     ci: float = 0.95,
     per_target: bool = True,
     realisation: pd.DataFrame | None = None,
-    friedman_tests: bool = True,
+    secondary_tests: bool = True,
 ) -> dict[str, ContrastResult]:
     """``matched_contrasts`` of each level of ``column`` (one of ``PAIR_KEYS``, e.g. the
     simulator) on its own: each equals ``matched_contrasts`` of that level's rows, its own
     baselines, notes and Holm family, but the arms are paired once for all levels. A pair never
     crosses levels of a column it is matched on, so a level's pairs are the pairs of all levels
-    with that level. ``friedman_tests=False`` leaves the Friedman tests out (an empty table)."""
+    with that level. ``secondary_tests=False`` leaves out the pair-level tests (McNemar, Wilcoxon) and
+    Friedman's."""
     if column not in PAIR_KEYS:
         raise ValueError(f"{column!r} is not matched on: pairs cross its levels")
     p, notes = _pairing(data)
     settings = _Settings(
-        baselines, None, by, n_boot, seed, ci, per_target, realisation, friedman_tests
+        baselines, None, by, n_boot, seed, ci, per_target, realisation, secondary_tests
     )
     out = {}
     for level in text_levels(p.cc[column]):
@@ -708,7 +707,7 @@ class _Settings:
     ci: float
     per_target: bool
     realisation: pd.DataFrame | None
-    friedman_tests: bool = True
+    secondary_tests: bool = True
 
 
 def _contrasts(
@@ -766,10 +765,14 @@ def _contrasts(
             arms.append(arm_counts(cand, ["contrast", "branch_point", "baseline", "option", *by]))
             if pairs.empty:
                 notes.append(f"{label['contrast']}: no pair realised in both arms (not realised)")
-            summary = summarise_pairs(pairs, gcols, n_boot=n_boot, seed=seed, ci=ci)
+            tests = o.secondary_tests
+            summary = summarise_pairs(pairs, gcols, n_boot=n_boot, seed=seed, ci=ci, tests=tests)
+            # The intention-to-treat figures beside it carry no pair-level test; its columns
+            # are the blank row's only where nothing was realised (``with_itt``).
             itt_summary = summarise_pairs(
-                itt.assign(**_constants(len(itt), **label)), gcols, n_boot=n_boot, seed=seed, ci=ci
-            )
+                itt.assign(**_constants(len(itt), **label)), gcols, n_boot=n_boot, seed=seed,
+                ci=ci, tests=tests and pairs.empty,
+            )  # fmt: skip
             pooled.append(with_itt(summary, itt_summary, gcols).merge(drop, on=gcols, how="left"))
             if o.per_target and not pairs.empty:
                 per_t.append(
@@ -777,7 +780,7 @@ def _contrasts(
                         pairs, [*gcols, "target"], n_boot=n_boot, seed=seed, ci=ci, tests=False
                     )
                 )
-        if o.friedman_tests and len(options) >= 3 and len(cands) == len(options) - 1:
+        if o.secondary_tests and len(options) >= 3 and len(cands) == len(options) - 1:
             fried.append(_friedman_branch(enc, turns, cands, bp, baseline, options, by))
     tab = _finish_family(pd.concat(pooled, ignore_index=True) if pooled else pd.DataFrame())
     real = pd.concat(arms, ignore_index=True) if arms else pd.DataFrame()

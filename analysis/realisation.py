@@ -166,26 +166,30 @@ def arm_counts(
     cand: pd.DataFrame, keys: Sequence[str] = ("contrast", "branch_point", "baseline", "option")
 ) -> pd.DataFrame:
     """Per contrast: arms assigned each side, and how many realised their option (n of N)."""
+    keys = list(keys)
     pairs = cand.drop_duplicates(["conversation_id_a", "conversation_id_b"])
-    rows = []
-    for key, g in pairs.groupby(list(keys), dropna=False, sort=True, observed=True):
-        a = g.drop_duplicates("conversation_id_a")
-        b = g.drop_duplicates("conversation_id_b")
-        both = g["realised_a"].to_numpy(bool) & g["realised_b"].to_numpy(bool)
-        rows.append(
-            (
-                *(key if isinstance(key, tuple) else (key,)),
-                int(a["realised_a"].sum()),
-                len(a),
-                int(b["realised_b"].sum()),
-                len(b),
-                int(both.sum()),
-                len(g),
-            )  # fmt: skip
-        )
-    cols = [*keys, "n_realised_baseline", "n_arms_baseline", "n_realised_option", "n_arms_option",
-            "n_realised_pairs", "n_assigned_pairs"]  # fmt: skip
-    return pd.DataFrame(rows, columns=cols)
+
+    def per_group(frame: pd.DataFrame, flag: Any) -> pd.DataFrame:
+        grouped = frame.assign(_flag=flag).groupby(keys, dropna=False, sort=True, observed=True)
+        return grouped["_flag"].agg(["sum", "size"])
+
+    a = per_group(pairs.drop_duplicates([*keys, "conversation_id_a"]), lambda f: f["realised_a"])
+    b = per_group(pairs.drop_duplicates([*keys, "conversation_id_b"]), lambda f: f["realised_b"])
+    both = per_group(pairs, lambda f: f["realised_a"].astype(bool) & f["realised_b"].astype(bool))
+    out = pd.DataFrame(
+        {
+            "n_realised_baseline": a["sum"].astype(int),
+            "n_arms_baseline": a["size"].astype(int),
+            "n_realised_option": b["sum"].astype(int),
+            "n_arms_option": b["size"].astype(int),
+            "n_realised_pairs": both["sum"].astype(int),
+            "n_assigned_pairs": both["size"].astype(int),
+        }
+    ).reset_index()
+    for col in keys:  # plain values (text: str), as a frame of them infers
+        if isinstance(out[col].dtype, pd.CategoricalDtype):
+            out[col] = out[col].astype(object).infer_objects()
+    return out
 
 
 def unrecorded_note(realisation: pd.DataFrame | None) -> str | None:

@@ -66,7 +66,7 @@ def conclusions_by_simulator(
         n_boot=n_boot,
         seed=seed,
         per_target=False,
-        friedman_tests=False,  # not compared
+        secondary_tests=False,  # not compared
     )
     results = {sim: each[sim].contrasts for sim in sims}
     ref = results[ref_sim]

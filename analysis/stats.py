@@ -269,7 +269,7 @@ def sign_flip_pvalue(values: np.ndarray) -> float:
     including none: S identical non-zero values give p = 2 / 2^S (4 scenarios: 0.125).
     """
     x = np.asarray(values, dtype=float)
-    if len(x) == 0:
+    if len(x) == 0 or not np.any(round_ties(x)):  # (patterns not drawn: 0.3 s at 195)
         return 1.0
     return _sign_flip_p(x, _sign_patterns(len(x)))
 
@@ -288,6 +288,9 @@ def sign_flip_interval(
     alpha = 1 - ci
     if len(x) == 0 or 2.0 / 2 ** len(x) >= alpha:
         return (bounds[0], bounds[1]) if bounds else (float("nan"), float("nan"))
+    low, high = float(x.min()), float(x.max())
+    if not np.any(round_ties(x - low)) and not np.any(round_ties(x - high)):
+        return low, high  # no spread: both ends accepted as they are (no patterns drawn)
     signs = _sign_patterns(len(x))
     centre = float(x.mean())
 
