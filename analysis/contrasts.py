@@ -33,6 +33,7 @@ conversations, since in a one-at-a-time design every arm but the deviations keep
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,7 +64,13 @@ from analysis.stats import (
     scenario_level_test,
     wilcoxon_paired,
 )
-from analysis.tables import CHOICE_PREFIX, as_conversation_frame, choice_column, choice_columns
+from analysis.tables import (
+    CHOICE_PREFIX,
+    as_conversation_frame,
+    choice_column,
+    choice_columns,
+    group_codes,
+)
 from analysis.versions import keep_versions_apart
 from core.domain import is_branch_key
 
@@ -397,9 +404,7 @@ def summarise_pairs(
     if pairs.empty:
         return pd.DataFrame()
     v = _per_pair(pairs)
-    group = (
-        pairs.groupby(list(group_cols), sort=True, dropna=False, observed=True).ngroup().to_numpy()
-    )
+    group = group_codes(pairs, group_cols)
     g = int(group.max()) + 1
     cl, clusters = pd.factorize(pairs["scenario_id"])
     s = len(clusters)
@@ -476,7 +481,7 @@ def summarise_pairs(
 def _dropouts(cand: pd.DataFrame, gcols: Sequence[str]) -> pd.DataFrame:
     """Per group (in order of first appearance): criteria rated in one arm only (they leave the
     contrast), and unforked pairs."""
-    group = cand.groupby(list(gcols), dropna=False, sort=False, observed=True).ngroup().to_numpy()
+    group = group_codes(cand, gcols, sort=False)
     first = np.unique(group, return_index=True)[1]  # each group's first row
     order = np.argsort(first)  # the groups in order of first appearance
     keys = cand[list(gcols)].iloc[first[order]].reset_index(drop=True)
@@ -522,20 +527,40 @@ class ContrastResult:
 
 
 def _target_share(per_target: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
+    """Per contrast x criterion: the share of targets whose difference is above zero, raised and
+    lowered: the target's own scenario-level interval excludes zero (a target with one scenario
+    has no interval and is neither), targets without an interval, and the median difference."""
     if per_target.empty:
         return pd.DataFrame()
-    g = per_target.groupby(list(keys), dropna=False, sort=True)
-    out = g.agg(
-        n_targets=("target", "nunique"),
-        share_higher=("diff", lambda d: float(np.mean(d > 0))),
-        # Raised / lowered: the target's own scenario-level interval excludes zero (a target with
-        # one scenario has no interval and is neither).
-        share_raised=("ci_low", lambda x: float(np.mean(x > 0))),
-        share_lowered=("ci_high", lambda x: float(np.mean(x < 0))),
-        n_no_interval=("ci_low", lambda x: int(np.isnan(x).sum())),
-        median_diff=("diff", "median"),
-    )
-    return out.reset_index()
+    keys = list(keys)
+    group = group_codes(per_target, keys)
+    n = int(group.max()) + 1
+    size = np.bincount(group, minlength=n)
+    diff = per_target["diff"].to_numpy(float)
+    low, high = per_target["ci_low"].to_numpy(float), per_target["ci_high"].to_numpy(float)
+
+    def share(hit: np.ndarray) -> np.ndarray:
+        return np.bincount(group, weights=hit, minlength=n) / size
+
+    targets = group_codes(per_target, [*keys, "target"])
+    first = np.unique(group, return_index=True)[1]
+    out = per_target[keys].iloc[first].reset_index(drop=True)
+    for col in keys:  # text keys as str, as a group-by's keys come out
+        if out[col].dtype == object:
+            out[col] = out[col].infer_objects()
+    out["n_targets"] = np.bincount(group[np.unique(targets, return_index=True)[1]], minlength=n)
+    out["share_higher"] = share(diff > 0)
+    out["share_raised"] = share(low > 0)
+    out["share_lowered"] = share(high < 0)
+    out["n_no_interval"] = np.bincount(group, weights=np.isnan(low), minlength=n).astype(int)
+    order = np.argsort(group, kind="stable")
+    bounds = np.searchsorted(group[order], np.arange(n + 1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a group of NaN differences: NaN
+        out["median_diff"] = [
+            np.nanmedian(diff[order[bounds[i] : bounds[i + 1]]]) for i in range(n)
+        ]
+    return out
 
 
 def _finish_family(tab: pd.DataFrame) -> pd.DataFrame:
@@ -850,7 +875,7 @@ def _friedman_branch(
         return pd.DataFrame()
     # Each group's scenario x option means from one pass of sums (a pivot per group took a
     # second a branch point at the seed study's scale).
-    group = frame.groupby(gkeys, dropna=False, sort=True, observed=True).ngroup().to_numpy()
+    group = group_codes(frame, gkeys)
     n_groups, k = int(group.max()) + 1, len(options)
     block, blocks = pd.factorize(frame["scenario_id"], sort=True)
     cell = (group * len(blocks) + block) * k + frame["_opt"].to_numpy()

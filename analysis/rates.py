@@ -32,7 +32,7 @@ from scipy import stats
 
 from analysis.bootstrap import DEFAULT_BOOT, per_cluster_sums
 from analysis.stats import wilson
-from analysis.tables import as_conversation_frame
+from analysis.tables import as_conversation_frame, group_codes
 from analysis.versions import keep_versions_apart
 
 # Rates no longer use a bootstrap (see the module docstring); the ED analysis still does from
@@ -80,11 +80,7 @@ def failure_rates(
             columns=[*by, "rate", "ci_low", "ci_high", "n_fail", "n_rated", "n_error"]
         )
     num, den = unit_counts(cc, level)
-    group = (
-        cc.groupby(by, dropna=False, sort=True, observed=True).ngroup().to_numpy()
-        if by
-        else np.zeros(len(cc), int)
-    )
+    group = group_codes(cc, by)
     # Clusters in text order (sums over them in a fixed order: every path that counts the same
     # ratings gives the same bits), from codes (np.unique of 800,000 ids took 0.4 s a call).
     cl_codes, clusters = pd.factorize(cc[cluster].astype(str), sort=True)

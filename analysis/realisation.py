@@ -132,7 +132,7 @@ def intention_to_treat_pairs(cand: pd.DataFrame, counts: Any) -> pd.DataFrame:
                 col = out[f"{c}_{side}"].to_numpy(float)
                 out[f"{c}_{side}"] = np.where(never, whole, col)
         rated = out["n_rated_a"].to_numpy(float) > 0
-        out["status"] = np.where(never & rated, "pair", out["status"].astype(str))
+        out["status"] = np.where(never & rated, "pair", np.asarray(out["status"], dtype=object))
     return out[(out["status"] == "pair").to_numpy()]
 
 

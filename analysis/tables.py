@@ -60,6 +60,27 @@ def choice_columns(frame: pd.DataFrame) -> list[str]:
 # --------------------------------------------------------------------------- runs
 
 
+def group_codes(frame: pd.DataFrame, cols: Sequence[str], *, sort: bool = True) -> np.ndarray:
+    """``frame.groupby(cols, sort=sort, dropna=False, observed=True).ngroup()``, from each
+    column's codes combined into one integer (a pandas group-by of eight text columns took 0.1 s
+    a call on a contrast of 400,000 rows). Groups are numbered in the order of their values
+    (missing last), or of first appearance when ``sort`` is False."""
+    if not cols or not len(frame):
+        return np.zeros(len(frame), np.int64)
+    parts, dims = [], []
+    for col in cols:
+        codes, uniques = pd.factorize(frame[col], sort=True, use_na_sentinel=False)
+        parts.append(codes)
+        dims.append(max(len(uniques), 1))
+    if float(np.prod([float(d) for d in dims])) >= 2.0**62:  # too many combinations to number
+        grouped = frame.groupby(list(cols), sort=sort, dropna=False, observed=True)
+        return grouped.ngroup().to_numpy()
+    key = np.ravel_multi_index(parts, dims)
+    if sort:
+        return np.unique(key, return_inverse=True)[1].reshape(-1)
+    return pd.factorize(key)[0]
+
+
 def list_runs(store_or_db: Any) -> pd.DataFrame:
     return read.run_table(store_or_db)
 

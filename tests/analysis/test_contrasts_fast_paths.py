@@ -1,12 +1,14 @@
-"""Contrasts per level of a matched column (the simulator), paired once: each level's result is
-what ``matched_contrasts`` gives on that level's rows alone, and a table's pairs are made once
-for every contrast of an analysis."""
+"""The contrasts' fast paths give what the plain ones give: contrasts per level of a matched
+column (the simulator) paired once equal ``matched_contrasts`` on that level's rows alone; a
+table's pairs are made once for every contrast of an analysis; group codes equal pandas'
+group-by numbering."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -14,6 +16,7 @@ import analysis.contrasts as contrasts
 from analysis.contrasts import matched_contrasts, matched_contrasts_within
 from analysis.fork_summaries import fork_tables
 from analysis.sensitivity import conclusions_by_simulator
+from analysis.tables import group_codes
 from analysis.testing.synthetic import TeenDesign, add_unforked_arms, write_teen_store
 from core import read
 
@@ -124,3 +127,25 @@ def test_the_split_path_gives_the_separate_calls_answer(tmp_path: Path) -> None:
         assert len(merged) == len(alone)
         pd.testing.assert_series_equal(merged[f"diff_{side}"], merged["diff"], check_names=False)
         assert (merged[f"n_pairs_{side}"] == merged["n_pairs"]).all()
+
+
+@pytest.mark.parametrize("sort", [True, False])
+def test_group_codes_number_groups_as_pandas_does(sort: bool) -> None:
+    """Text with missing values (None and NaN alike), a categorical with unused categories and
+    a missing value, object text and numbers: the numbering of ``groupby(...).ngroup()``."""
+    rng = np.random.default_rng(3)
+    n = 2000
+    frame = pd.DataFrame(
+        {
+            "text": pd.array(rng.choice(["b", "a", "c", None], n), dtype="str"),
+            "cat": pd.Categorical(rng.choice(["y", "x", None], n), categories=["z", "y", "x", "w"]),
+            "obj": pd.Series(rng.choice(["q", "p", None], n), dtype=object),
+            "num": rng.choice([2.0, 1.0, np.nan], n),
+            "int": rng.integers(0, 3, n),
+        }
+    )
+    for cols in (["text"], ["cat", "num"], ["obj", "int", "text", "cat"], list(frame.columns)):
+        want = frame.groupby(cols, sort=sort, dropna=False, observed=True).ngroup().to_numpy()
+        np.testing.assert_array_equal(group_codes(frame, cols, sort=sort), want)
+    assert len(group_codes(frame.iloc[0:0], ["text"])) == 0
+    np.testing.assert_array_equal(group_codes(frame, []), np.zeros(n, np.int64))
