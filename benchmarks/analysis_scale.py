@@ -429,7 +429,7 @@ def main() -> None:
 
     steps: list[tuple[str, float]] = []
     print(
-        f"load average before: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs (other work on the machine slows every figure)"
+        f"load average before: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs (other work on the machine slows every figure); {speed_check()}"
     )
     t_all = time.perf_counter()
     cpu_all = cpu_s()
@@ -476,7 +476,7 @@ def main() -> None:
         files = write_report(args.db, args.report, n_boot=args.n_boot)
         step(f"full report (re-reads the store) -> {files.html}", t)
     print("-" * 80)
-    print(f"load average after: {os.getloadavg()[0]:.1f}")
+    print(f"load average after: {os.getloadavg()[0]:.1f}; {speed_check()}")
     print(
         f"judgment rows in store: {n_judgments:,}; conversations: {cc['conversation_id'].nunique():,}"
     )
@@ -502,7 +502,7 @@ def analyse_forks(db: Path, n_boot: int) -> None:
     from analysis.sensitivity import conclusions_by_simulator
 
     print(
-        f"load average before: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs (other work on the machine slows every figure)"
+        f"load average before: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs (other work on the machine slows every figure); {speed_check()}"
     )
     t_all, cpu_all, mark = time.perf_counter(), cpu_s(), [cpu_s()]
 
@@ -542,7 +542,7 @@ def analyse_forks(db: Path, n_boot: int) -> None:
     step(f"conclusions by simulator ({len(moved)} rows)", t)
     total = time.perf_counter() - t_all
     print("-" * 80)
-    print(f"load average after: {os.getloadavg()[0]:.1f}")
+    print(f"load average after: {os.getloadavg()[0]:.1f}; {speed_check()}")
     cc = ft.cc
     print(
         f"judgment rows in store: {n_rows:,}; conversations: {ft.cc_conversation['conversation_id'].nunique():,} "
@@ -557,6 +557,14 @@ def analyse_forks(db: Path, n_boot: int) -> None:
         print(
             f"  {r.contrast} / {r.criterion_id}: diff {r.diff:+.3f} [{r.ci_low:+.3f}, {r.ci_high:+.3f}] n={r.n_pairs} p_scenario_holm={r.p_scenario_holm:.2g}"
         )
+
+
+def speed_check() -> str:
+    """How fast this machine runs Python now. A shared virtual machine can run at half speed
+    with a load average under 1 (another tenant on the host): this fixed loop says so."""
+    t = time.perf_counter()
+    sum(range(30_000_000))
+    return f"a fixed 3e7-step loop took {time.perf_counter() - t:.2f} s (0.45-0.55 s quiet here)"
 
 
 def cpu_s() -> float:

@@ -107,6 +107,10 @@ def realisation_rows(ref: StoreRef, runs: Sequence[str] | None = None) -> pd.Dat
     if runs is not None:
         convs = convs.where(c.run_id.in_(list(runs)))
         fired = fired.where(c.run_id.in_(list(runs)))
+    # In id order: without it each database returns its own order (PostgreSQL's heap order
+    # differed from SQLite's, and the arm export with it).
+    convs = convs.order_by(c.id)
+    fired = fired.order_by(t.conversation_id, t.exchange)
     conv_frame = read_frame(convs, ref)
     turn_frame = read_frame(fired, ref)
     by_conv: dict[str, list[FiredTurn]] = {}

@@ -250,6 +250,30 @@ def test_sqlite_and_postgresql_stores_export_the_same_files(
     assert got["sqlite"]["transcript"] == got["pg"]["transcript"]
 
 
+def test_realisation_rows_come_in_id_order_whatever_the_database_keeps(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    """PostgreSQL writes an updated row at the end of its heap: the arm export followed that
+    order, so the same run exported from SQLite and PostgreSQL differed row by row."""
+    from sqlalchemy import text
+
+    from core import read
+    from core.store import open_store
+
+    store = open_store(postgres_url)
+    try:
+        run_id = judged_run(store, tmp_path / "pg", run_id="heap-order")
+        ids = sorted(read.realisation_rows(store, [run_id])["conversation_id"].unique())
+        with store.engine.begin() as conn:  # the first conversation's row moves to the end
+            conn.execute(
+                text("UPDATE conversations SET status = status WHERE id = :i"), {"i": ids[0]}
+            )
+        got = read.realisation_rows(store, [run_id])["conversation_id"].tolist()
+        assert got == sorted(got) and got[0] == ids[0]
+    finally:
+        store.close()
+
+
 def load_transcripts_as_dicts(path: Path) -> list[dict[str, Any]]:
     from analysis.export import load_transcripts
 
