@@ -228,6 +228,22 @@ def text_equals(column: pd.Series, value: str) -> np.ndarray:
     return hit[codes]
 
 
+def _outer_join(
+    key_a: np.ndarray, row_a: np.ndarray, key_b: np.ndarray, row_b: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every key of either side, sorted, with each side's row (-1: none): a one-to-one outer
+    merge (pandas' took 45 ms a contrast at the seed study's scale)."""
+    for side, keys in (("left", key_a), ("right", key_b)):
+        if len(np.unique(keys)) != len(keys):
+            raise ValueError(f"pairing keys are not unique on the {side}: not one arm per cell")
+    keys = np.union1d(key_a, key_b)
+    got_a = np.full(len(keys), -1, np.int64)
+    got_b = np.full(len(keys), -1, np.int64)
+    got_a[np.searchsorted(keys, key_a)] = row_a
+    got_b[np.searchsorted(keys, key_b)] = row_b
+    return keys, got_a, got_b
+
+
 def _first_rows(mask: np.ndarray, key: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     """The first of the ``mask`` rows with each ``wanted`` key (one conversation per key;
     every wanted key is among them)."""
@@ -262,21 +278,16 @@ def candidate_pairs(
     twins = np.intersect1d(conv_key[la], conv_key[lb])
     la &= np.isin(conv_key, twins)
     lb &= np.isin(conv_key, twins)
-    # On the criterion key alone: it holds the conversation key (``match`` is part of it).
-    left = pd.DataFrame({"k": crit_key[la], "ia": np.flatnonzero(la)})
-    right = pd.DataFrame({"k": crit_key[lb], "ib": np.flatnonzero(lb)})
-    m = left.merge(right, on="k", how="outer", validate="one_to_one")
-    if m.empty:
+    # An outer join of the two arms' rows on the criterion key (it holds the conversation key:
+    # ``match`` is part of it), in key order, -1 where a side lacks the row.
+    k, ia, ib = _outer_join(crit_key[la], np.flatnonzero(la), crit_key[lb], np.flatnonzero(lb))
+    if not len(k):
         return pd.DataFrame()
-    ck = conv_key[
-        np.where(m["ia"].notna(), m["ia"].fillna(-1), m["ib"].fillna(-1)).astype(np.int64)
-    ]
+    has_a, has_b = ia >= 0, ib >= 0
+    ck = conv_key[np.where(has_a, ia, ib)]
     conv_a = enc.take("conversation_id", _first_rows(la, conv_key, ck))
     conv_b = enc.take("conversation_id", _first_rows(lb, conv_key, ck))
-    cutoff = tree.divergences(conv_a, conv_b) if tree.has_forks else np.zeros(len(m))
-    has_a, has_b = m["ia"].notna().to_numpy(), m["ib"].notna().to_numpy()
-    ia = m["ia"].fillna(-1).to_numpy(np.int64)
-    ib = m["ib"].fillna(-1).to_numpy(np.int64)
+    cutoff = tree.divergences(conv_a, conv_b) if tree.has_forks else np.zeros(len(k))
     side: dict[str, dict[str, np.ndarray]] = {}
     for name, idx, has in (("a", ia, has_a), ("b", ib, has_b)):
         safe = np.where(has, idx, 0)
@@ -306,7 +317,7 @@ def candidate_pairs(
         out[f"{c}_b"] = side["b"][c]
     out["fork_turn"] = cutoff
     out["status"] = status
-    out["_ia"], out["_ib"], out["_k"] = ia, ib, m["k"].to_numpy(np.int64)
+    out["_ia"], out["_ib"], out["_k"] = ia, ib, k
     return pd.DataFrame(out)
 
 
