@@ -507,11 +507,23 @@ def _dropouts(cand: pd.DataFrame, gcols: Sequence[str]) -> pd.DataFrame:
     return keys
 
 
-def _constants(n: int, **values: str) -> dict[str, Any]:
-    """Columns of ``n`` rows that hold one text each, as a frame's text columns are, taken
-    from a one-value array (made from a scalar, they cost a Python string per row)."""
-    at = np.zeros(n, np.int64)
-    return {k: pd.array([v], dtype="str").take(at) for k, v in values.items()}
+def _constants(n: int, **values: str) -> dict[str, pd.Categorical]:
+    """Columns of ``n`` rows that hold one text each, as one-category categoricals: as strings
+    they cost a string per row and a hash of every row in each group-by of a contrast. The
+    tables that come out hold them as text (``_labels_as_text``)."""
+    at = np.zeros(n, np.int8)
+    return {k: pd.Categorical.from_codes(at, categories=[v]) for k, v in values.items()}
+
+
+LABELS = ("contrast", "branch_point", "baseline", "option")
+
+
+def _labels_as_text(frame: pd.DataFrame) -> pd.DataFrame:
+    """A result's label columns (``_constants``) as str, as a frame of text holds them."""
+    for col in LABELS:
+        if col in frame.columns and frame[col].dtype == object:
+            frame[col] = frame[col].astype("str")
+    return frame
 
 
 # --------------------------------------------------------------------------- public
@@ -823,7 +835,8 @@ def _contrasts(
     if not tab.empty:
         tab["p_scenario_itt_holm"] = holm(tab["p_scenario_itt"].to_numpy())
         tab = tab.merge(real, on=[c for c in real.columns if c in tab.columns], how="left")
-    pt = pd.concat(per_t, ignore_index=True) if per_t else pd.DataFrame()
+    tab, real = _labels_as_text(tab), _labels_as_text(real)
+    pt = _labels_as_text(pd.concat(per_t, ignore_index=True) if per_t else pd.DataFrame())
     share_keys = ["contrast", "branch_point", "option", *CRITERION_KEYS, "risk_area", *by]
     fr = pd.concat(fried, ignore_index=True) if fried else pd.DataFrame()
     if not fr.empty:
@@ -962,7 +975,8 @@ def condition_contrast(
             )
         )
     tab = _finish_family(pd.concat(pooled, ignore_index=True) if pooled else pd.DataFrame())
-    pt = pd.concat(per_t, ignore_index=True) if per_t else pd.DataFrame()
+    tab = _labels_as_text(tab)
+    pt = _labels_as_text(pd.concat(per_t, ignore_index=True) if per_t else pd.DataFrame())
     share = _target_share(pt, ["contrast", "option", *CRITERION_KEYS, "risk_area"])
     return ContrastResult(tab, pt, share, pd.DataFrame(), pd.DataFrame(), notes)
 
