@@ -132,14 +132,22 @@ def count_frame(
     sums: dict[str, np.ndarray],
     judge_of_key: list[str],
     conv: pd.DataFrame,
+    *,
+    categorical: bool = False,
 ) -> pd.DataFrame:
     """The conversation x criterion x judge frame of groups given as codes (their conversation,
     rating key and criterion in ``codes``' lists) and their count columns ``sums``: each text
     column is its short list (as a frame column infers it) taken per row, and the
     conversation's columns are a left merge on its id made of takes (a string per row and a
-    merge cost 1.3 s at the seed study's scale)."""
+    merge cost 1.3 s at the seed study's scale).
+
+    ``categorical``: every text column a categorical instead (categories in text order, so that
+    rows sort and group as the text does): what contrasts pair on (``pairing_frame``). At the
+    seed study's scale the text frame is 400 MB and every filter of it copies strings."""
 
     def column(values: Any, at: np.ndarray) -> Any:
+        if categorical:
+            return coded(values, at)
         return pd.Series(np.asarray(values, dtype=object)).array.take(at)
 
     rubrics = [key[0] for key in codes.keys]
@@ -154,8 +162,17 @@ def count_frame(
     }
     row_of = _conversation_rows(codes, conv)[g_conv]
     for col in conv.columns.drop("conversation_id"):
-        out[col] = conv[col].array.take(row_of, allow_fill=True)
-    return finish_aggregate(pd.DataFrame(out, copy=False))  # every column made here
+        if categorical and not pd.api.types.is_numeric_dtype(conv[col].dtype):
+            out[col] = coded(conv[col].to_numpy(), row_of)
+        else:
+            out[col] = conv[col].array.take(row_of, allow_fill=True)
+    frame = pd.DataFrame(out, copy=False)  # every column made here
+    if categorical:  # finish_aggregate's counts, its text left categorical
+        for col in ("n_rated", "n_fail", "n_partial", "n_error", "n_other", "n_scored"):
+            frame[col] = frame[col].astype(np.int64)
+        frame["score_sum"] = frame["score_sum"].astype(float)
+        return frame
+    return finish_aggregate(frame)
 
 
 def _conversation_rows(codes: Any, conv: pd.DataFrame) -> np.ndarray:
@@ -183,48 +200,6 @@ def coded(values: Any, at: np.ndarray) -> pd.Categorical:
     return pd.Categorical.from_codes(np.append(inv, -1)[at], categories=cats)
 
 
-def coded_count_frame(
-    codes: Any,
-    g_conv: np.ndarray,
-    g_key: np.ndarray,
-    g_crit: np.ndarray,
-    sums: dict[str, np.ndarray],
-    judge_of_key: list[str],
-    conv: pd.DataFrame,
-) -> pd.DataFrame:
-    """``count_frame``'s rows and columns with every text column categorical, made from the
-    codes without a string per row (categories in text order, so that rows sort and group as
-    the text does): what contrasts pair on (``PostForkCounts``). At the seed study's scale the
-    text frame is 400 MB and every filter of it copies strings; this one is a tenth of that."""
-
-    rubric_of_key = np.array([key[0] for key in codes.keys], dtype=object)
-    n_crit = len(codes.criterion_ids)
-    out: dict[str, Any] = {
-        "conversation_id": coded(np.array(codes.conversation_ids, dtype=object), g_conv),
-        "rubric_id": coded(rubric_of_key, g_key),
-        "criterion_id": coded(np.array(codes.criterion_ids, dtype=object), g_crit),
-        "risk_area": coded(_risk_areas(codes).reshape(-1), g_key * n_crit + g_crit),
-        "judge": coded(np.array(judge_of_key, dtype=object), g_key),
-        **{c: np.array(v) for c, v in sums.items()},  # copies: the frame owns its columns
-    }
-    # The conversation's columns (a left merge on its id): its row, or none (-1: missing).
-    row_of = _conversation_rows(codes, conv)[g_conv]
-    for col in conv.columns:
-        if col == "conversation_id":
-            continue
-        values = conv[col].to_numpy()
-        if pd.api.types.is_numeric_dtype(conv[col].dtype):
-            filled = np.append(values.astype(float), np.nan)[row_of]
-            out[col] = filled.astype(values.dtype) if (row_of >= 0).all() else filled
-        else:
-            out[col] = coded(values, row_of)
-    frame = pd.DataFrame(out, copy=False)  # every column made here
-    for col in ("n_rated", "n_fail", "n_partial", "n_error", "n_other", "n_scored"):
-        frame[col] = frame[col].astype(np.int64)
-    frame["score_sum"] = frame["score_sum"].astype(float)
-    return frame
-
-
 def pairing_frame(
     codes: Any,
     g_conv: np.ndarray,
@@ -236,9 +211,9 @@ def pairing_frame(
     *,
     tree_rows: pd.DataFrame,
 ) -> pd.DataFrame:
-    """``coded_count_frame`` with each conversation's ``parent_id`` and ``fork_turn`` (a left
+    """``count_frame(categorical=True)`` with each conversation's ``parent_id`` and ``fork_turn`` (a left
     merge with the tree, which holds a row per judged conversation): ``PostForkCounts``' rows."""
-    frame = coded_count_frame(codes, g_conv, g_key, g_crit, sums, judge_of_key, conv)
+    frame = count_frame(codes, g_conv, g_key, g_crit, sums, judge_of_key, conv, categorical=True)
     ids = np.array([str(i) for i in codes.conversation_ids], dtype=object)
     at = pd.Index(tree_rows["conversation_id"].astype(str)).get_indexer(ids)[g_conv]
     for col in tree_rows.columns.drop("conversation_id"):
