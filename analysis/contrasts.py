@@ -232,16 +232,22 @@ def _outer_join(
     key_a: np.ndarray, row_a: np.ndarray, key_b: np.ndarray, row_b: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Every key of either side, sorted, with each side's row (-1: none): a one-to-one outer
-    merge (pandas' took 45 ms a contrast at the seed study's scale)."""
-    for side, keys in (("left", key_a), ("right", key_b)):
-        if len(np.unique(keys)) != len(keys):
+    merge, from one stable sort of both sides' keys."""
+    keys = np.concatenate([key_a, key_b])
+    order = np.argsort(keys, kind="stable")
+    ordered = keys[order]
+    first = np.ones(len(ordered), dtype=bool)
+    first[1:] = ordered[1:] != ordered[:-1]
+    group = np.cumsum(first) - 1  # each sorted entry's key number
+    from_a = order < len(key_a)
+    got_a = np.full(int(first.sum()), -1, np.int64)
+    got_b = np.full(len(got_a), -1, np.int64)
+    for side, got, mine, rows in (("left", got_a, from_a, row_a), ("right", got_b, ~from_a, row_b)):
+        at = group[mine]
+        if len(at) > 1 and bool((at[1:] == at[:-1]).any()):  # sorted: a repeat is adjacent
             raise ValueError(f"pairing keys are not unique on the {side}: not one arm per cell")
-    keys = np.union1d(key_a, key_b)
-    got_a = np.full(len(keys), -1, np.int64)
-    got_b = np.full(len(keys), -1, np.int64)
-    got_a[np.searchsorted(keys, key_a)] = row_a
-    got_b[np.searchsorted(keys, key_b)] = row_b
-    return keys, got_a, got_b
+        got[at] = np.asarray(rows)[order[mine] - (0 if side == "left" else len(key_a))]
+    return ordered[first], got_a, got_b
 
 
 def _first_rows(mask: np.ndarray, key: np.ndarray, wanted: np.ndarray) -> np.ndarray:

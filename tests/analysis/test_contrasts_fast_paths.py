@@ -149,3 +149,28 @@ def test_group_codes_number_groups_as_pandas_does(sort: bool) -> None:
         np.testing.assert_array_equal(group_codes(frame, cols, sort=sort), want)
     assert len(group_codes(frame.iloc[0:0], ["text"])) == 0
     np.testing.assert_array_equal(group_codes(frame, []), np.zeros(n, np.int64))
+
+
+def test_the_arms_outer_join_equals_pandas_one_to_one_outer_merge() -> None:
+    """Keys in sorted order with each side's row or -1, as ``merge(how="outer",
+    validate="one_to_one")`` gives them; a key twice on one side is refused."""
+    from analysis.contrasts import _outer_join
+
+    rng = np.random.default_rng(5)
+    a = rng.choice(10_000, 3_000, replace=False)
+    b = rng.permutation(
+        np.concatenate([a[:2_500], rng.choice(np.arange(10_000, 12_000), 400, replace=False)])
+    )
+    ra, rb = rng.permutation(len(a)) + 3, rng.permutation(len(b)) + 9
+    keys, got_a, got_b = _outer_join(a, ra, b, rb)
+    want = pd.DataFrame({"k": a, "ia": ra}).merge(
+        pd.DataFrame({"k": b, "ib": rb}), on="k", how="outer", validate="one_to_one"
+    )
+    np.testing.assert_array_equal(keys, want["k"].to_numpy())
+    np.testing.assert_array_equal(got_a, want["ia"].fillna(-1).to_numpy(np.int64))
+    np.testing.assert_array_equal(got_b, want["ib"].fillna(-1).to_numpy(np.int64))
+    for left, right in (([1, 1], [2]), ([1], [2, 2])):
+        with pytest.raises(ValueError, match="not unique"):
+            _outer_join(
+                np.array(left), np.arange(len(left)), np.array(right), np.arange(len(right))
+            )
