@@ -254,8 +254,9 @@ def _first_rows(mask: np.ndarray, key: np.ndarray, wanted: np.ndarray) -> np.nda
     """The first of the ``mask`` rows with each ``wanted`` key (one conversation per key;
     every wanted key is among them)."""
     rows = np.flatnonzero(mask)
-    uniq, first = np.unique(key[rows], return_index=True)
-    return rows[first[np.searchsorted(uniq, wanted)]]
+    keys = key[rows]
+    first = ~pd.Series(keys).duplicated().to_numpy()  # hashed: np.unique sorts (0.15 s)
+    return rows[first][pd.Index(keys[first]).get_indexer(wanted)]
 
 
 def candidate_pairs(
@@ -498,10 +499,9 @@ def summarise_pairs(
 def _dropouts(cand: pd.DataFrame, gcols: Sequence[str]) -> pd.DataFrame:
     """Per group (in order of first appearance): criteria rated in one arm only (they leave the
     contrast), and unforked pairs."""
-    group = group_codes(cand, gcols, sort=False)
-    first = np.unique(group, return_index=True)[1]  # each group's first row
-    order = np.argsort(first)  # the groups in order of first appearance
-    keys = cand[list(gcols)].iloc[first[order]].reset_index(drop=True)
+    group = group_codes(cand, gcols, sort=False)  # numbered in order of first appearance
+    first = np.flatnonzero(~pd.Series(group).duplicated().to_numpy())  # group i's first row
+    keys = cand[list(gcols)].iloc[first].reset_index(drop=True)
     for c in keys.columns:
         if isinstance(keys[c].dtype, pd.CategoricalDtype):
             keys[c] = keys[c].astype(object)
@@ -509,7 +509,7 @@ def _dropouts(cand: pd.DataFrame, gcols: Sequence[str]) -> pd.DataFrame:
     for col, status in (("n_only_baseline", "only_a"), ("n_only_option", "only_b"),
                         ("n_never_forked", "never_forked")):  # fmt: skip
         per = np.bincount(group, weights=st == status, minlength=len(first))
-        keys[col] = per[order].astype(np.int64)
+        keys[col] = per.astype(np.int64)
     return keys
 
 

@@ -206,7 +206,7 @@ def summary_fork_tables(
     per_key = np.bincount(s.key[grows], weights=s.n[grows], minlength=len(s.keys))
     labels, notes = version_labels(s, per_key.astype(np.int64))
     tree_rows = read.conversation_tree(store_or_db, runs)
-    judged = set(ids[np.unique(s.conversation[grows])])
+    judged = set(ids[pd.unique(s.conversation[grows])])  # hashed: np.unique sorts every row
     tree_rows = tree_rows[_among(tree_rows["conversation_id"], judged)]
     tree = Tree(tree_rows)
     _, anc, shared = coded_tree(tree, list(ids))
@@ -215,7 +215,7 @@ def summary_fork_tables(
     gkey = s.key[grows].astype(np.int64)
     gcrit = s.criterion[grows].astype(np.int64)
     n_crit = max(len(s.criterion_ids), 1)
-    both = np.unique(s.key.astype(np.int64) * n_crit + s.criterion)
+    both = pd.unique(s.key.astype(np.int64) * n_crit + s.criterion)
     pairs = sorted({(s.keys[b // n_crit][0], s.criterion_ids[b % n_crit]) for b in both})
     codes = _Codes(s, risk_areas(path, pairs))
 

@@ -76,9 +76,7 @@ def group_codes(frame: pd.DataFrame, cols: Sequence[str], *, sort: bool = True) 
         grouped = frame.groupby(list(cols), sort=sort, dropna=False, observed=True)
         return grouped.ngroup().to_numpy()
     key = np.ravel_multi_index(parts, dims)
-    if sort:
-        return np.unique(key, return_inverse=True)[1].reshape(-1)
-    return pd.factorize(key)[0]
+    return pd.factorize(key, sort=sort)[0]  # hashed (np.unique sorts every row)
 
 
 def list_runs(store_or_db: Any) -> pd.DataFrame:
