@@ -949,7 +949,10 @@ def condition_contrast(
         notes.append(f"reference {factor} {reference!r} not in the data ({', '.join(levels)})")
         empty = pd.DataFrame()
         return ContrastResult(empty, empty, empty, empty, pd.DataFrame(), notes)
-    match = ["run_id", "scenario_id", "variant_id", "target", "condition", "simulator", "replicate"]
+    # The arm's choices too: an arm that added a branch point never fired (a copy of its
+    # parent) keeps the parent's variant, and paired on the variant alone two arms met one.
+    match = ["run_id", "scenario_id", "variant_id", "target", "condition", "simulator", "replicate",
+             *choice_columns(cc)]  # fmt: skip
     match = [c for c in match if c != factor]
     pooled, per_t = [], []
     for lvl in levels:

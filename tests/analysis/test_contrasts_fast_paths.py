@@ -174,3 +174,22 @@ def test_the_arms_outer_join_equals_pandas_one_to_one_outer_merge() -> None:
             _outer_join(
                 np.array(left), np.arange(len(left)), np.array(right), np.arange(len(right))
             )
+
+
+def test_condition_and_simulator_contrasts_pair_arms_that_share_a_variant(tmp_path: Path) -> None:
+    """Arms that never fired an added branch point keep their parent's variant: paired on the
+    variant alone, each cell had two arms per condition and analyze stopped with a traceback."""
+    from analysis.contrasts import condition_contrast, simulator_sensitivity
+
+    path = tmp_path / "copies.db"
+    write_teen_store(path, TeenDesign(n_scenarios=3, targets=("scripted:t1",), simulators=SIMS))
+    add_unforked_arms(path)
+    ft = fork_tables(str(path), None)
+    assert ft is not None
+    cond = condition_contrast(ft.paired, n_boot=50)
+    sims = simulator_sensitivity(ft.paired, n_boot=50)
+    assert sims is not None
+    for res in (cond, sims):
+        assert not res.contrasts.empty
+        # every arm met its own twin: the copies' pairs are copies of their parents' pairs
+        assert (res.contrasts["n_pairs"] > 0).all()
