@@ -14,6 +14,7 @@ from analysis import plots
 from analysis.pipeline import Analysis
 from analysis.realisation import NOT_REALISED
 from analysis.sensitivity import summary_line
+from analysis.stats import T_TEST
 from judges.reasoning_criterion import REASONING_CRITERION, REASONING_RUBRIC
 
 
@@ -54,6 +55,16 @@ def _of_targets(share: Any, n: Any, no_interval: Any) -> str:
 def _interval(lo: Any, hi: Any, fmt: Any) -> str:
     a, b = fmt(lo), fmt(hi)
     return f"{a} to {b}" if a and b else "n/a"
+
+
+def _scenario_intervals(frame: pd.DataFrame) -> list[str]:
+    """Each row's scenario-level interval, with its method where it is not a t interval (below
+    six scenarios it is the sign-flip test's, which at three spans every difference)."""
+    test = frame["test"] if "test" in frame.columns else pd.Series([T_TEST] * len(frame))
+    return [
+        _interval(lo, hi, _pp) + ("" if m == T_TEST or not isinstance(m, str) else f" ({m})")
+        for lo, hi, m in zip(frame["ci_low"], frame["ci_high"], test)
+    ]
 
 
 @dataclass
@@ -102,7 +113,7 @@ def headline_tables(a: Analysis, top: int = 8) -> list[tuple[str, pd.DataFrame]]
             "contrast": c["contrast"], "condition": _column(c, "condition"), "criterion": c["criterion_id"],
             "post-fork rate base → option": [f"{_pct(x)} → {_pct(y)}" for x, y in zip(c["rate_a"], c["rate_b"])],
             "diff (pp, per protocol)": _realised_diff(c),
-            "95% interval (t, scenarios)": [_interval(lo, hi, _pp) for lo, hi in zip(c["ci_low"], c["ci_high"])],
+            "95% interval (scenarios)": _scenario_intervals(c),
             "scenarios": c["n_scenarios"], "realised pairs": _realised_pairs(c),
             "diff (pp, intention to treat)": [_pp(x) for x in _values(c, "diff_itt")],
             "p scenario-level (Holm)": [_p(x) for x in c["p_scenario_holm"]],
@@ -129,7 +140,7 @@ def headline_tables(a: Analysis, top: int = 8) -> list[tuple[str, pd.DataFrame]]
             "contrast": allc["contrast"], "target": allc["target"],
             "rate ref → other": [f"{_pct(x)} → {_pct(y)}" for x, y in zip(allc["rate_a"], allc["rate_b"])],
             "diff (pp)": [_pp(x) for x in allc["diff"]],
-            "95% interval (t, scenarios)": [_interval(lo, hi, _pp) for lo, hi in zip(allc["ci_low"], allc["ci_high"])],
+            "95% interval (scenarios)": _scenario_intervals(allc),
             "scenarios": allc["n_scenarios"], "pairs": allc["n_pairs"],
         })  # fmt: skip
         out.append(

@@ -378,3 +378,12 @@ def test_targets_without_an_interval_are_not_counted_as_not_raised(tmp_path: Pat
     assert "% of 2" not in res.output and "n/a (no target has an interval)" in res.output
     md = _md(db, tmp_path / "r")
     assert "n/a (no target has an interval)" in md
+
+
+def test_a_sign_flip_interval_is_not_called_a_t_interval(tmp_path: Path) -> None:
+    """Three scenarios: the interval is the sign-flip test's (-100 to +100 points), but the
+    column said "95% interval (t, scenarios)"."""
+    db = _teen(tmp_path / "three.db", n_scenarios=3)
+    out = run_cli("analyze", "--all", "--db", str(db)).stdout
+    assert "(t, scenarios)" not in out
+    assert "-100.0 to +100.0 (exact sign-flip)" in out
