@@ -744,7 +744,7 @@ def matched_contrasts_within(
             keep = text_equals(cand[column], level)
             return cand[keep].reset_index(drop=True) if keep.any() else cand.iloc[0:0]
 
-        sub = p.cc[text_equals(p.cc[column], level)]
+        sub = p.cc[p.enc.level(column, level)]  # the table's codes, made once
         out[level] = _contrasts(sub, pairs, p.enc, p.turns, settings, list(notes))
     return out
 
