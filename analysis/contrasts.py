@@ -337,7 +337,9 @@ def _unpaired(cand: pd.DataFrame) -> str:
     of which none has a rating in both (their judgments not applicable, or errors)."""
     if cand.empty:
         return "no matched pairs"
-    n = len(cand[["conversation_id_a", "conversation_id_b"]].drop_duplicates())
+    # A pair of copied arms is its originals' comparison stored again: one pair, not two.
+    own = (cand["status"] != "copy").to_numpy()
+    n = len(cand.loc[own, ["conversation_id_a", "conversation_id_b"]].drop_duplicates())
     return f"{n} matched pairs, none rated in both arms"
 
 

@@ -193,3 +193,21 @@ def test_condition_and_simulator_contrasts_pair_arms_that_share_a_variant(tmp_pa
         assert not res.contrasts.empty
         # every arm met its own twin: the copies' pairs are copies of their parents' pairs
         assert (res.contrasts["n_pairs"] > 0).all()
+
+
+def test_unrated_pairs_count_a_copied_pair_once(tmp_path: Path) -> None:
+    """Every verdict an error and every arm stored again as a never-forked copy: the notes said
+    '32 matched pairs, none rated in both arms' of 16 comparisons (each copy pair counted)."""
+    path = tmp_path / "errors.db"
+    design = TeenDesign(
+        n_scenarios=4, targets=("scripted:t1",), simulators=SIMS, n_exchanges=4, p_error=1.0
+    )
+    write_teen_store(path, design, seed=2)
+    add_unforked_arms(path)
+    ft = fork_tables(str(path), None)
+    assert ft is not None
+    notes = matched_contrasts(ft.paired, n_boot=50).notes
+    # 4 scenarios x 1 target x 2 conditions x 2 simulators, one baseline and one option arm
+    assert (
+        "branch point help: accept vs decline: 16 matched pairs, none rated in both arms" in notes
+    )
