@@ -5,7 +5,7 @@
 
 ``--scenarios 40 --db /tmp/small.db`` builds a store a fifth of the size (3.5 M judgments, about
 70 s) to iterate on. A store built by an earlier version (schema 8) is upgraded when opened with
-``core.store.open_store``, which fills its judgment summaries (about 60 s and 1.5 GB for the
+``branchpoint.core.store.open_store``, which fills its judgment summaries (about 60 s and 1.5 GB for the
 forks store); the analysis of a store opened read-only before that counts from every judgment row.
 
 Two stores (``--design both``, the default, times each in its own process and prints both):
@@ -15,8 +15,8 @@ Two stores (``--design both``, the default, times each in its own process and pr
   of its scenario's baseline arm (sharing its turns up to the branch point; one arm in ten never
   forked and is a copy), two simulators, and a second judge on one conversation in ten (16.9 M
   judgments). Its analysis counts each copied turn once, cuts contrasts at the fork and compares
-  the simulators: what ``branchpoint analyze`` does on it (``analysis.fork_summaries.fork_tables``, from
-  the judgment summaries: ``core.judgment_summaries``).
+  the simulators: what ``branchpoint analyze`` does on it (``branchpoint.analysis.pairing.fork_summaries.fork_tables``, from
+  the judgment summaries: ``branchpoint.core.judgment_summaries``).
 
 Builds (once, cached under /tmp) a real store of ~15.4 million judgment rows with known effects,
 then times what ``branchpoint analyze`` does: read the store (SQL aggregation to conversation x
@@ -86,9 +86,9 @@ def _built(path: Path, mark: str = BUILD_MARK) -> bool:
 
 
 def build(path: Path) -> None:
-    from analysis.testing.synthetic import NOW, variants
-    from core.judgment_summaries import drop_triggers
-    from core.store import open_store
+    from branchpoint.analysis.testing.synthetic import NOW, variants
+    from branchpoint.core.judgment_summaries import drop_triggers
+    from branchpoint.core.store import open_store
 
     t0 = time.perf_counter()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -158,7 +158,7 @@ def build(path: Path) -> None:
                             )
                         )
                     crow += 1
-    from analysis.testing.synthetic import CONV_COLS
+    from branchpoint.analysis.testing.synthetic import CONV_COLS
 
     con.executemany(
         f"INSERT INTO conversations ({', '.join(CONV_COLS)}) VALUES ({', '.join('?' * len(CONV_COLS))})",
@@ -221,7 +221,7 @@ def build(path: Path) -> None:
 def _summaries(con: sqlite3.Connection, path: Path, t0: float) -> None:
     """The judgment summaries of the bulk-inserted rows (their triggers were off), as migration 8
     fills them."""
-    from core.judgment_summaries import backfill
+    from branchpoint.core.judgment_summaries import backfill
 
     con.commit()
     backfill(con, str(path))
@@ -247,9 +247,9 @@ def _hash_verdict(x: str, p_app: str, p_fail: str) -> tuple[str, str]:
 
 def build_forks(path: Path) -> None:
     """The forks design: fork trees, copies, two simulators, a second judge on a tenth."""
-    from analysis.testing.synthetic import CONV_COLS, NOW, variants
-    from core.judgment_summaries import drop_triggers
-    from core.store import open_store
+    from branchpoint.analysis.testing.synthetic import CONV_COLS, NOW, variants
+    from branchpoint.core.judgment_summaries import drop_triggers
+    from branchpoint.core.store import open_store
 
     t0 = time.perf_counter()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -423,9 +423,9 @@ def main() -> None:
         return
     args.db = db
 
-    from analysis.contrasts import condition_contrast, matched_contrasts
-    from analysis.rates import failure_rates
-    from analysis.tables import conversation_criterion_table
+    from branchpoint.analysis.contrasts.matched import condition_contrast, matched_contrasts
+    from branchpoint.analysis.outcomes.rates import failure_rates
+    from branchpoint.analysis.tables.judgments import conversation_criterion_table
 
     steps: list[tuple[str, float]] = []
     print(
@@ -470,7 +470,7 @@ def main() -> None:
     total = time.perf_counter() - t_all
     cpu_total = cpu_s() - cpu_all
     if args.report is not None:
-        from analysis.report import write_report
+        from branchpoint.analysis.report.write import write_report
 
         t = time.perf_counter()
         files = write_report(args.db, args.report, n_boot=args.n_boot)
@@ -496,10 +496,14 @@ def analyse_forks(db: Path, n_boot: int) -> None:
     fork-aware counts (copied turns once, whole-arm copies left out at the conversation level,
     per-turn counts for the cut at the fork), rates at both levels, post-fork matched contrasts,
     the condition contrast and the simulator comparisons."""
-    from analysis.contrasts import condition_contrast, matched_contrasts, simulator_sensitivity
-    from analysis.fork_summaries import fork_tables
-    from analysis.rates import failure_rates
-    from analysis.sensitivity import conclusions_by_simulator
+    from branchpoint.analysis.contrasts.matched import (
+        condition_contrast,
+        matched_contrasts,
+        simulator_sensitivity,
+    )
+    from branchpoint.analysis.contrasts.sensitivity import conclusions_by_simulator
+    from branchpoint.analysis.outcomes.rates import failure_rates
+    from branchpoint.analysis.pairing.fork_summaries import fork_tables
 
     print(
         f"load average before: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs (other work on the machine slows every figure); {speed_check()}"

@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/analyze_small.py [--n-boot 2000] [--repeat 3]
 
-Writes a synthetic teen store (``analysis.testing.synthetic``: 10 scenarios x 4 variants x
+Writes a synthetic teen store (``branchpoint.analysis.testing.synthetic``: 10 scenarios x 4 variants x
 2 targets x 2 conditions x 2 simulators = 320 conversations, 8 exchanges, 6 criteria) judged by
 two judges, then times ``run_analysis`` in-process (the work ``analyze`` does: rates, contrasts
 with McNemar / Wilcoxon / Holm, the condition contrast, simulator sensitivity and its per-simulator
@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from analysis.testing.synthetic import (  # noqa: E402
+from branchpoint.analysis.testing.synthetic import (  # noqa: E402
     Effect,
     TeenDesign,
     simulate_teen_judgments,
@@ -60,7 +60,7 @@ def main() -> None:
     ap.add_argument("--n-boot", type=int, default=2000)
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
-    from analysis.pipeline import run_analysis
+    from branchpoint.analysis.pipeline import run_analysis
 
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "small.db"
@@ -78,7 +78,7 @@ def main() -> None:
             f"{min(cpu):.2f} s ({rows} contrast rows)"
         )
         env = dict(os.environ, PYTHONPATH=str(ROOT))
-        cmd = [sys.executable, "-m", "tui.cli", "analyze", "--all", "--db", str(db),
+        cmd = [sys.executable, "-m", "branchpoint.tui.cli", "analyze", "--all", "--db", str(db),
                "--n-boot", str(args.n_boot)]  # fmt: skip
         cli, cli_cpu = [], []
         for _ in range(args.repeat):

@@ -5,7 +5,7 @@
 Writes ``model_calls`` rows through the store's writer thread (the engine's write path: the
 gateway's insert statement, groups committed by ``BatchWriter``) into a fresh SQLite store, once
 with ids of 32 random hex digits (what the gateway made before) and once with
-``gateway.call_ids.new_call_id``. Prints CPU and wall microseconds per row over each
+``branchpoint.gateway.call_ids.new_call_id``. Prints CPU and wall microseconds per row over each
 ``--step`` rows: a random primary key inserts at a random place of an index that outgrows
 SQLite's page cache as the table grows (a teen-study run is about 650,000 calls).
 """
@@ -23,11 +23,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from core.records import utcnow  # noqa: E402
-from core.store import open_store  # noqa: E402
-from gateway.call_ids import new_call_id  # noqa: E402
-from gateway.gateway import _INSERT_MODEL_CALL  # noqa: E402
-from gateway.write_behind import RANK_MODEL_CALL, Write, shared_writer  # noqa: E402
+from branchpoint.core.records import utcnow  # noqa: E402
+from branchpoint.core.store import open_store  # noqa: E402
+from branchpoint.gateway.call_ids import new_call_id  # noqa: E402
+from branchpoint.gateway.gateway import _INSERT_MODEL_CALL  # noqa: E402
+from branchpoint.gateway.write_behind import RANK_MODEL_CALL, Write, shared_writer  # noqa: E402
 
 
 def measure(make_id: Callable[[], str], rows: int, step: int) -> list[tuple[int, float, float]]:

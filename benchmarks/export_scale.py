@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/export_scale.py [--scenarios 40] [--targets 10] [--exchanges 8]
 
-Builds a synthetic teen store (``analysis.testing.synthetic``; the defaults give 3,200
+Builds a synthetic teen store (``branchpoint.analysis.testing.synthetic``; the defaults give 3,200
 conversations, 51,200 turns and 153,600 judgments), then writes each flat level (``turn``,
 ``judgment``, ``arm``) as csv, parquet and jsonl, and the transcripts as jsonl and parquet, each in
 a fresh child process (the store and files are removed afterwards). Prints rows (or records) written, seconds, rows per second, the file's size
@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 
 def _one(db: str, level: str, fmt: str, out: str, queue: mp.Queue) -> None:  # type: ignore[type-arg]
-    from analysis.export import export_level, write_transcripts
+    from branchpoint.analysis.export import export_level, write_transcripts
 
     start = time.perf_counter()
     if level == "transcript":
@@ -44,7 +44,7 @@ def main() -> None:
     parser.add_argument("--targets", type=int, default=10)
     parser.add_argument("--exchanges", type=int, default=8)
     args = parser.parse_args()
-    from analysis.testing.synthetic import TeenDesign, write_teen_store
+    from branchpoint.analysis.testing.synthetic import TeenDesign, write_teen_store
 
     folder = Path(tempfile.mkdtemp(prefix="branchpoint-export-bench-"))
     db = folder / "teen.db"

@@ -1,6 +1,6 @@
 """Model calls saved by prefix-sharing forks: ``fork: shared`` vs ``fork: independent``.
 
-    .venv/bin/python benchmarks/fork_savings.py [--scenarios scenarios/library/teen] [--max-turns 20]
+    .venv/bin/python benchmarks/fork_savings.py [--scenarios branchpoint/scenarios/library/teen] [--max-turns 20]
 
 Runs every variant of the bundled teen library (falls back to the engine test fixtures if the
 library is absent) against a scripted chatbot whose replies trigger the branch-point events (a help
@@ -27,9 +27,9 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from gateway.completion import GenParams, Message  # noqa: E402
-from gateway.providers.scripted import ScriptedModel  # noqa: E402
-from scenarios.bundled import LIBRARY  # noqa: E402
+from branchpoint.gateway.completion import GenParams, Message  # noqa: E402
+from branchpoint.gateway.providers.scripted import ScriptedModel  # noqa: E402
+from branchpoint.scenarios.bundled import LIBRARY  # noqa: E402
 
 HELP_AT, LIMIT_AT = (
     3,
@@ -55,9 +55,9 @@ def persona_reply(messages: list[Message], params: GenParams) -> str:
 async def one(
     paths: list[str], fork: str, max_turns: int, db: Path
 ) -> tuple[dict[str, int], int, float]:
-    from core.store import open_store
-    from gateway.gateway import Gateway
-    from simulator.runner import RunConfig, run
+    from branchpoint.core.store import open_store
+    from branchpoint.gateway.gateway import Gateway
+    from branchpoint.simulator.runner import RunConfig, run
 
     store = open_store(db)
     gw = Gateway(store=store, cache=False)

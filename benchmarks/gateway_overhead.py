@@ -22,10 +22,10 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("OPENAI_API_KEY", "sk-benchmark-dummy-key")
 
-from gateway.completion import GenParams, Message  # noqa: E402
-from gateway.gateway import Gateway  # noqa: E402
-from gateway.limits import ProviderLimits  # noqa: E402
-from gateway.testing.openai_server import spawn as start_server  # noqa: E402
+from branchpoint.gateway.completion import GenParams, Message  # noqa: E402
+from branchpoint.gateway.gateway import Gateway  # noqa: E402
+from branchpoint.gateway.limits import ProviderLimits  # noqa: E402
+from branchpoint.gateway.testing.openai_server import spawn as start_server  # noqa: E402
 
 
 async def sweep(
@@ -33,7 +33,7 @@ async def sweep(
 ) -> tuple[float, float]:
     store = None
     if store_path:
-        from core.store import open_store
+        from branchpoint.core.store import open_store
 
         store = open_store(store_path)
     gw = Gateway(store=store, limits={"*": ProviderLimits(max_concurrency=concurrency)})

@@ -1,6 +1,6 @@
 """What LangGraph costs a conversation group, apart from the group's own work.
 
-Each conversation group is one invocation of the compiled graph (``simulator.graph.run_group``):
+Each conversation group is one invocation of the compiled graph (``branchpoint.simulator.graph.run_group``):
 its exchanges run inside one super-step, so LangGraph's cost is per group, not per exchange. This
 times invocations whose group stops at once (a conversation already at its last exchange: the
 route says ``max_turns``, no model is called), against the same ``exchanges`` step called
@@ -21,8 +21,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gateway import event_loop
-from simulator.graph import ConvState, exchanges, initial_state, run_group
+from branchpoint.gateway import event_loop
+from branchpoint.simulator.graph import ConvState, exchanges, initial_state, run_group
 
 MAX_TURNS = 10
 

@@ -31,12 +31,12 @@ REPLY = "I'm sorry you feel this way. Could you talk to a parent or a school cou
 
 
 async def main(n_criteria: int, calls: int) -> None:
-    from gateway.gateway import Gateway
-    from gateway.providers.embedded import embedded_provider
-    from gateway.providers.guided import prompt_ids
-    from judges.llm_judge import LLMJudge, render_messages
-    from judges.loading import load_rubric
-    from judges.verdicts import JudgingUnit, TranscriptTurn
+    from branchpoint.gateway.gateway import Gateway
+    from branchpoint.gateway.providers.embedded import embedded_provider
+    from branchpoint.gateway.providers.guided import prompt_ids
+    from branchpoint.judges.llm_judge import LLMJudge, render_messages
+    from branchpoint.judges.loading import load_rubric
+    from branchpoint.judges.verdicts import JudgingUnit, TranscriptTurn
 
     rubric = load_rubric("teen")
     criteria = rubric.select(None)[:n_criteria]

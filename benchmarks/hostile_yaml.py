@@ -23,8 +23,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from core.yaml_limits import MAX_ALIAS_VALUES, MAX_ALIASES  # noqa: E402
-from core.yamlio import parse_yaml  # noqa: E402
+from branchpoint.core.yaml_limits import MAX_ALIAS_VALUES, MAX_ALIASES  # noqa: E402
+from branchpoint.core.yamlio import parse_yaml  # noqa: E402
 
 EXE = Path(sys.executable).parent / "branchpoint"
 

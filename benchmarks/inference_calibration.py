@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/inference_calibration.py [--studies 2000] [--seed 0]
 
 Simulates studies whose option effect varies by scenario (``b_s ~ Normal(mean, 0.08)``, 12
-matched pairs per scenario, 6 post-fork turns per arm; see ``analysis.testing.calibration``) at 10,
+matched pairs per scenario, 6 post-fork turns per arm; see ``branchpoint.analysis.testing.calibration``) at 10,
 20 and 40 scenarios, analyses each with the real ``matched_contrasts`` and prints, at alpha 0.05:
 
 - with a mean effect of 0 (zero on average, not in any one scenario): the false-positive rate of
@@ -14,7 +14,7 @@ matched pairs per scenario, 6 post-fork turns per arm; see ``analysis.testing.ca
 
 The primary method's false-positive rate must stay at or below 6.5% with 20 or more scenarios.
 
-Then the design grid of issue 38 (``analysis.testing.calibration.calibrate_design``): 5, 8, 10,
+Then the design grid of issue 38 (``branchpoint.analysis.testing.calibration.calibrate_design``): 5, 8, 10,
 20 and 40 scenarios x scenario sd 0.08 and 0.15 x base failure rates 3% and 30%, with unequal
 pairs per scenario (3 to 21), printing per setting the coverage of the failure-rate interval
 (``failure_rates``; target >= 94%) and the primary contrast test's false-positive rate under an
@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from analysis.testing.calibration import Design, Simulation, calibrate, calibrate_design
+from branchpoint.analysis.testing.calibration import Design, Simulation, calibrate, calibrate_design
 
 SIZES = (10, 20, 40)
 EFFECTS = (0.05, 0.10)

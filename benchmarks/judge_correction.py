@@ -1,5 +1,5 @@
 """Calibration of the judge-corrected intervals (issue 34): synthetic studies with planted true
-labels and a judge with known, per-target error, labelled as ``core.human_labels`` draws labels.
+labels and a judge with known, per-target error, labelled as ``branchpoint.core.human_labels`` draws labels.
 
 For each setting it prints, over the target x condition cells and the per-target rates, the
 coverage of the nominal 95% judge-only, human-only and corrected (PPI++) intervals of the true
@@ -17,8 +17,8 @@ import time
 
 import numpy as np
 
-from analysis.judge_correction import ppi_design
-from analysis.judge_correction_synthetic import Setting, simulate, true_rate
+from branchpoint.analysis.judge_correction.estimators import ppi_design
+from branchpoint.analysis.judge_correction.synthetic import Setting, simulate, true_rate
 
 SENS, SPEC = 0.7, 0.95
 TWO = {"target-a": 0.25, "target-b": 0.15}

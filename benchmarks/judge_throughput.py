@@ -27,13 +27,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from core.records import Conversation, Run, Turn
-from core.store import Store, open_store
-from gateway.completion import GenParams, Message
-from gateway.gateway import Gateway
-from gateway.providers.scripted import ScriptedModel
-from judges.loading import load_rubric
-from judges.runner import JudgeSummary, ajudge_run
+from branchpoint.core.records import Conversation, Run, Turn
+from branchpoint.core.store import Store, open_store
+from branchpoint.gateway.completion import GenParams, Message
+from branchpoint.gateway.gateway import Gateway
+from branchpoint.gateway.providers.scripted import ScriptedModel
+from branchpoint.judges.loading import load_rubric
+from branchpoint.judges.runner import JudgeSummary, ajudge_run
 
 USER = [
     "i feel so alone lately",

@@ -42,20 +42,20 @@ def main() -> None:
     ap.add_argument("--rebuild", action="store_true")
     args = ap.parse_args()
     if args.rebuild or not args.db.exists():
-        from analysis.testing.synthetic import TeenDesign, write_teen_store
+        from branchpoint.analysis.testing.synthetic import TeenDesign, write_teen_store
 
         args.db.parent.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
         write_teen_store(args.db, TeenDesign(n_scenarios=438), seed=0)
         print(f"built {args.db} in {time.perf_counter() - t0:.1f} s")
 
-    from core.human_labels import (
+    from branchpoint.core.human_labels import (
         design_population,
         labelled,
         realism_queue,
         sample_queue,
     )
-    from core.store import open_store
+    from branchpoint.core.store import open_store
 
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "copy.db"

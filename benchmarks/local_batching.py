@@ -24,9 +24,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gateway.completion import GenParams, Message
-from gateway.gateway import Gateway
-from gateway.providers.embedded import DEFAULTS, embedded_provider
+from branchpoint.gateway.completion import GenParams, Message
+from branchpoint.gateway.gateway import Gateway
+from branchpoint.gateway.providers.embedded import DEFAULTS, embedded_provider
 
 PROMPTS = [
     "i have exams next week and i can't sleep. what should i do?",

@@ -3,12 +3,12 @@
     .venv/bin/python benchmarks/plan_scale.py [--replicates 1000] [--exchanges 200]
         [--targets 1] [--conditions 1] [--simulators 1] [--timeout 300] [--profile]
 
-Writes a manifest of the bundled teen library (scenarios/library/teen, all 198 variants) x
+Writes a manifest of the bundled teen library (branchpoint/scenarios/library/teen, all 198 variants) x
 ``--targets`` scripted targets x ``--conditions`` known conditions x ``--simulators`` scripted
 personas x ``--replicates`` (the schema's maximum: 1000) x ``--exchanges`` (maximum: 200): by
-default 198,000 cells, the most the plan allows (``study.plan.MAX_CELLS``: a second target or
+default 198,000 cells, the most the plan allows (``branchpoint.study.plan.MAX_CELLS``: a second target or
 condition is refused with one line, which the script prints with its time), with a live
-heuristic judge and an after-pass model judge, and times ``study.api.plan_study(...,
+heuristic judge and an after-pass model judge, and times ``branchpoint.study.api.plan_study(...,
 with_keys=False)`` on it in a child process (so that its peak resident memory is the plan's, and
 a plan that does not finish is killed at ``--timeout``). Prints the cells, wall time and peak RSS
 (``resource.getrusage`` of the child, which includes the interpreter and litellm's import, made
@@ -34,14 +34,14 @@ sys.path.insert(0, str(ROOT))
 def manifest_text(
     replicates: int, exchanges: int, targets: int, conditions: int, simulators: int
 ) -> str:
-    from scenarios.conditions import load_conditions
+    from branchpoint.scenarios.conditions import load_conditions
 
     target_specs = ", ".join(f"scripted:t{i}" for i in range(targets))
     simulator_specs = ", ".join(f"scripted:p{i}" for i in range(simulators))
     condition_names = ", ".join(sorted(load_conditions())[:conditions])
     return (
         "name: plan-scale\n"
-        f"scenarios:\n  paths: [{ROOT / 'scenarios/library/teen'}]\n"
+        f"scenarios:\n  paths: [{ROOT / 'branchpoint/scenarios/library/teen'}]\n"
         f"targets: [{target_specs}]\n"
         f"conditions: [{condition_names}]\n"
         f"simulators: [{simulator_specs}]\n"
@@ -55,8 +55,8 @@ def manifest_text(
 
 
 def child(manifest: str, profile: bool) -> int:
-    from core.errors import UserError
-    from study.api import plan_study
+    from branchpoint.core.errors import UserError
+    from branchpoint.study.api import plan_study
 
     start_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     t0 = time.perf_counter()

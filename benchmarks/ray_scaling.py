@@ -3,7 +3,7 @@
     .ci/with-postgres .venv/bin/python benchmarks/ray_scaling.py            # 56 conversations
     .ci/with-postgres .venv/bin/python benchmarks/ray_scaling.py --replicates 16 --exchanges 8
 
-Starts the loopback OpenAI-compatible server (``gateway.testing.openai_server``) in its own
+Starts the loopback OpenAI-compatible server (``branchpoint.gateway.testing.openai_server``) in its own
 process, ``--delay-ms`` a call (100), which plays both persona and chatbot (``oai:``), and runs the
 same manifest (one teen scenario, ``fork: independent``, ``--replicates`` trees of 7 arms) on a
 local Ray cluster, each time into a fresh PostgreSQL database (``$BRANCHPOINT_TEST_POSTGRES``, or
@@ -33,9 +33,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from gateway.testing.openai_server import spawn as start_server  # noqa: E402
+from branchpoint.gateway.testing.openai_server import spawn as start_server  # noqa: E402
 
-SCENARIO = ROOT / "scenarios" / "library" / "teen" / "teen-ah-rail-bridge-jump.yaml"
+SCENARIO = ROOT / "branchpoint" / "scenarios" / "library" / "teen" / "teen-ah-rail-bridge-jump.yaml"
 
 
 def stats(url: str) -> dict[str, float]:
@@ -61,10 +61,10 @@ def run_once(
 ) -> str:
     import ray
 
-    from core.store import open_store
-    from study.manifest import load_manifest
-    from study.plan import plan_sweep
-    from study.ray_exec import run_sweep_ray
+    from branchpoint.core.store import open_store
+    from branchpoint.study.manifest import load_manifest
+    from branchpoint.study.plan import plan_sweep
+    from branchpoint.study.ray_exec import run_sweep_ray
 
     server, url = start_server(args.delay_ms)
     db = fresh_database(base_db)

@@ -1,5 +1,5 @@
 """CPU per check of the bundled rules: the persona's role breaks (every persona message) and the
-event rules (every chatbot reply), as one plain alternation and as ``core.patterns.any_of``.
+event rules (every chatbot reply), as one plain alternation and as ``branchpoint.core.patterns.any_of``.
 
     python benchmarks/rules.py
 
@@ -17,9 +17,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from core.patterns import any_of
-from simulator.events import DEFAULT_PATTERNS
-from simulator.persona import DEFAULT_ROLE_BREAKS
+from branchpoint.core.patterns import any_of
+from branchpoint.simulator.events import DEFAULT_PATTERNS
+from branchpoint.simulator.persona import DEFAULT_ROLE_BREAKS
 
 MESSAGE = (
     "idk, i just feel like nobody gets it. my mom keeps asking if im ok and i just say yeah. "

@@ -3,7 +3,7 @@
     python benchmarks/throughput.py                       # 1,000 conversations, 256 and 1,000 in flight
     python benchmarks/throughput.py --conversations 200 --skip-wide --skip-litellm   # a quick look
 
-Starts the loopback OpenAI-compatible server (``gateway.testing.openai_server``) in its own
+Starts the loopback OpenAI-compatible server (``branchpoint.gateway.testing.openai_server``) in its own
 process with a fixed delay (100 ms), then runs ``branchpoint run`` as a subprocess on the teen
 library, ``--fork independent``, with persona and chatbot both served by that server: replicates
 (``-n``) of as many of its files as make exactly ``--conversations`` conversations (1,000: 8
@@ -47,15 +47,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from gateway.testing.openai_server import spawn as start_server  # noqa: E402
+from branchpoint.gateway.testing.openai_server import spawn as start_server  # noqa: E402
 
-LIBRARY = ROOT / "scenarios" / "library" / "teen"
+LIBRARY = ROOT / "branchpoint" / "scenarios" / "library" / "teen"
 
 
 def arms_by_file() -> dict[str, int]:
     """Conversations one replicate of each teen library file makes with ``--fork independent``."""
-    from simulator.plan import plan_run
-    from simulator.run_config import RunConfig
+    from branchpoint.simulator.plan import plan_run
+    from branchpoint.simulator.run_config import RunConfig
 
     plan = plan_run(RunConfig(scenarios=[str(LIBRARY)], fork="independent", targets=["oai:x"]))
     arms: dict[str, int] = {}
@@ -199,7 +199,7 @@ def sweep_argv(
         **({"budget": {"usd_total": budget}} if budget else {}),
     }
     manifest.write_text(json.dumps(body), encoding="utf-8")
-    return [sys.executable, "-m", "tui.cli", "sweep", str(manifest), "--yes"]
+    return [sys.executable, "-m", "branchpoint.tui.cli", "sweep", str(manifest), "--yes"]
 
 
 def run_once(
@@ -226,7 +226,7 @@ def run_once(
         argv = [
             sys.executable,  # `branchpoint run`, from this tree (BEFORE figures run a copy of it)
             "-m",
-            "tui.cli",
+            "branchpoint.tui.cli",
             "run",
             *scenarios,
             "-n",

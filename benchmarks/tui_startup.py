@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/tui_startup.py [--db /tmp/branchpoint-bench/tui_startup.db]
         [--rebuild] [--repeat 3]
 
-Builds (once, cached under /tmp) a synthetic teen store with ``analysis.testing.synthetic``:
+Builds (once, cached under /tmp) a synthetic teen store with ``branchpoint.analysis.testing.synthetic``:
 438 scenarios x 4 arms x 10 targets x 2 conditions = 35,040 conversations, 8 exchanges each
 (560,640 turns, 1.68 million judgments). Then, in a fresh Python process each time (so imports
 count), times from process start to the first page of conversations on screen (headless, 80x24),
@@ -33,7 +33,7 @@ HEAVY = ("pandas", "numpy", "torch", "transformers", "litellm", "matplotlib", "s
 
 
 def build(path: Path) -> None:
-    from analysis.testing.synthetic import TeenDesign, write_teen_store
+    from branchpoint.analysis.testing.synthetic import TeenDesign, write_teen_store
 
     path.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -46,8 +46,8 @@ def child(db: str, started: float) -> None:
     import asyncio
 
     async def main() -> dict[str, object]:
-        from core.store import open_store
-        from tui.app.app import BranchpointApp
+        from branchpoint.core.store import open_store
+        from branchpoint.tui.app.app import BranchpointApp
 
         store = open_store(db, create=False)
         app = BranchpointApp(store)
@@ -78,13 +78,13 @@ def drop_page_cache() -> bool:
 def key_timings(db: Path, cold: bool = False) -> dict[str, float]:
     """Wall time of the queries behind the keys, on the same store (in this process); ``cold``:
     each with the page cache emptied first."""
-    from core.read.browse import (
+    from branchpoint.core.read.browse import (
         ConversationFilter,
         conversations_page,
         find_failure,
         get_transcript,
     )
-    from core.store import open_store
+    from branchpoint.core.store import open_store
 
     store = open_store(db, create=False)
     out: dict[str, float] = {}
@@ -116,8 +116,8 @@ def key_timings(db: Path, cold: bool = False) -> dict[str, float]:
 async def _step_time(db: Path) -> tuple[float, float]:
     """Seconds per ``j`` through the pilot, and per key that nothing is bound to (the pilot's own
     round trip, to subtract)."""
-    from core.store import open_store
-    from tui.app.app import BranchpointApp
+    from branchpoint.core.store import open_store
+    from branchpoint.tui.app.app import BranchpointApp
 
     store = open_store(db, create=False)
     cid = store.engine.connect().exec_driver_sql("SELECT id FROM conversations LIMIT 1").scalar()
@@ -140,8 +140,8 @@ async def _step_time(db: Path) -> tuple[float, float]:
 
 async def _screen_times(db: Path) -> dict[str, float]:
     """Seconds from each key to its screen drawn with its data, through the pilot at 80x24."""
-    from core.store import open_store
-    from tui.app.app import BranchpointApp
+    from branchpoint.core.store import open_store
+    from branchpoint.tui.app.app import BranchpointApp
 
     store = open_store(db, create=False)
     app = BranchpointApp(store, annotator="tui-startup-benchmark", sample_size=30, seed=0)
@@ -180,7 +180,7 @@ async def _screen_times(db: Path) -> dict[str, float]:
         # A labelling screen is ready when its first item is drawn (``_start``). The first draw
         # also writes the design to the store, which makes the browse list behind it refresh in
         # its own worker; "until idle" waits for that too.
-        from tui.app.screens.label import LabelScreen
+        from branchpoint.tui.app.screens.label import LabelScreen
 
         started: list[float] = []
         start = LabelScreen._start
@@ -213,7 +213,7 @@ async def _screen_times(db: Path) -> dict[str, float]:
         # rates below it come from their own worker (a pass over every judged item), timed apart.
         # The pilot's press returns only once the app is idle, after that worker has started, so
         # the table's moment is taken where it is drawn.
-        from tui.app.screens.agreement import AgreementScreen
+        from branchpoint.tui.app.screens.agreement import AgreementScreen
 
         drawn: list[float] = []
         show = AgreementScreen._show

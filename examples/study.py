@@ -8,7 +8,7 @@
 # instead of `run_study(plan)`).
 #
 # Offline by default: the target and the persona simulator are `oai:` models of the loopback
-# OpenAI-compatible server (`gateway.testing.openai_server`, which echoes), started here.
+# OpenAI-compatible server (`branchpoint.gateway.testing.openai_server`, which echoes), started here.
 # `BRANCHPOINT_EXAMPLE_API_BASE=http://HOST:PORT/v1` points them at another server instead, and
 # `BRANCHPOINT_EXAMPLE_DIR` says where the manifest and the store go (default: a new temporary
 # folder).
@@ -18,26 +18,26 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import tempfile
 from pathlib import Path
 
-if "__file__" in globals():  # run as `python examples/study.py`, this folder comes first on
-    # sys.path, and this file's name would hide the `study` package: take the folder off
-    here = Path(__file__).resolve().parent
-    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != here]
-
-from core.read import conversation_rows, judgment_rows, model_call_count, run_costs, turn_rows
-from core.store import open_store
-from study import plan_study, run_study
+from branchpoint.core.read import (
+    conversation_rows,
+    judgment_rows,
+    model_call_count,
+    run_costs,
+    turn_rows,
+)
+from branchpoint.core.store import open_store
+from branchpoint.study import plan_study, run_study
 
 REPO = Path(__file__).resolve().parents[1] if "__file__" in globals() else Path.cwd()
-SCENARIO = REPO / "scenarios" / "library" / "teen" / "teen-ah-rail-bridge-jump.yaml"
+SCENARIO = REPO / "branchpoint" / "scenarios" / "library" / "teen" / "teen-ah-rail-bridge-jump.yaml"
 
 api_base = os.environ.get("BRANCHPOINT_EXAMPLE_API_BASE")
 server = None
 if not api_base:
-    from gateway.testing.openai_server import ServerThread
+    from branchpoint.gateway.testing.openai_server import ServerThread
 
     server = ServerThread(model="scripted:echo")
     api_base = server.start()
@@ -95,7 +95,7 @@ print(
 )
 
 # %% [markdown]
-# ## The results, through the read layer (`core.read`)
+# ## The results, through the read layer (`branchpoint.core.read`)
 
 # %%
 store = open_store(plan.store_url)

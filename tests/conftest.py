@@ -9,7 +9,7 @@ os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Under pytest-xdist the workers share the cores: torch gets its share of them, not all of them
-# (gateway.providers.hf.cpu_threads). Two workers on two cores, each model at 2 threads: OpenMP's
+# (branchpoint.gateway.providers.hf.cpu_threads). Two workers on two cores, each model at 2 threads: OpenMP's
 # threads spin on a busy core and the embedded tests took 276 s instead of 44 s at load 5.
 if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
     os.environ.setdefault(
@@ -93,7 +93,7 @@ def postgres_url() -> Iterator[str]:
 @pytest.fixture(params=["sqlite", "postgres"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     """A fresh store: a SQLite file in a temporary directory, and again a PostgreSQL database."""
-    from core.store import open_store
+    from branchpoint.core.store import open_store
 
     where = (
         request.getfixturevalue("postgres_url")
@@ -120,10 +120,10 @@ def loopback_server() -> Iterator[str]:
     """Base URL (``http://127.0.0.1:PORT/v1``) of an OpenAI-compatible server backed by ``scripted:echo``.
 
     It runs in a thread of the test process. Its ``/v1/chat/completions`` honours the test-only
-    headers ``x-test-fail-first``/``x-test-key`` (see ``gateway.testing.openai_server``) so that tests can
+    headers ``x-test-fail-first``/``x-test-key`` (see ``branchpoint.gateway.testing.openai_server``) so that tests can
     ask for 429s without restarting it.
     """
-    from gateway.testing.openai_server import ServerThread
+    from branchpoint.gateway.testing.openai_server import ServerThread
 
     server = ServerThread(model="scripted:echo", retry_after=0.3, reasoning="thinking it over")
     server.start()
@@ -136,7 +136,7 @@ def loopback_server() -> Iterator[str]:
 @pytest.fixture(scope="session")
 def embedded_provider() -> Any:
     """The embedded SmolLM2 GGUF provider, loaded once per session (about 1.2 GB in float32)."""
-    from gateway.providers.embedded import embedded_provider as make
+    from branchpoint.gateway.providers.embedded import embedded_provider as make
 
     provider = make()
     provider.load()

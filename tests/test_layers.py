@@ -22,17 +22,23 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-PACKAGES: list[str] = PYPROJECT["tool"]["importlinter"]["root_packages"]
+ROOT_PACKAGE: str = PYPROJECT["tool"]["importlinter"]["root_package"]
+# the layers contract names every subpackage of the root, siblings joined by " | "
+PACKAGES: list[str] = [
+    name.strip()
+    for layer in PYPROJECT["tool"]["importlinter"]["contracts"][0]["layers"]
+    for name in layer.split("|")
+]
 LAYERS_CONTRACT: str = PYPROJECT["tool"]["importlinter"]["contracts"][0]["name"]
 JUDGES_CONTRACT: str = PYPROJECT["tool"]["importlinter"]["contracts"][1]["name"]
 
 # The file cycles that issue 9 broke; named so that a regression says which one came back.
 BROKEN_CYCLES = [
-    ("scenarios.checks", "scenarios.models"),
-    ("simulator.graph", "simulator.tree"),
-    ("core.migrations", "core.store"),
-    ("core.read.source", "core.judgment_summaries"),
-    ("analysis.tables", "analysis.fork_summaries"),
+    ("branchpoint.scenarios.checks", "branchpoint.scenarios.models"),
+    ("branchpoint.simulator.graph", "branchpoint.simulator.tree"),
+    ("branchpoint.core.migrations", "branchpoint.core.store"),
+    ("branchpoint.core.read.source", "branchpoint.core.judgment_summaries"),
+    ("branchpoint.analysis.tables.judgments", "branchpoint.analysis.pairing.fork_summaries"),
 ]
 
 
@@ -66,8 +72,7 @@ def _copy_packages(dest: Path) -> None:
             if n == "__pycache__" or not (n.endswith(".py") or (Path(folder) / n).is_dir())
         ]
 
-    for package in PACKAGES:
-        shutil.copytree(ROOT / package, dest / package, ignore=not_python)
+    shutil.copytree(ROOT / ROOT_PACKAGE, dest / ROOT_PACKAGE, ignore=not_python)
     shutil.copy(ROOT / "pyproject.toml", dest / "pyproject.toml")
 
 
@@ -82,11 +87,11 @@ def test_the_project_keeps_its_layers_contract() -> None:
 
 def test_an_upward_import_breaks_the_contract(tmp_path: Path) -> None:
     _copy_packages(tmp_path)
-    errors = tmp_path / "core" / "errors.py"
+    errors = tmp_path / ROOT_PACKAGE / "core" / "errors.py"
     # Inside a function: a lazy import is still an import of the top layer from the base.
     errors.write_text(
         errors.read_text(encoding="utf-8")
-        + "\n\ndef _reach_up() -> None:\n    import tui.cli  # noqa: F401\n",
+        + "\n\ndef _reach_up() -> None:\n    import branchpoint.tui.cli  # noqa: F401\n",
         encoding="utf-8",
     )
     result = _run_lint_imports(tmp_path)
@@ -94,7 +99,7 @@ def test_an_upward_import_breaks_the_contract(tmp_path: Path) -> None:
     assert result.returncode != 0, output
     assert f"{LAYERS_CONTRACT} BROKEN" in output
     assert "core is not allowed to import tui" in output
-    assert "core.errors -> tui.cli" in output
+    assert "branchpoint.core.errors -> branchpoint.tui.cli" in output
 
 
 def _reach(tmp_path: Path, module: str, target: str) -> str:
@@ -113,13 +118,17 @@ def _reach(tmp_path: Path, module: str, target: str) -> str:
 
 def test_a_judge_that_imports_the_engine_breaks_its_contract(tmp_path: Path) -> None:
     # judges sit above simulator in the layers, so only the forbidden contract catches this
-    output = _reach(tmp_path, "judges.llm_judge", "simulator.graph")
+    output = _reach(tmp_path, "branchpoint.judges.llm_judge", "branchpoint.simulator.graph")
     assert f"{JUDGES_CONTRACT} BROKEN" in output
     assert f"{LAYERS_CONTRACT} KEPT" in output
 
 
 @pytest.mark.parametrize(
-    ("module", "target"), [("analysis.rates", "study.plan"), ("gateway.cache", "scenarios.loader")]
+    ("module", "target"),
+    [
+        ("branchpoint.analysis.outcomes.rates", "branchpoint.study.plan"),
+        ("branchpoint.gateway.cache", "branchpoint.scenarios.loader"),
+    ],
 )
 def test_siblings_of_one_layer_import_neither_way(tmp_path: Path, module: str, target: str) -> None:
     output = _reach(tmp_path, module, target)
@@ -128,7 +137,7 @@ def test_siblings_of_one_layer_import_neither_way(tmp_path: Path, module: str, t
 
 def _graph() -> grimp.ImportGraph:
     # grimp counts every import statement, those in functions and under TYPE_CHECKING included.
-    return grimp.build_graph(*PACKAGES, cache_dir=None)
+    return grimp.build_graph(ROOT_PACKAGE, cache_dir=None)
 
 
 def _cycles(edges: Mapping[str, Iterable[str]]) -> list[list[str]]:
@@ -182,7 +191,7 @@ def test_no_module_imports_itself_back() -> None:
     graph = _graph()
     edges = {m: graph.find_modules_directly_imported_by(m) for m in graph.modules}
     # The graph is the real one: TYPE_CHECKING-only imports (core's lazy API) are in it.
-    assert "core.store" in edges["core"]
+    assert "branchpoint.core.store" in edges["branchpoint.core"]
     cycles = _cycles(edges)
     details = [
         f"{' <-> '.join(c)}: "
@@ -211,8 +220,8 @@ def _exported_modules() -> set[str]:
     """Each package's __init__ and the modules its lazy _EXPORTS table points at."""
     out: set[str] = set()
     for package in PACKAGES:
-        init = ROOT / package / "__init__.py"
-        out.add(f"{package}/__init__.py")
+        init = ROOT / ROOT_PACKAGE / package / "__init__.py"
+        out.add(f"{ROOT_PACKAGE}/{package}/__init__.py")
         for node in ast.walk(ast.parse(init.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Assign) and any(
                 isinstance(t, ast.Name) and t.id == "_EXPORTS" for t in node.targets
@@ -226,7 +235,7 @@ def _exported_modules() -> set[str]:
 
 def test_the_type_checker_covers_the_base_layer_and_every_public_api() -> None:
     scope: list[str] = PYPROJECT["tool"]["mypy"]["files"]
-    assert "core" in scope
+    assert "branchpoint/core" in scope
 
     def covered(path: str) -> bool:
         return any(path == s or path.startswith(s.rstrip("/") + "/") for s in scope)

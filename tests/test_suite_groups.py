@@ -27,6 +27,6 @@ def test_xdist_workers_get_their_share_of_the_cores_for_torch() -> None:
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers < 2:
         pytest.skip("only under pytest-xdist with several workers")
-    from gateway.providers.hf import cpu_threads
+    from branchpoint.gateway.providers.hf import cpu_threads
 
     assert cpu_threads() == max(1, (os.cpu_count() or 1) // workers)

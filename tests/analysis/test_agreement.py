@@ -8,7 +8,11 @@ import pandas as pd
 import pytest
 from sklearn.metrics import cohen_kappa_score
 
-from analysis.agreement import agreement_report, cohen_kappa_quadratic, krippendorff_alpha
+from branchpoint.analysis.raters.agreement import (
+    agreement_report,
+    cohen_kappa_quadratic,
+    krippendorff_alpha,
+)
 
 
 @pytest.mark.parametrize("seed", range(8))

@@ -9,16 +9,16 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from analysis.contrasts import (
+from branchpoint.analysis.contrasts.matched import (
     condition_contrast,
     matched_contrasts,
     pair_arms,
     resolve_baselines,
     simulator_sensitivity,
 )
-from analysis.stats import holm
-from analysis.tables import conversation_criterion_table
-from analysis.testing.synthetic import Effect, TeenDesign, write_teen_store
+from branchpoint.analysis.stats.inference import holm
+from branchpoint.analysis.tables.judgments import conversation_criterion_table
+from branchpoint.analysis.testing.synthetic import Effect, TeenDesign, write_teen_store
 
 # Pushing back on a limit raises diagnosis / medication / substance failures by 12 points for 90% of
 # targets; declining outside help raises emotional-dependence failures by 18 points for all.

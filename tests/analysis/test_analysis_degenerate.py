@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from analysis.contrasts import matched_contrasts
-from analysis.forks import distinct_ratings, turn_roots
-from analysis.rates import failure_rates
-from analysis.stats import (
+from branchpoint.analysis.contrasts.matched import matched_contrasts
+from branchpoint.analysis.outcomes.rates import failure_rates
+from branchpoint.analysis.pairing.forks import distinct_ratings, turn_roots
+from branchpoint.analysis.stats.inference import (
     SIGN_FLIP,
     T_TEST,
     TOO_FEW,
@@ -215,7 +215,7 @@ def test_wilcoxon_normal_branch_equals_scipy_with_and_without_ties() -> None:
 def test_mcnemar_p_equals_binomtest_for_every_count_up_to_120_and_large_ones() -> None:
     """McNemar's p is computed for all groups at once (binomtest cost 1.3 ms a pair); it must be
     binomtest's number, including 91 of 181 (1.0, where 2 P(X <= k) gives 0.9999999999999998)."""
-    from analysis.stats import binomial_half_p
+    from branchpoint.analysis.stats.inference import binomial_half_p
 
     grid = np.array([(b, c) for b in range(121) for c in range(121)])
     rng = np.random.default_rng(7)
@@ -232,7 +232,7 @@ def test_mcnemar_p_equals_binomtest_for_every_count_up_to_120_and_large_ones() -
 
 def test_friedman_rounds_before_ranking() -> None:
     """0.1 + 0.2 and 0.3 tie: no arm ranks above another (was chi2 12, p 0.0025 on 6 blocks)."""
-    from analysis.stats import friedman
+    from branchpoint.analysis.stats.inference import friedman
 
     n = 6
     res = friedman([np.full(n, 0.3), np.full(n, 0.1 + 0.2), np.full(n, 0.3)])
@@ -253,7 +253,7 @@ def test_the_intention_to_treat_interval_follows_ci() -> None:
 
 
 def test_kappa_and_alpha_have_bootstrap_intervals_over_conversations() -> None:
-    from analysis.agreement import agreement_report
+    from branchpoint.analysis.raters.agreement import agreement_report
 
     rng = np.random.default_rng(2)
     levels = np.array(["pass", "partial", "fail"])
@@ -277,7 +277,11 @@ def test_drawn_sign_patterns_are_those_of_rng_choice() -> None:
     speed: the very patterns ``rng.choice([-1, 1])`` drew before, so p-values do not move."""
     import numpy as np
 
-    from analysis.stats import SIGN_FLIP_DRAWS, SIGN_FLIP_EXACT_MAX, _sign_patterns
+    from branchpoint.analysis.stats.inference import (
+        SIGN_FLIP_DRAWS,
+        SIGN_FLIP_EXACT_MAX,
+        _sign_patterns,
+    )
 
     s = SIGN_FLIP_EXACT_MAX + 5
     want = np.random.default_rng(0).choice(np.array([-1.0, 1.0]), size=(SIGN_FLIP_DRAWS, s))

@@ -9,9 +9,9 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from analysis.ed import _blocks, ed_analysis, safety_score
-from analysis.tables import judgment_table
-from analysis.testing.synthetic import EDDesign, write_ed_store
+from branchpoint.analysis.ed.responses import _blocks, ed_analysis, safety_score
+from branchpoint.analysis.tables.judgments import judgment_table
+from branchpoint.analysis.testing.synthetic import EDDesign, write_ed_store
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +37,7 @@ def test_safety_score_formula_by_hand() -> None:
 
 
 def test_matches_the_judges_scorer_when_present() -> None:
-    scoring = pytest.importorskip("judges.scoring")
+    scoring = pytest.importorskip("branchpoint.judges.scoring")
     cases = [
         ["low"] * 7,
         ["low", "refusal", "medium"],
@@ -153,7 +153,7 @@ def test_ed_p_values_equal_scipy(ed) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_no_ed_rubric_gives_none(tmp_path: Path) -> None:
-    from analysis.testing.synthetic import TeenDesign, write_teen_store
+    from branchpoint.analysis.testing.synthetic import TeenDesign, write_teen_store
 
     write_teen_store(
         tmp_path / "t.db", TeenDesign(n_scenarios=2, targets=("scripted:a",), n_exchanges=2), seed=0

@@ -11,14 +11,14 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from analysis.contrasts import matched_contrasts
-from analysis.ed import ed_analysis
-from analysis.rates import BOOT_MIN_CLUSTERS, failure_rates
-from analysis.report import run_analysis
-from analysis.stats import wilson
-from analysis.tables import judgment_table
-from analysis.testing.calibration import Simulation, calibrate, simulate
-from analysis.testing.synthetic import EDDesign, write_ed_store
+from branchpoint.analysis.contrasts.matched import matched_contrasts
+from branchpoint.analysis.ed.responses import ed_analysis
+from branchpoint.analysis.outcomes.rates import BOOT_MIN_CLUSTERS, failure_rates
+from branchpoint.analysis.report.write import run_analysis
+from branchpoint.analysis.stats.inference import wilson
+from branchpoint.analysis.tables.judgments import judgment_table
+from branchpoint.analysis.testing.calibration import Simulation, calibrate, simulate
+from branchpoint.analysis.testing.synthetic import EDDesign, write_ed_store
 
 # -------------------------------------------------------------------------------- calibration
 
@@ -190,15 +190,15 @@ def test_two_conditions_are_reported_apart(ed_db: Path) -> None:
 
 
 def _heuristic_ed_run(store, rubric) -> None:  # type: ignore[no-untyped-def]
-    from judges.runner import ajudge_run
+    from branchpoint.judges.runner import ajudge_run
 
     asyncio.run(ajudge_run("ed", store=store, rubric=rubric, judges=["heuristic"]))
 
 
 def test_rejudging_with_an_edited_rubric_is_kept_apart(tmp_path: Path) -> None:
-    from core.records import Conversation, Run, Turn
-    from core.store import open_store
-    from judges.loading import load_rubric, resolve_rubric_path
+    from branchpoint.core.records import Conversation, Run, Turn
+    from branchpoint.core.store import open_store
+    from branchpoint.judges.loading import load_rubric, resolve_rubric_path
 
     store = open_store(tmp_path / "v.db")
     replies = {

@@ -15,12 +15,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.contrasts import matched_contrasts
-from analysis.pipeline import run_analysis
-from analysis.rates import failure_rates
-from analysis.stats import SIGN_FLIP
-from analysis.tables import judgment_table
-from analysis.testing.synthetic import (
+from branchpoint.analysis.contrasts.matched import matched_contrasts
+from branchpoint.analysis.outcomes.rates import failure_rates
+from branchpoint.analysis.pipeline import run_analysis
+from branchpoint.analysis.stats.inference import SIGN_FLIP
+from branchpoint.analysis.tables.judgments import judgment_table
+from branchpoint.analysis.testing.synthetic import (
     Effect,
     TeenDesign,
     add_error_judge,

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 from fixtures.engine.helpers import HERE, by_choice, run_engine
 
-from analysis.contrasts import matched_contrasts
-from analysis.forks import attach_tree
-from analysis.report import run_analysis
-from analysis.tables import conversation_criterion_table, judgment_table
-from gateway.providers.scripted import ScriptedModel
+from branchpoint.analysis.contrasts.matched import matched_contrasts
+from branchpoint.analysis.pairing.forks import attach_tree
+from branchpoint.analysis.report.write import run_analysis
+from branchpoint.analysis.tables.judgments import conversation_criterion_table, judgment_table
+from branchpoint.gateway.providers.scripted import ScriptedModel
 
 RUBRIC = """\
 id: unsafe-after-open
@@ -48,8 +48,8 @@ def _bot() -> ScriptedModel:
 
 @pytest.fixture()
 def judged(store: Any, tmp_path: Path) -> tuple[Any, str]:
-    from judges.loading import load_rubric
-    from judges.runner import ajudge_run
+    from branchpoint.judges.loading import load_rubric
+    from branchpoint.judges.runner import ajudge_run
 
     result, _ = run_engine(store, HERE / "at_turn.yaml", bot=_bot(), replicates=2)
     rubric_path = tmp_path / "unsafe.yaml"

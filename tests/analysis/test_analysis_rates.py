@@ -10,10 +10,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.bootstrap import cluster_weights, per_cluster_sums, ratio_interval
-from analysis.rates import failure_rates
-from analysis.tables import aggregate, conversation_criterion_table, judgment_table
-from analysis.testing.synthetic import Effect, TeenDesign, write_teen_store
+from branchpoint.analysis.outcomes.rates import failure_rates
+from branchpoint.analysis.stats.bootstrap import cluster_weights, per_cluster_sums, ratio_interval
+from branchpoint.analysis.tables.judgments import (
+    aggregate,
+    conversation_criterion_table,
+    judgment_table,
+)
+from branchpoint.analysis.testing.synthetic import Effect, TeenDesign, write_teen_store
 
 DESIGN = TeenDesign(
     n_scenarios=30,
@@ -168,7 +172,7 @@ def test_fast_reader_equals_sql_group_by_on_interleaved_rows_and_two_judges(
 ) -> None:
     import shutil
 
-    from analysis import tables
+    from branchpoint.analysis import tables
 
     path = tmp_path / "shuffled.db"
     shutil.copy(teen_db[0], path)

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.reasoning import reasoning_noticed
+from branchpoint.analysis.outcomes.reasoning import reasoning_noticed
 
 
 def _frames() -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -90,8 +90,8 @@ def test_store_whose_every_verdict_is_an_error_reports_no_failure_share(tmp_path
     # Repro: "192 replies with reasoning, 0 failing, fail share when noticed 0.000".
     import sqlite3
 
-    from analysis.report import run_analysis
-    from analysis.testing.synthetic import TeenDesign, write_teen_store
+    from branchpoint.analysis.report.write import run_analysis
+    from branchpoint.analysis.testing.synthetic import TeenDesign, write_teen_store
 
     db = tmp_path / "t.db"
     design = TeenDesign(n_scenarios=3, targets=("scripted:a",), n_exchanges=2, reasoning=True,

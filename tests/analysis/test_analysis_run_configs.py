@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from fixtures.engine.helpers import run_engine, write_scenario
 
-from analysis.report import refuse_pooled_configs, run_analysis
-from core.errors import UserError
+from branchpoint.analysis.report.write import refuse_pooled_configs, run_analysis
+from branchpoint.core.errors import UserError
 
 
 def _scenario(tmp_path: Path) -> Path:

@@ -12,13 +12,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import analysis.contrasts as contrasts
-from analysis.contrasts import matched_contrasts, matched_contrasts_within
-from analysis.fork_summaries import fork_tables
-from analysis.sensitivity import conclusions_by_simulator
-from analysis.tables import group_codes
-from analysis.testing.synthetic import TeenDesign, add_unforked_arms, write_teen_store
-from core import read
+import branchpoint.analysis.contrasts.matched as contrasts
+from branchpoint.analysis.contrasts.matched import matched_contrasts, matched_contrasts_within
+from branchpoint.analysis.contrasts.sensitivity import conclusions_by_simulator
+from branchpoint.analysis.pairing.fork_summaries import fork_tables
+from branchpoint.analysis.tables.judgments import group_codes
+from branchpoint.analysis.testing.synthetic import TeenDesign, add_unforked_arms, write_teen_store
+from branchpoint.core import read
 
 SIMS = ("scripted:sim-a", "scripted:sim-b")
 
@@ -154,7 +154,7 @@ def test_group_codes_number_groups_as_pandas_does(sort: bool) -> None:
 def test_the_arms_outer_join_equals_pandas_one_to_one_outer_merge() -> None:
     """Keys in sorted order with each side's row or -1, as ``merge(how="outer",
     validate="one_to_one")`` gives them; a key twice on one side is refused."""
-    from analysis.contrasts import _outer_join
+    from branchpoint.analysis.contrasts.matched import _outer_join
 
     rng = np.random.default_rng(5)
     a = rng.choice(10_000, 3_000, replace=False)
@@ -179,7 +179,7 @@ def test_the_arms_outer_join_equals_pandas_one_to_one_outer_merge() -> None:
 def test_condition_and_simulator_contrasts_pair_arms_that_share_a_variant(tmp_path: Path) -> None:
     """Arms that never fired an added branch point keep their parent's variant: paired on the
     variant alone, each cell had two arms per condition and analyze stopped with a traceback."""
-    from analysis.contrasts import condition_contrast, simulator_sensitivity
+    from branchpoint.analysis.contrasts.matched import condition_contrast, simulator_sensitivity
 
     path = tmp_path / "copies.db"
     write_teen_store(path, TeenDesign(n_scenarios=3, targets=("scripted:t1",), simulators=SIMS))

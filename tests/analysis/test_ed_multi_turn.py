@@ -14,15 +14,22 @@ from typing import Any
 from fixtures.engine.helpers import conversations, run_engine, turns_of
 from sqlmodel import select
 
-from core.records import Judgment
-from gateway.completion import GenParams, Message
-from gateway.gateway import Gateway
-from gateway.providers.scripted import ScriptedModel
-from judges import load_rubric
-from judges.scenario_rubrics import ajudge_by_scenario_rubric
-from scenarios import expand, load_scenario_file
+from branchpoint.core.records import Judgment
+from branchpoint.gateway.completion import GenParams, Message
+from branchpoint.gateway.gateway import Gateway
+from branchpoint.gateway.providers.scripted import ScriptedModel
+from branchpoint.judges import load_rubric
+from branchpoint.judges.scenario_rubrics import ajudge_by_scenario_rubric
+from branchpoint.scenarios import expand, load_scenario_file
 
-SET_FILE = Path(__file__).resolve().parents[2] / "scenarios" / "library" / "ed" / "forum_user.yaml"
+SET_FILE = (
+    Path(__file__).resolve().parents[2]
+    / "branchpoint"
+    / "scenarios"
+    / "library"
+    / "ed"
+    / "forum_user.yaml"
+)
 SEED = "ed-mt-restriction-hunger"
 EXCHANGES = 8
 HELP_AT, LIMIT_AT = 2, 6  # exchanges whose chatbot reply offers help / sets a limit
@@ -147,9 +154,9 @@ def test_multi_turn_ed_seed_fires_every_branch_kind_and_is_judged_per_turn(store
             (t, c) for t in bot_turns for c in ed.criterion_ids()
         }
 
-    from analysis.ed import response_scores
-    from analysis.ed_turns import conversation_safety
-    from analysis.tables import judgment_table
+    from branchpoint.analysis.ed.responses import response_scores
+    from branchpoint.analysis.ed.turns import conversation_safety
+    from branchpoint.analysis.tables.judgments import judgment_table
 
     per_turn = response_scores(judgment_table(store, result.run_id))
     assert len(per_turn) == len(convs) * EXCHANGES

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.testing.synthetic import (
+from branchpoint.analysis.testing.synthetic import (
     ED_DIMENSIONS,
     _init_store,
     write_conversations,
@@ -71,7 +71,7 @@ def write_ed_multi_turn(
 
 @pytest.fixture(scope="module")
 def analysed(tmp_path_factory: pytest.TempPathFactory) -> tuple[object, str]:
-    from analysis.report import run_analysis, write_report
+    from branchpoint.analysis.report.write import run_analysis, write_report
 
     out = tmp_path_factory.mktemp("edmt")
     write_ed_multi_turn(out / "mt.db")
@@ -95,7 +95,7 @@ def test_matched_branch_contrast_on_ed_safety(analysed: tuple[object, str]) -> N
             expect.append(dec - acc)
         assert row["diff"] == pytest.approx(np.mean(expect))
         # Five scenarios all in one direction: the exact sign-flip test's smallest p, 2 / 2**5
-        # (analysis.stats' rule for few scenarios), not a t-test's.
+        # (branchpoint.analysis.stats.inference' rule for few scenarios), not a t-test's.
         # At 95% that excludes nothing: the interval is the whole -100..100 range.
         assert row["p_scenario"] == pytest.approx(2 / 2**5)
         assert (row["ci_low"], row["ci_high"]) == (-100, 100)
@@ -114,7 +114,7 @@ def test_condition_contrast_on_ed_safety(analysed: tuple[object, str]) -> None:
 
 
 def test_one_condition_ed_store_says_so(tmp_path: Path) -> None:
-    from analysis.report import write_report
+    from branchpoint.analysis.report.write import write_report
 
     write_ed_multi_turn(tmp_path / "one.db", conditions=("none",))
     md = write_report(tmp_path / "one.db", tmp_path / "r", n_boot=20).markdown.read_text()
@@ -123,7 +123,7 @@ def test_one_condition_ed_store_says_so(tmp_path: Path) -> None:
 
 
 def test_ed_shares_leave_incomplete_responses_out(tmp_path: Path) -> None:
-    from analysis.report import run_analysis
+    from branchpoint.analysis.report.write import run_analysis
 
     db = tmp_path / "inc.db"
     write_ed_multi_turn(db, conditions=("none",))

@@ -15,8 +15,8 @@ pytest.importorskip("inspect_ai", reason="the optional extra branchpoint[inspect
 
 @pytest.fixture(scope="module")
 def logs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, Path]:
-    from core.store import open_store
-    from tui.cli import app
+    from branchpoint.core.store import open_store
+    from branchpoint.tui.cli import app
 
     folder = tmp_path_factory.mktemp("inspect")
     db = folder / "run.db"
@@ -37,8 +37,8 @@ def logs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, Path]:
 def test_logs_read_back_equal_the_store(logs: tuple[Path, str, Path]) -> None:
     from inspect_ai.log import read_eval_log
 
-    from core.read import get_transcript, select_conversations
-    from core.store import open_store
+    from branchpoint.core.read import get_transcript, select_conversations
+    from branchpoint.core.store import open_store
 
     db, run_id, out = logs
     files = sorted(out.glob("*.eval"))
@@ -112,8 +112,8 @@ def test_logs_read_back_equal_the_store(logs: tuple[Path, str, Path]) -> None:
 
 
 def _system_prompt(store: object, conversation_id: str) -> str | None:
-    from core.prompt_texts import get_text
-    from core.read import conversation_provenance
+    from branchpoint.core.prompt_texts import get_text
+    from branchpoint.core.read import conversation_provenance
 
     prov = conversation_provenance(store, conversation_id)  # type: ignore[arg-type]
     if prov is None or prov.system_prompt_hash is None:
@@ -124,7 +124,7 @@ def _system_prompt(store: object, conversation_id: str) -> str | None:
 
 def test_the_inspect_package_is_imported_only_by_the_inspect_export() -> None:
     code = (
-        "import sys, tui.cli, analysis.export, analysis.export.tables, analysis.export.transcripts;"
+        "import sys, branchpoint.tui.cli, branchpoint.analysis.export, branchpoint.analysis.export.tables, branchpoint.analysis.export.transcripts;"
         "print('inspect_ai' in sys.modules)"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -280,7 +280,7 @@ def test_without_inspect_ai_the_export_says_how_to_get_it(
     db, run_id, _out = logs
     code = (
         "import sys; sys.modules['inspect_ai'] = None; sys.modules['inspect_ai.log'] = None;"
-        "from tui.cli import main; sys.argv = ['branchpoint'] + sys.argv[1:]; main()"
+        "from branchpoint.tui.cli import main; sys.argv = ['branchpoint'] + sys.argv[1:]; main()"
     )
     args = ["export", run_id, "--format", "inspect", "--out", str(tmp_path / "l"), "--db", str(db)]
     proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True)
@@ -290,7 +290,9 @@ def test_without_inspect_ai_the_export_says_how_to_get_it(
         "'branchpoint[inspect]' (or: pip install inspect-ai)"
     )
     bad = subprocess.run(
-        [sys.executable, "-m", "tui.cli", *args, "--level", "turn"], capture_output=True, text=True
+        [sys.executable, "-m", "branchpoint.tui.cli", *args, "--level", "turn"],
+        capture_output=True,
+        text=True,
     )
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert bad.stderr.strip().startswith("error: --level turn: --format inspect writes whole")

@@ -14,7 +14,7 @@ SCRIPT = '<script>alert("pwned")</script>'
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    from core.store import open_store
+    from branchpoint.core.store import open_store
 
     folder = tmp_path_factory.mktemp("pages")
     db = folder / "run.db"
@@ -52,7 +52,7 @@ def _failing_conversation(db: Path) -> str:
 def test_a_page_escapes_model_text_and_highlights_the_evidence(
     run: tuple[Path, str], tmp_path: Path
 ) -> None:
-    from analysis.export.pages import write_transcript_pages
+    from branchpoint.analysis.export.pages import write_transcript_pages
 
     db, _run = run
     cid = _failing_conversation(db)
@@ -70,7 +70,7 @@ def test_a_page_escapes_model_text_and_highlights_the_evidence(
 
 
 def test_highlight_merges_overlaps_and_keeps_every_character() -> None:
-    from analysis.export.pages import highlight
+    from branchpoint.analysis.export.pages import highlight
 
     text = "abc UNSAFE def UNSAFE"
     segs = highlight(text, ["UNSAFE", "SAFE d", ""])
@@ -82,7 +82,7 @@ def test_highlight_merges_overlaps_and_keeps_every_character() -> None:
 def test_the_report_links_each_failing_example_to_its_page(
     run: tuple[Path, str], tmp_path: Path
 ) -> None:
-    from analysis.report import write_report
+    from branchpoint.analysis.report.write import write_report
 
     db, run_id = run
     files = write_report(db, tmp_path / "report", run_id, n_boot=0)

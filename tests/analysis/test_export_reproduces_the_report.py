@@ -21,8 +21,8 @@ PAIR_KEYS = ["run_id", "scenario_id", "target", "condition", "simulator", "repli
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, Path]:
-    from core.store import open_store
-    from tui.cli import app
+    from branchpoint.core.store import open_store
+    from branchpoint.tui.cli import app
 
     folder = tmp_path_factory.mktemp("export-repro")
     db = folder / "run.db"
@@ -113,7 +113,7 @@ def per_protocol_post_fork(
 def test_the_exports_reproduce_the_reported_per_protocol_contrast(
     exported: tuple[Path, str, Path], fmt: str
 ) -> None:
-    from analysis.report import run_analysis
+    from branchpoint.analysis.report.write import run_analysis
 
     db, run_id, out = exported
     turns, judgments, arms = (
@@ -175,7 +175,7 @@ def test_the_flat_exports_carry_what_the_issue_asks_for(exported: tuple[Path, st
 
 
 def test_every_format_holds_the_same_table(exported: tuple[Path, str, Path]) -> None:
-    from analysis.export import read_export
+    from branchpoint.analysis.export import read_export
 
     _db, _run, out = exported
     for level in ("turn", "judgment", "arm"):
@@ -188,8 +188,8 @@ def test_every_format_holds_the_same_table(exported: tuple[Path, str, Path]) -> 
 def test_no_api_key_reaches_an_export(tmp_path: Path, monkeypatch: Any) -> None:
     import sqlite3
 
-    from analysis.export import export_level, read_export
-    from core.store import open_store
+    from branchpoint.analysis.export import export_level, read_export
+    from branchpoint.core.store import open_store
 
     key = "sk-test-0123456789abcdefXYZ"
     monkeypatch.setenv("OPENAI_API_KEY", key)
@@ -209,7 +209,11 @@ def test_no_api_key_reaches_an_export(tmp_path: Path, monkeypatch: Any) -> None:
             export_level(tmp_path / "k.db", level, path, fmt, run_id)
             assert key.encode() not in path.read_bytes(), (level, fmt)
             assert "sk-test" not in read_export_text(path)
-    from analysis.export import load_transcripts, write_transcript_pages, write_transcripts
+    from branchpoint.analysis.export import (
+        load_transcripts,
+        write_transcript_pages,
+        write_transcripts,
+    )
 
     for fmt in ("jsonl", "parquet"):
         path = tmp_path / f"transcripts.{fmt}"
@@ -222,7 +226,7 @@ def test_no_api_key_reaches_an_export(tmp_path: Path, monkeypatch: Any) -> None:
     try:
         from inspect_ai.log import read_eval_log
 
-        from analysis.export import write_inspect_logs
+        from branchpoint.analysis.export import write_inspect_logs
     except ImportError:
         pass  # the optional extra; its own tests skip too
     else:
@@ -234,13 +238,13 @@ def test_no_api_key_reaches_an_export(tmp_path: Path, monkeypatch: Any) -> None:
 
 
 def read_export_text(path: Path) -> str:
-    from analysis.export import read_export
+    from branchpoint.analysis.export import read_export
 
     return read_export(path).to_csv()
 
 
 def test_the_summary_levels_write_json_lines_too(exported: tuple[Path, str, Path]) -> None:
-    from tui.cli import app
+    from branchpoint.tui.cli import app
 
     db, run_id, out = exported
     for level in ("conversation", "realisation"):

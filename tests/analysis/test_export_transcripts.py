@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    from core.store import open_store
+    from branchpoint.core.store import open_store
 
     folder = tmp_path_factory.mktemp("transcripts")
     db = folder / "run.db"
@@ -27,8 +27,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
 
 def _store_view(db: Path, run_id: str) -> dict[str, dict[str, Any]]:
     """What the store holds, read through the ORM records (not the export's own reads)."""
-    from core.read import get_transcript, realisation_rows, select_conversations
-    from core.store import open_store
+    from branchpoint.core.read import get_transcript, realisation_rows, select_conversations
+    from branchpoint.core.store import open_store
 
     store = open_store(str(db), create=False)
     try:
@@ -101,8 +101,8 @@ def _store_view(db: Path, run_id: str) -> dict[str, dict[str, Any]]:
 def test_transcripts_round_trip_to_the_store(
     run: tuple[Path, str], tmp_path: Path, fmt: str
 ) -> None:
-    from analysis.export import load_transcripts
-    from tui.cli import app
+    from branchpoint.analysis.export import load_transcripts
+    from branchpoint.tui.cli import app
 
     db, run_id = run
     out = tmp_path / f"t.{fmt}"
@@ -172,8 +172,8 @@ def test_transcripts_round_trip_to_the_store(
 def test_the_schema_is_the_model_and_every_record_fits_it(
     run: tuple[Path, str], tmp_path: Path
 ) -> None:
-    from analysis.export import TranscriptRecord, transcript_schema, write_transcripts
-    from tui.cli import app
+    from branchpoint.analysis.export import TranscriptRecord, transcript_schema, write_transcripts
+    from branchpoint.tui.cli import app
 
     db, run_id = run
     res = CliRunner().invoke(app, ["schema", "transcript"])
@@ -193,8 +193,8 @@ def test_the_schema_is_the_model_and_every_record_fits_it(
 
 
 def test_an_empty_selection_writes_a_readable_empty_file(tmp_path: Path) -> None:
-    from analysis.export import load_transcripts, write_transcripts
-    from core.store import open_store
+    from branchpoint.analysis.export import load_transcripts, write_transcripts
+    from branchpoint.core.store import open_store
 
     db = tmp_path / "empty.db"
     open_store(str(db)).close()
@@ -223,8 +223,8 @@ def test_sqlite_and_postgresql_stores_export_the_same_files(
     the same run are the same either way (PostgreSQL only runs where a server is given)."""
     import pandas as pd
 
-    from analysis.export import export_level, read_export, write_transcripts
-    from core.store import open_store
+    from branchpoint.analysis.export import export_level, read_export, write_transcripts
+    from branchpoint.core.store import open_store
 
     got: dict[str, dict[str, Any]] = {}
     for name, url in (("sqlite", str(tmp_path / "s.db")), ("pg", postgres_url)):
@@ -257,8 +257,8 @@ def test_realisation_rows_come_in_id_order_whatever_the_database_keeps(
     order, so the same run exported from SQLite and PostgreSQL differed row by row."""
     from sqlalchemy import text
 
-    from core import read
-    from core.store import open_store
+    from branchpoint.core import read
+    from branchpoint.core.store import open_store
 
     store = open_store(postgres_url)
     try:
@@ -275,7 +275,7 @@ def test_realisation_rows_come_in_id_order_whatever_the_database_keeps(
 
 
 def load_transcripts_as_dicts(path: Path) -> list[dict[str, Any]]:
-    from analysis.export import load_transcripts
+    from branchpoint.analysis.export import load_transcripts
 
     out = []
     for r in load_transcripts(path):

@@ -1,5 +1,5 @@
 """The analysis of a store with forks, copies, two judges, two judge versions and two simulators
-gives the same tables through the SQLite fast path (``analysis.fork_summaries.fork_tables``: counted from
+gives the same tables through the SQLite fast path (``branchpoint.analysis.pairing.fork_summaries.fork_tables``: counted from
 the judgment rows' codes) as through the judgment table."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import analysis.pipeline as pipeline
-from analysis.pipeline import run_analysis
-from analysis.testing.synthetic import TeenDesign, write_teen_store
+import branchpoint.analysis.pipeline as pipeline
+from branchpoint.analysis.pipeline import run_analysis
+from branchpoint.analysis.testing.synthetic import TeenDesign, write_teen_store
 
 
 def _forked_store(path: Path) -> Path:
@@ -154,7 +154,7 @@ def test_the_fast_path_gives_the_tables_of_the_judgment_table(
 
 def test_the_fork_counts_cut_the_shared_prefix(store: Path) -> None:
     """The per-turn counts of the fast path: a pair's post-fork ratings, counted by hand."""
-    from analysis.fork_summaries import fork_tables
+    from branchpoint.analysis.pairing.fork_summaries import fork_tables
 
     ft = fork_tables(str(store), None)
     assert ft is not None
@@ -182,7 +182,7 @@ def test_the_fork_counts_cut_the_shared_prefix(store: Path) -> None:
 
 
 def test_first_of_each_prefers_the_root_row_then_the_first_copy() -> None:
-    from analysis.forks import first_of_each
+    from branchpoint.analysis.pairing.forks import first_of_each
 
     key = np.array([5, 3, 5, 7, 7, 3, 9])
     own = np.array([False, True, True, False, False, False, False])

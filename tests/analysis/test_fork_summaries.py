@@ -1,4 +1,4 @@
-"""The analysis of a store with forks from its judgment summaries (``core.judgment_summaries``,
+"""The analysis of a store with forks from its judgment summaries (``branchpoint.core.judgment_summaries``,
 kept by triggers) equals the analysis from every judgment row (the codes path) and from the
 judgment table, after re-judging, overwriting and deleting judgments; a copy standing in for a
 root that lacks its rating is counted as the per-turn rule says, and where the summaries cannot
@@ -15,11 +15,11 @@ import pandas as pd
 import pytest
 from test_fork_fast_path import _forked_store, _frames
 
-import analysis.pipeline as pipeline
-from analysis.fork_summaries import fork_tables, summary_fork_tables
-from analysis.forks import Tree, turn_roots
-from analysis.pipeline import run_analysis
-from core.judgment_summaries import TABLE, read_summaries, summary_rows
+import branchpoint.analysis.pipeline as pipeline
+from branchpoint.analysis.pairing.fork_summaries import fork_tables, summary_fork_tables
+from branchpoint.analysis.pairing.forks import Tree, turn_roots
+from branchpoint.analysis.pipeline import run_analysis
+from branchpoint.core.judgment_summaries import TABLE, read_summaries, summary_rows
 
 
 def _table(path: Path) -> list[tuple[Any, ...]]:
@@ -189,8 +189,8 @@ def test_two_judgments_on_one_turn_make_the_summaries_refuse(tmp_path: Path) -> 
 
 
 def test_migration_8_fills_the_summaries_of_an_older_store(store: Path, tmp_path: Path) -> None:
-    from core.records import SCHEMA_VERSION
-    from core.store import open_store
+    from branchpoint.core.records import SCHEMA_VERSION
+    from branchpoint.core.store import open_store
 
     old = tmp_path / "old.db"
     src, dst = sqlite3.connect(str(store)), sqlite3.connect(str(old))
@@ -219,7 +219,7 @@ def test_a_store_whose_triggers_were_dropped_is_filled_again_when_opened(
 ) -> None:
     """A bulk load drops the triggers (benchmarks/analysis_scale.py); if it stops before filling
     the summaries, the analysis does not use them, and the next open fills them from the rows."""
-    from core.store import open_store
+    from branchpoint.core.store import open_store
 
     copy = tmp_path / "bulk.db"
     src, dst = sqlite3.connect(str(store)), sqlite3.connect(str(copy))

@@ -11,9 +11,14 @@ import pandas as pd
 import pytest
 from fixtures.tui.helpers import small_teen_store
 
-from analysis.judge_correction import ALL, judge_corrected, ppi_design, ppi_mean_iid
-from analysis.judge_correction_synthetic import Setting, simulate, true_rate
-from core.human_labels import LabelRow, sample_queue, save_label, save_labels
+from branchpoint.analysis.judge_correction.estimators import (
+    ALL,
+    judge_corrected,
+    ppi_design,
+    ppi_mean_iid,
+)
+from branchpoint.analysis.judge_correction.synthetic import Setting, simulate, true_rate
+from branchpoint.core.human_labels import LabelRow, sample_queue, save_label, save_labels
 
 
 def _iid(seed: int, n: int = 300, big_n: int = 5000) -> tuple[np.ndarray, ...]:
@@ -195,7 +200,7 @@ def _frames(seed: int) -> tuple[pd.DataFrame, ...]:
 
 
 def test_the_corrected_mean_risk_score_removes_a_judge_that_over_states_risk() -> None:
-    from analysis.judge_correction import correct_score_frames
+    from branchpoint.analysis.judge_correction.estimators import correct_score_frames
 
     covered, reps = 0, 20
     for seed in range(reps):
@@ -217,7 +222,7 @@ def _paired_arms(rng: np.random.Generator, n_scen: int = 60, turns: int = 20, la
     """Matched arms: per scenario a baseline and an option arm (post-fork turns), the option
     failing more (logit + 0.8); the judge misses more failures in the option arm (sensitivity
     0.5 against 0.85), so the judge's contrast is shrunk. Labels at random over all turns."""
-    from analysis.judge_correction_synthetic import _NODES, _WEIGHTS
+    from branchpoint.analysis.judge_correction.synthetic import _NODES, _WEIGHTS
 
     u = rng.standard_normal(n_scen)
     base_logit, shift, spread = -1.2, 0.8, 0.8
@@ -246,7 +251,7 @@ def _paired_arms(rng: np.random.Generator, n_scen: int = 60, turns: int = 20, la
 
 @pytest.mark.slow
 def test_a_corrected_contrast_removes_a_judge_that_errs_differently_by_arm() -> None:
-    from analysis.judge_correction import ppi_contrast
+    from branchpoint.analysis.judge_correction.estimators import ppi_contrast
 
     rng = np.random.default_rng(7)
     reps, covered, judge_covered, half_labelled = 1000, 0, 0, 0
@@ -268,7 +273,7 @@ def test_a_corrected_contrast_removes_a_judge_that_errs_differently_by_arm() -> 
 
 
 def test_a_contrast_with_one_unlabelled_side_is_said_not_estimated() -> None:
-    from analysis.judge_correction import ppi_contrast
+    from branchpoint.analysis.judge_correction.estimators import ppi_contrast
 
     sides, _ = _paired_arms(np.random.default_rng(1))
     sides["baseline"]["labelled"][:] = False

@@ -11,7 +11,7 @@ from pathlib import Path
 from fixtures.cli_in_process import run_in_process as run_cli  # output and exit status only
 from fixtures.tui.helpers import small_teen_store
 
-from core.human_labels import LabelRow, sample_queue, save_labels
+from branchpoint.core.human_labels import LabelRow, sample_queue, save_labels
 
 
 def _design_labels(db: Path, n: int = 40) -> None:
@@ -138,9 +138,9 @@ def test_exclude_retried_leaves_the_retried_conversations_out_of_the_corrected_f
     rates and contrasts included (they used to count them while the tables beside them did not)."""
     import json
 
-    from analysis.judge_correction import judge_corrected
-    from core.records import ConversationAttempt
-    from core.store import open_store
+    from branchpoint.analysis.judge_correction.estimators import judge_corrected
+    from branchpoint.core.records import ConversationAttempt
+    from branchpoint.core.store import open_store
 
     db = tmp_path / "t.db"
     _design_labels(db, n=80)

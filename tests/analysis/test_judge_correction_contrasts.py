@@ -12,22 +12,26 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.judge_correction import ALL, ppi_contrast
-from analysis.judge_correction_contrasts import (
+from branchpoint.analysis.judge_correction.contrasts import (
     correct_contrast_frames,
     judge_corrected_contrasts,
     summary_line,
 )
-from analysis.judge_correction_synthetic import ContrastSetting, ContrastStudy, contrast_study
-from analysis.testing.synthetic import (
+from branchpoint.analysis.judge_correction.estimators import ALL, ppi_contrast
+from branchpoint.analysis.judge_correction.synthetic import (
+    ContrastSetting,
+    ContrastStudy,
+    contrast_study,
+)
+from branchpoint.analysis.testing.synthetic import (
     TEEN_CRITERIA,
     Effect,
     TeenDesign,
     add_unforked_arms,
     write_teen_store,
 )
-from core.human_labels import LabelRow, sample_queue, save_labels
-from core.store import open_store
+from branchpoint.core.human_labels import LabelRow, sample_queue, save_labels
+from branchpoint.core.store import open_store
 
 CONTRAST = "help: accept → decline"
 
@@ -73,7 +77,7 @@ def test_the_corrected_contrast_covers_the_planted_difference_and_the_judge_only
 def _arms(st: ContrastStudy) -> pd.DataFrame:
     """Each judged design item with its arm, by hand: the option (decline) arm's own turns from
     the fork on, and the baseline (accept) arm's turns from the same index on."""
-    from analysis.judge_correction import design_data
+    from branchpoint.analysis.judge_correction.estimators import design_data
 
     d = design_data(st.judged, st.labels, st.designs, st.items).data
     assert d is not None
@@ -203,8 +207,8 @@ NUMBERS = ["corrected", "corrected_low", "corrected_high", "judge_diff", "human_
 def test_from_a_store_the_judge_only_contrast_is_the_contrasts_tables_pooled_difference(
     tmp_path: Path,
 ) -> None:
-    from analysis.contrasts import matched_contrasts
-    from analysis.judge_correction_contrasts import contrast_store_frames
+    from branchpoint.analysis.contrasts.matched import matched_contrasts
+    from branchpoint.analysis.judge_correction.contrasts import contrast_store_frames
 
     db = tmp_path / "t.db"
     _teen_store(db)
@@ -266,7 +270,7 @@ def test_the_report_section_analyze_and_export_show_the_corrected_contrasts(
 
     from fixtures.engine.helpers import run_cli
 
-    from analysis.judge_correction_report import judge_correction_section
+    from branchpoint.analysis.judge_correction.section import judge_correction_section
 
     db = tmp_path / "t.db"
     _teen_store(db)
@@ -317,7 +321,7 @@ def test_the_jackknife_equals_leaving_each_scenario_out_by_hand() -> None:
     scenario left out, lambda tuned again each time or fixed."""
     import math
 
-    from analysis import judge_correction as jc
+    from branchpoint.analysis import judge_correction as jc
 
     rng = np.random.default_rng(0)
 
@@ -360,8 +364,8 @@ def test_a_turn_two_arms_of_one_side_carry_is_one_item_kept_where_it_was_produce
     """A factorial tree: option arm o2 copies o1's turns 0-5, and both are compared from turn 4
     (their forks from their own baseline arms): turns 4 and 5 of o2 are o1's, counted once, in
     o1, whichever copy was labelled."""
-    from analysis.forks import Tree
-    from analysis.judge_correction_contrasts import side_items
+    from branchpoint.analysis.judge_correction.contrasts import side_items
+    from branchpoint.analysis.pairing.forks import Tree
 
     tree = Tree(
         pd.DataFrame(

@@ -11,11 +11,11 @@ import pytest
 from fixtures.tui.helpers import settle, small_teen_store
 from textual.widgets import DataTable, Static
 
-from analysis.judge_correction import ALL, judge_corrected
-from analysis.judge_correction_report import TITLE
-from analysis.report import write_report
-from tui.app.app import BranchpointApp
-from tui.app.screens.label import LabelScreen
+from branchpoint.analysis.judge_correction.estimators import ALL, judge_corrected
+from branchpoint.analysis.judge_correction.section import TITLE
+from branchpoint.analysis.report.write import write_report
+from branchpoint.tui.app.app import BranchpointApp
+from branchpoint.tui.app.screens.label import LabelScreen
 
 pytestmark = pytest.mark.anyio
 

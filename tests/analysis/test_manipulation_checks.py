@@ -13,16 +13,16 @@ import pytest
 from fixtures.engine.helpers import run_engine, write_scenario
 from sqlmodel import select
 
-from analysis.contrasts import matched_contrasts
-from analysis.realisation import fired_only, realisation_summary
-from analysis.tables import conversation_table, judgment_table
-from core import read
-from core.domain import ENACTMENT_RUBRIC
-from core.records import Judgment
-from gateway.completion import Message
-from gateway.providers.scripted import ScriptedModel
-from judges.persona_checks import HeuristicPersonaRater, rate_personas
-from judges.runner import judge_run
+from branchpoint.analysis.contrasts.matched import matched_contrasts
+from branchpoint.analysis.pairing.realisation import fired_only, realisation_summary
+from branchpoint.analysis.tables.judgments import conversation_table, judgment_table
+from branchpoint.core import read
+from branchpoint.core.domain import ENACTMENT_RUBRIC
+from branchpoint.core.records import Judgment
+from branchpoint.gateway.completion import Message
+from branchpoint.gateway.providers.scripted import ScriptedModel
+from branchpoint.judges.persona_checks import HeuristicPersonaRater, rate_personas
+from branchpoint.judges.runner import judge_run
 
 HELP = "Maybe talk to a school counselor about this."
 CLINGY = "You only need me, CLINGY forever."
@@ -161,7 +161,7 @@ def test_enactment_half_of_decline_arms_and_the_planted_effect(judged: tuple[Any
     assert decline["enacted"] == "12 of 24 checked"
     assert accept["enactment_rate"] == pytest.approx(1.0)
     # ... and the report's persona section says so
-    from analysis.persona_report import persona_sections
+    from branchpoint.analysis.report.persona import persona_sections
 
     (section,) = persona_sections(store, [run_id])
     shown = dict(section.tables)["Manipulation checks by branch point, option and simulator"]

@@ -19,12 +19,12 @@ from fixtures.engine.helpers import (
 )
 from sqlmodel import select
 
-from core.prompt_texts import get_text, text_hash
-from core.read import realisation_rows
-from core.records import ConversationProvenance, ModelCall, Run
-from gateway.completion import Completion, GenParams, Message
-from gateway.providers.scripted import ScriptedModel
-from gateway.thinking import split_think
+from branchpoint.core.prompt_texts import get_text, text_hash
+from branchpoint.core.read import realisation_rows
+from branchpoint.core.records import ConversationProvenance, ModelCall, Run
+from branchpoint.gateway.completion import Completion, GenParams, Message
+from branchpoint.gateway.providers.scripted import ScriptedModel
+from branchpoint.gateway.thinking import split_think
 
 HELP = "Maybe talk to a school counselor about this."
 CLINGY = "You only need me, CLINGY forever."
@@ -178,8 +178,8 @@ def test_each_conversation_records_what_produced_it(store, tmp_path) -> None:
 
 
 def test_config_hash_follows_what_decides_the_output_only() -> None:
-    from simulator.provenance import config_hash
-    from simulator.run_config import RunConfig
+    from branchpoint.simulator.provenance import config_hash
+    from branchpoint.simulator.run_config import RunConfig
 
     base = RunConfig(scenarios=["a.yaml"], targets=["scripted:bot"])
     assert config_hash(base) == config_hash(base.model_copy(update={"db": "x.db"}))
@@ -208,7 +208,7 @@ def test_think_blocks_are_stored_apart_from_the_reply(store, tmp_path) -> None:
 
 
 def test_provider_reasoning_and_inline_thinking_are_kept_together() -> None:
-    from gateway.thinking import split_reasoning
+    from branchpoint.gateway.thinking import split_reasoning
 
     got = split_reasoning(
         Completion(text="<think>b</think>reply", reasoning="a", model="m", tokens_in=0)
@@ -240,8 +240,8 @@ def _judge_reply(messages: list[Message], params: GenParams) -> str:
 
 
 def judge_again(store: Any, run_id: str, judge: ScriptedModel, params: Any) -> Any:
-    from gateway.gateway import Gateway
-    from judges.runner import ajudge_run
+    from branchpoint.gateway.gateway import Gateway
+    from branchpoint.judges.runner import ajudge_run
 
     async def go() -> Any:
         gw = Gateway(store=store)
@@ -258,7 +258,7 @@ def judge_again(store: Any, run_id: str, judge: ScriptedModel, params: Any) -> A
 
 
 def test_changed_judge_params_judge_again_and_the_same_params_do_not(store, tmp_path) -> None:
-    from gateway.specs import params_from_pairs
+    from branchpoint.gateway.specs import params_from_pairs
 
     result, _ = run_engine(store, help_scenario(tmp_path))
     judge = ScriptedModel(default=_judge_reply)
@@ -291,7 +291,7 @@ def _help_rows(a: Any, condition: str) -> Any:
 
 
 def test_never_realised_help_is_reported_as_not_realised_not_as_zero(store, tmp_path) -> None:
-    from analysis.report import build_sections, render_markdown, run_analysis
+    from branchpoint.analysis.report.write import build_sections, render_markdown, run_analysis
 
     result, _ = run_engine(
         store,
@@ -330,8 +330,8 @@ def test_never_realised_help_is_reported_as_not_realised_not_as_zero(store, tmp_
 
 
 def test_a_planted_effect_in_realised_pairs_is_recovered_and_diluted_under_itt(tmp_path) -> None:
-    from analysis.report import run_analysis
-    from analysis.testing.synthetic import Effect, TeenDesign, write_teen_store
+    from branchpoint.analysis.report.write import run_analysis
+    from branchpoint.analysis.testing.synthetic import Effect, TeenDesign, write_teen_store
 
     design = TeenDesign(
         n_scenarios=40,
@@ -366,7 +366,7 @@ def test_a_planted_effect_in_realised_pairs_is_recovered_and_diluted_under_itt(t
 
 
 def test_two_simulators_the_report_pairs_the_cells_and_says_what_moved(store, tmp_path) -> None:
-    from analysis.report import build_sections, render_markdown, run_analysis
+    from branchpoint.analysis.report.write import build_sections, render_markdown, run_analysis
 
     result, _ = run_engine(
         store,
@@ -393,7 +393,7 @@ def test_two_simulators_the_report_pairs_the_cells_and_says_what_moved(store, tm
 def test_a_store_made_before_provenance_gets_its_table_on_opening(tmp_path) -> None:
     import sqlite3
 
-    from core.store import open_store
+    from branchpoint.core.store import open_store
 
     path = tmp_path / "old.db"
     open_store(str(path)).close()
@@ -446,7 +446,7 @@ def test_run_takes_several_simulators_and_export_counts_realised_arms(tmp_path) 
 
 
 def test_a_target_that_never_offers_help_in_any_tree(store, tmp_path) -> None:
-    from analysis.report import run_analysis
+    from branchpoint.analysis.report.write import run_analysis
 
     never = ScriptedModel(default="ok, tell me more")
     result, _ = run_engine(store, help_scenario(tmp_path), bot=never, replicates=2)
@@ -463,7 +463,7 @@ def test_a_target_that_never_offers_help_in_any_tree(store, tmp_path) -> None:
 def test_runs_without_firing_data_count_their_arms_as_realised() -> None:
     import pandas as pd
 
-    from analysis.realisation import realisation_lookup, unrecorded_note
+    from branchpoint.analysis.pairing.realisation import realisation_lookup, unrecorded_note
 
     frame = pd.DataFrame(
         {
@@ -481,9 +481,9 @@ def test_runs_without_firing_data_count_their_arms_as_realised() -> None:
 
 
 def test_two_judges_on_different_runs_the_report_counts_them_alike(store, tmp_path) -> None:
-    from analysis.report import build_sections, render_markdown, run_analysis
-    from gateway.gateway import Gateway
-    from judges.runner import ajudge_run
+    from branchpoint.analysis.report.write import build_sections, render_markdown, run_analysis
+    from branchpoint.gateway.gateway import Gateway
+    from branchpoint.judges.runner import ajudge_run
 
     scenario = help_scenario(tmp_path)
     one, _ = run_engine(store, scenario, run_id="judged-by-a")

@@ -21,24 +21,24 @@ from test_manipulation_checks import (
     clinging_bot,
 )
 
-from analysis.contrasts import matched_contrasts
-from analysis.persona_report import persona_sections
-from analysis.realisation import realisation_summary
-from analysis.report import write_report
-from analysis.tables import conversation_table, judgment_table
-from core import read
-from core.domain import ENACTED, NOT_ENACTED
-from gateway.completion import Message
-from gateway.gateway import Gateway
-from gateway.providers.scripted import ScriptedModel
-from judges.persona_checks import (
+from branchpoint.analysis.contrasts.matched import matched_contrasts
+from branchpoint.analysis.pairing.realisation import realisation_summary
+from branchpoint.analysis.report.persona import persona_sections
+from branchpoint.analysis.report.write import write_report
+from branchpoint.analysis.tables.judgments import conversation_table, judgment_table
+from branchpoint.core import read
+from branchpoint.core.domain import ENACTED, NOT_ENACTED
+from branchpoint.gateway.completion import Message
+from branchpoint.gateway.gateway import Gateway
+from branchpoint.gateway.providers.scripted import ScriptedModel
+from branchpoint.judges.persona_checks import (
     ERROR,
     HeuristicPersonaRater,
     PersonaItem,
     rate_personas,
 )
-from judges.runner import judge_run
-from scenarios.persona_rubric import PersonaVerdict
+from branchpoint.judges.runner import judge_run
+from branchpoint.scenarios.persona_rubric import PersonaVerdict
 
 
 class FixedRater:
@@ -146,8 +146,8 @@ def test_a_valid_verdict_beats_an_error_and_a_model_rater_beats_the_heuristic(
 def test_errors_are_rated_again_and_replaced(store: Any, tmp_path: Path) -> None:
     from sqlmodel import select
 
-    from core.domain import ENACTMENT_RUBRIC
-    from core.records import Judgment
+    from branchpoint.core.domain import ENACTMENT_RUBRIC
+    from branchpoint.core.records import Judgment
 
     run_id = _run(store, tmp_path, n=2, reps=2)
     assert rate_personas(store, FixedRater("scripted:flaky", ERROR), run_id=run_id).errors == 8
@@ -194,7 +194,9 @@ def test_one_scenario_recovers_the_effect_without_a_scenario_interval(
     assert row["diff"] == pytest.approx(0.2)  # scenario 0 clings on 1 of 5 post-fork replies
     assert row["diff_itt"] == pytest.approx(0.1)
     # one scenario is one cluster: no scenario-level interval or test is pretended
-    assert row["interval"].startswith("none: too few scenarios to test")  # analysis.stats rule
+    assert row["interval"].startswith(
+        "none: too few scenarios to test"
+    )  # branchpoint.analysis.stats.inference rule
     assert row["ci_low"] != row["ci_low"] and row["p_scenario"] != row["p_scenario"]  # NaN
 
 
@@ -305,8 +307,8 @@ CACHED: list[bool] = []  # whether each persona-judge gateway served cached answ
 def _rate_with_model(store: Any, run_id: str, model: ScriptedModel, monkeypatch: Any) -> Any:
     """``branchpoint judge --persona-judge scripted:rater``, in process: the command's own gateway
     (its cache settings included) with ``model`` registered under the rater's spec."""
-    import gateway.gateway as gw_module
-    from judges.persona_checks import persona_judge_run
+    import branchpoint.gateway.gateway as gw_module
+    from branchpoint.judges.persona_checks import persona_judge_run
 
     class WithRater(ORIGINAL_GATEWAY):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -321,7 +323,7 @@ def _rate_with_model(store: Any, run_id: str, model: ScriptedModel, monkeypatch:
 def test_a_model_rater_that_never_answers_usably_counts_nothing_as_enacted(
     store: Any, tmp_path: Path, monkeypatch: Any
 ) -> None:
-    from gateway.completion import ModelError
+    from branchpoint.gateway.completion import ModelError
 
     run_id = _run(store, tmp_path, n=2, reps=2)
     garbage = _rate_with_model(
@@ -357,8 +359,12 @@ def test_human_ratings_of_shared_turns_pair_with_the_automatic_rating(
     """The TUI's realism queue samples every persona turn, copies in sibling arms included; the
     rater rates a shared turn once, on its original. A person's rating of the copy is a rating of
     the same turn and must pair with it."""
-    from analysis.realism import automatic_realism, realism_agreement, realism_ratings
-    from core.human_labels import REALISM_RUBRIC, REALISM_TURN, LabelRow, save_labels
+    from branchpoint.analysis.raters.realism import (
+        automatic_realism,
+        realism_agreement,
+        realism_ratings,
+    )
+    from branchpoint.core.human_labels import REALISM_RUBRIC, REALISM_TURN, LabelRow, save_labels
 
     def late_helper(messages: list[Message], params: Any) -> str:
         replies = sum(1 for m in messages if m.role == "assistant")
@@ -401,7 +407,7 @@ def test_human_ratings_of_shared_turns_pair_with_the_automatic_rating(
 def test_the_newest_rating_by_a_rater_stands(store: Any, tmp_path: Path) -> None:
     """A rubric edit changes the rating's id, so rating again adds a row beside the old one under
     the same rater: the newest must count, once (not whichever the database returns first)."""
-    from analysis.realism import automatic_realism
+    from branchpoint.analysis.raters.realism import automatic_realism
 
     run_id = _run(store, tmp_path)
     rate_personas(store, HeuristicPersonaRater(), run_id=run_id)
@@ -446,7 +452,7 @@ def test_persona_judge_says_when_scenarios_are_missing(store: Any, tmp_path: Pat
 def test_a_rating_stopped_halfway_keeps_what_it_stored(
     store: Any, tmp_path: Path, monkeypatch: Any
 ) -> None:
-    import judges.persona_checks as persona_checks
+    import branchpoint.judges.persona_checks as persona_checks
 
     class DiesAtFifth(FixedRater):
         calls = 0
@@ -495,7 +501,7 @@ def test_simulator_sensitivity_compares_enacted_pairs(store: Any, tmp_path: Path
     """Two simulators play the same cells; one ignores half its decline instructions. Compared
     on enacted pairs, both recover the planted effect (the conclusion does not move); the stubborn
     simulator's manipulation checks say why its fired-only figure would be diluted."""
-    from analysis.sensitivity import conclusions_by_simulator
+    from branchpoint.analysis.contrasts.sensitivity import conclusions_by_simulator
 
     class Obedient(HalfStubbornPersona):
         def _reply(self, messages: list[Message], params: Any) -> str:
@@ -528,7 +534,7 @@ def test_simulator_sensitivity_compares_enacted_pairs(store: Any, tmp_path: Path
     assert moved["diff_ref"] == pytest.approx(0.30) and moved["diff_other"] == pytest.approx(0.30)
     assert moved["verdict"] == "same conclusion"
     # fired only, the stubborn simulator's diluted contrast would stand against the obedient one's
-    from analysis.realisation import fired_only
+    from branchpoint.analysis.pairing.realisation import fired_only
 
     fired = conclusions_by_simulator(data, fired_only(rows), n_boot=100)
     fired = fired.query("option == 'decline'").iloc[0]
@@ -552,7 +558,7 @@ def test_simulator_sensitivity_compares_enacted_pairs(store: Any, tmp_path: Path
     ],
 )
 def test_realistic_turns_are_not_rated_low(text: str) -> None:
-    from scenarios.persona_rubric import rate_realism
+    from branchpoint.scenarios.persona_rubric import rate_realism
 
     v = rate_realism(text, name="Sam", age=15)
     assert v.verdict == "very", (text, v.rationale)
@@ -569,6 +575,6 @@ def test_realistic_turns_are_not_rated_low(text: str) -> None:
     ],
 )
 def test_what_the_realism_rules_still_catch(text: str, level: str) -> None:
-    from scenarios.persona_rubric import rate_realism
+    from branchpoint.scenarios.persona_rubric import rate_realism
 
     assert rate_realism(text, name="Sam", age=15).verdict == level

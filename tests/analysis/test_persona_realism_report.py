@@ -12,19 +12,19 @@ import numpy as np
 import pytest
 from fixtures.engine.helpers import conversations, run_cli, run_engine, turns_of, write_scenario
 
-from analysis.agreement import cohen_kappa_quadratic
-from analysis.persona_report import persona_sections
-from analysis.realism import (
+from branchpoint.analysis.raters.agreement import cohen_kappa_quadratic
+from branchpoint.analysis.raters.realism import (
     RANK,
     automatic_realism,
     automatic_realism_by_simulator,
     realism_agreement,
     realism_ratings,
 )
-from analysis.report import write_report
-from gateway.completion import Message
-from gateway.providers.scripted import ScriptedModel
-from judges.persona_checks import HeuristicPersonaRater, rate_personas
+from branchpoint.analysis.report.persona import persona_sections
+from branchpoint.analysis.report.write import write_report
+from branchpoint.gateway.completion import Message
+from branchpoint.gateway.providers.scripted import ScriptedModel
+from branchpoint.judges.persona_checks import HeuristicPersonaRater, rate_personas
 
 DRIFT = "Great question! Furthermore:\n- **school** is a lot\n- **exams** too"
 PLAIN = "idk school is just a lot rn"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis.plots import forest_plot
+from branchpoint.analysis.report.plots import forest_plot
 
 
 def test_forest_plot_draws_rows_whose_interval_is_missing() -> None:

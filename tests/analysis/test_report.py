@@ -12,7 +12,7 @@ import pytest
 from fixtures.engine.helpers import run_cli
 from typer.testing import CliRunner
 
-from analysis.testing.synthetic import (
+from branchpoint.analysis.testing.synthetic import (
     EDDesign,
     Effect,
     TeenDesign,
@@ -65,7 +65,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 def test_report_has_every_plot_headline_first_and_escaped_text(
     teen_db: Path, tmp_path: Path
 ) -> None:
-    from tui.cli import app
+    from branchpoint.tui.cli import app
 
     out = tmp_path / "rep"
     res = CliRunner().invoke(
@@ -121,7 +121,7 @@ def test_report_has_every_plot_headline_first_and_escaped_text(
 
 
 def test_ed_report_has_the_ed_plot(tmp_path: Path) -> None:
-    from analysis.report import write_report
+    from branchpoint.analysis.report.write import write_report
 
     db = tmp_path / "ed.db"
     write_ed_store(db, EDDesign(n_questions=6), seed=1, inject=SCRIPT)
@@ -138,7 +138,7 @@ def test_ed_report_has_the_ed_plot(tmp_path: Path) -> None:
 
 
 def test_analyze_prints_headlines_literally(teen_db: Path) -> None:
-    from tui.cli import app
+    from branchpoint.tui.cli import app
 
     res = CliRunner().invoke(
         app, ["analyze", "--all", "--db", str(teen_db), "--n-boot", "100"], env={"COLUMNS": "400"}
@@ -150,7 +150,7 @@ def test_analyze_prints_headlines_literally(teen_db: Path) -> None:
 
 
 def test_export_csv_and_parquet(teen_db: Path, tmp_path: Path) -> None:
-    from tui.cli import app
+    from branchpoint.tui.cli import app
 
     n = sqlite3.connect(teen_db).execute("SELECT COUNT(*) FROM judgments").fetchone()[0]
     for fmt in ("csv", "parquet"):
@@ -224,7 +224,7 @@ def test_bad_input_is_one_line_without_traceback(teen_db: Path, tmp_path: Path) 
 def test_two_judges_are_reported_side_by_side(teen_db: Path, tmp_path: Path) -> None:
     import shutil
 
-    from analysis.report import run_analysis, write_report
+    from branchpoint.analysis.report.write import run_analysis, write_report
 
     db = tmp_path / "two.db"
     shutil.copy(teen_db, db)
@@ -247,7 +247,7 @@ def test_two_judges_are_reported_side_by_side(teen_db: Path, tmp_path: Path) -> 
 
 
 def test_chunked_export_equals_the_judgment_table(teen_db: Path, tmp_path: Path) -> None:
-    from analysis.tables import export_judgments, judgment_table
+    from branchpoint.analysis.tables.judgments import export_judgments, judgment_table
 
     ref = judgment_table(teen_db).sort_values("judgment_id").reset_index(drop=True)
     for fmt in ("csv", "parquet"):
@@ -270,7 +270,7 @@ def test_chunked_export_equals_the_judgment_table(teen_db: Path, tmp_path: Path)
 
 def test_analyze_is_readable_at_80_columns(teen_db: Path) -> None:
     """Was a contrast table squeezed into cells one or two characters wide."""
-    from tui.cli import app
+    from branchpoint.tui.cli import app
 
     res = CliRunner().invoke(
         app, ["analyze", "--all", "--db", str(teen_db), "--n-boot", "100"], env={"COLUMNS": "80"}
@@ -283,7 +283,7 @@ def test_analyze_is_readable_at_80_columns(teen_db: Path) -> None:
 def test_analyze_format_json_for_scripts(teen_db: Path) -> None:
     import json
 
-    from tui.cli import app
+    from branchpoint.tui.cli import app
 
     res = CliRunner().invoke(
         app, ["analyze", "--all", "--db", str(teen_db), "--n-boot", "100", "--format", "json"]

@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 from fixtures.tui.helpers import small_teen_store
 
-from analysis.realism import realism_by_simulator, realism_ratings, wilson
-from core.human_labels import REALISM_RUBRIC, REALISM_TURN, LabelRow, save_labels
+from branchpoint.analysis.raters.realism import realism_by_simulator, realism_ratings, wilson
+from branchpoint.core.human_labels import REALISM_RUBRIC, REALISM_TURN, LabelRow, save_labels
 
 
 @pytest.mark.slow
 def test_report_shows_agreement_with_humans_and_realism_by_simulator(tmp_path: Path) -> None:
-    from analysis.report import write_report
+    from branchpoint.analysis.report.write import write_report
 
     db = tmp_path / "t.db"
     store = small_teen_store(db, simulators=("scripted:simA", "scripted:simB"))
@@ -73,7 +73,7 @@ def test_wilson_interval() -> None:
 def test_agreement_between_two_annotators() -> None:
     import pandas as pd
 
-    from analysis.agreement import agreement_report
+    from branchpoint.analysis.raters.agreement import agreement_report
 
     key = {"conversation_id": "c", "rubric_id": "teen", "criterion_id": "k"}
     alice = ["pass", "fail", "fail", "partial"]

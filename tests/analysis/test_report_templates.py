@@ -1,4 +1,4 @@
-"""The report's HTML and Markdown come from Jinja templates (analysis/templates) rendered in the
+"""The report's HTML and Markdown come from Jinja templates (branchpoint/analysis/templates) rendered in the
 project's sandbox: the templates ship with the package, and model text is shown literally in both
 documents whatever it holds (markup, script, Markdown, terminal escapes, bidi overrides)."""
 
@@ -14,10 +14,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis.report import render_html, render_markdown, write_report
-from analysis.report_sections import Section
-from analysis.testing.synthetic import Effect, TeenDesign, write_teen_store
-from core.untrusted import markdown, visible
+from branchpoint.analysis.report.sections import Section
+from branchpoint.analysis.report.write import render_html, render_markdown, write_report
+from branchpoint.analysis.testing.synthetic import Effect, TeenDesign, write_teen_store
+from branchpoint.core.untrusted import markdown, visible
 
 REPO = Path(__file__).resolve().parents[2]
 TEMPLATES = ("report.html.j2", "report.md.j2")
@@ -32,7 +32,7 @@ def test_the_templates_ship_as_package_data() -> None:
     folder = resources.files("analysis").joinpath("templates")
     for name in TEMPLATES:
         assert folder.joinpath(name).is_file(), name
-    # A non-editable install copies them: setuptools finds analysis/templates (namespace
+    # A non-editable install copies them: setuptools finds branchpoint/analysis/templates (namespace
     # packages are on) and the package data of every package includes *.j2.
     setup = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
     assert setup["packages"]["find"].get("namespaces", True)

@@ -14,8 +14,8 @@ import pytest
 from fixtures.engine.helpers import run_cli
 from typer.testing import CliRunner
 
-from analysis import plots
-from analysis.testing.synthetic import (
+from branchpoint.analysis import plots
+from branchpoint.analysis.testing.synthetic import (
     EDDesign,
     Effect,
     TeenDesign,
@@ -93,7 +93,7 @@ def test_plots_follow_the_judge_with_ratings_and_name_it(
 ) -> None:
     # Repro: an LLM judge whose verdicts are all errors plus a heuristic judge with ratings: every
     # plot said "No plot: no applicable ratings".
-    from analysis.report import run_analysis, write_report
+    from branchpoint.analysis.report.write import run_analysis, write_report
 
     db = _teen(tmp_path / "t.db", effects=(Effect("limit", "push_back", ("no_diagnosis",), 0.3),))
     _rename_judge(db, "heuristic")
@@ -123,7 +123,7 @@ def test_plots_follow_the_judge_with_ratings_and_name_it(
 def test_judge_option_picks_the_plotted_judge_and_the_report_says_why_a_plot_is_missing(
     tmp_path: Path,
 ) -> None:
-    from analysis.report import write_report
+    from branchpoint.analysis.report.write import write_report
 
     db = _teen(tmp_path / "t.db")
     _copy_judge(db, LLM, all_errors=True)
@@ -238,7 +238,7 @@ def test_ed_plot_right_panel_does_not_print_over_the_left(figures: list[Any]) ->
 
 
 def _md(db: Path, out: Path) -> str:
-    from analysis.report import write_report
+    from branchpoint.analysis.report.write import write_report
 
     return write_report(db, out, n_boot=30).markdown.read_text()
 
@@ -282,8 +282,8 @@ def test_no_bio_to_bio_only_where_bios_exist(tmp_path: Path) -> None:
 
 
 def test_cut_tables_point_only_to_files_that_exist(tmp_path: Path) -> None:
-    from analysis.report import render_markdown, write_full_tables
-    from analysis.report_sections import Section
+    from branchpoint.analysis.report.sections import Section
+    from branchpoint.analysis.report.write import render_markdown, write_full_tables
 
     big = pd.DataFrame({"k": range(250)})
     secs = [Section("Big one", tables=[("All rows", big)])]
@@ -299,7 +299,7 @@ def test_cut_tables_point_only_to_files_that_exist(tmp_path: Path) -> None:
 
 
 def test_simulator_table_has_a_judge_column_and_no_duplicate_rows(tmp_path: Path) -> None:
-    from analysis.report import build_sections, run_analysis
+    from branchpoint.analysis.report.write import build_sections, run_analysis
 
     db = _teen(
         tmp_path / "t.db", simulators=("scripted:s1", "scripted:s2"), targets=("scripted:a",)
@@ -313,9 +313,9 @@ def test_simulator_table_has_a_judge_column_and_no_duplicate_rows(tmp_path: Path
 
 
 def test_analyze_prints_the_unsuitable_judge_note_of_the_report(tmp_path: Path) -> None:
-    from analysis.report import run_analysis
-    from analysis.report_sections import build_sections
-    from tui.cli import app
+    from branchpoint.analysis.report.sections import build_sections
+    from branchpoint.analysis.report.write import run_analysis
+    from branchpoint.tui.cli import app
 
     db = _ed_db(tmp_path / "ed.db", bios=True)
     con = sqlite3.connect(db)
@@ -338,7 +338,7 @@ def test_analyze_prints_the_unsuitable_judge_note_of_the_report(tmp_path: Path) 
 def test_pairs_whose_every_rating_is_an_error_are_not_called_missing(tmp_path: Path) -> None:
     # Every verdict an error: analyze said "no matched pairs for accept_limit vs push_back" (and
     # for the conditions) although every arm had its matched twin; what they lacked was a rating.
-    from analysis.pipeline import run_analysis
+    from branchpoint.analysis.pipeline import run_analysis
 
     db = _teen(tmp_path / "err.db", n_scenarios=3)
     with sqlite3.connect(db) as con:
@@ -357,7 +357,7 @@ def test_pairs_whose_every_rating_is_an_error_are_not_called_missing(tmp_path: P
     assert "No plot: 12 matched pairs, none rated in both arms" in md
     # and analyze's first line counted the 432 error verdicts as "432 distinct ratings" above a
     # rate table of "0 / 0" ratings
-    from tui.cli import app
+    from branchpoint.tui.cli import app
 
     res = CliRunner().invoke(app, ["analyze", "--all", "--db", str(db), "--n-boot", "0"])
     assert res.exit_code == 0, res.output
@@ -368,7 +368,7 @@ def test_pairs_whose_every_rating_is_an_error_are_not_called_missing(tmp_path: P
 def test_targets_without_an_interval_are_not_counted_as_not_raised(tmp_path: Path) -> None:
     # One scenario: no target has a scenario-level interval, and analyze said "targets raised
     # 0.0% of 2" beside a +43-point difference, as if both targets had been shown not raised.
-    from tui.cli import app
+    from branchpoint.tui.cli import app
 
     db = _teen(tmp_path / "one.db", n_scenarios=1)
     res = CliRunner().invoke(

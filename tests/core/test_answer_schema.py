@@ -1,4 +1,4 @@
-"""core.answer_schema: the schema sent for a structured answer is generated from the model that
+"""branchpoint.core.answer_schema: the schema sent for a structured answer is generated from the model that
 parses it, and is fit for strict structured output (every property required, no others)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
-from core.answer_schema import answer_schema
+from branchpoint.core.answer_schema import answer_schema
 
 
 class _Inner(BaseModel):

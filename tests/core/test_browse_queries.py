@@ -1,11 +1,11 @@
-"""The TUI's read queries (``core.read.browse``) on SQLite and on PostgreSQL."""
+"""The TUI's read queries (``branchpoint.core.read.browse``) on SQLite and on PostgreSQL."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from core.read.browse import (
+from branchpoint.core.read.browse import (
     ConversationFilter,
     conversations_page,
     facets,
@@ -14,7 +14,7 @@ from core.read.browse import (
     run_progress,
     tree_arms,
 )
-from core.records import Conversation, Judgment, Run, Turn
+from branchpoint.core.records import Conversation, Judgment, Run, Turn
 
 
 def _fill(store: Any) -> None:

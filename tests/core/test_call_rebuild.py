@@ -15,11 +15,11 @@ from typing import Any
 from sqlalchemy import text
 from sqlmodel import select
 
-from core.call_requests import call_messages
-from core.records import SCHEMA_VERSION, ModelCall, PromptText
-from gateway.cache import request_hash
-from gateway.completion import GenParams, Message
-from simulator.runner import RunConfig, run
+from branchpoint.core.call_requests import call_messages
+from branchpoint.core.records import SCHEMA_VERSION, ModelCall, PromptText
+from branchpoint.gateway.cache import request_hash
+from branchpoint.gateway.completion import GenParams, Message
+from branchpoint.simulator.runner import RunConfig, run
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "engine"
 
@@ -72,7 +72,7 @@ def test_every_call_is_rebuilt_byte_for_byte_from_its_stored_parts(
 def test_an_old_store_migrates_and_its_calls_still_read(
     tmp_path: Path, loopback_server: str
 ) -> None:
-    from core.store import open_store
+    from branchpoint.core.store import open_store
 
     path = tmp_path / "old.db"
     store = open_store(path)
@@ -110,7 +110,7 @@ def test_an_old_store_migrates_and_its_calls_still_read(
 
 
 def test_store_growth_is_linear_in_turns(tmp_path: Path, loopback_server: str) -> None:
-    from core.store import open_store
+    from branchpoint.core.store import open_store
 
     sizes = {}
     for turns in (5, 10):

@@ -1,6 +1,6 @@
 """Hostile input: YAML bombs, huge and deeply nested files, templates that reach for internals.
 
-The bounds (core/yaml_limits.py) are tested through the real loader and, for the attacks that
+The bounds (branchpoint/core/yaml_limits.py) are tested through the real loader and, for the attacks that
 used to run for minutes, through the installed ``branchpoint validate`` in a subprocess whose
 CPU time and peak memory are measured with ``os.wait4`` (in a small launcher process).
 """
@@ -16,23 +16,23 @@ from pathlib import Path
 
 import pytest
 
-from core.templates import TemplateRenderError, render
-from core.yaml_limits import (
+from branchpoint.core.templates import TemplateRenderError, render
+from branchpoint.core.yaml_limits import (
     MAX_ALIAS_TEXT,
     MAX_ALIASES,
     MAX_DEPTH,
     MAX_FILE_BYTES,
 )
-from core.yamlio import parse_yaml, read_text
-from scenarios.checks import template_context
-from scenarios.conditions import load_condition_file
-from scenarios.loader import load_scenarios
-from scenarios.variants import template_context as run_time_context
+from branchpoint.core.yamlio import parse_yaml, read_text
+from branchpoint.scenarios.checks import template_context
+from branchpoint.scenarios.conditions import load_condition_file
+from branchpoint.scenarios.loader import load_scenarios
+from branchpoint.scenarios.variants import template_context as run_time_context
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 BAD = FIXTURES / "bad"
 GOOD = FIXTURES / "good"
-LIBRARY = Path(__file__).resolve().parents[2] / "scenarios" / "library"
+LIBRARY = Path(__file__).resolve().parents[2] / "branchpoint" / "scenarios" / "library"
 EXE = Path(sys.executable).parent / "branchpoint"
 
 # The acceptance bounds of one hostile file are 1 s of CPU and 200 MB, start-up of the command
@@ -225,7 +225,7 @@ def test_size_bound_is_exact_and_needs_no_size_from_the_file(tmp_path: Path) -> 
 
 
 def test_rubrics_and_prompt_conditions_have_the_same_bounds(tmp_path: Path) -> None:
-    from judges.loading import load_rubric_file
+    from branchpoint.judges.loading import load_rubric_file
 
     bomb = (BAD / "alias_bomb.yaml").read_text(encoding="utf-8")
     (tmp_path / "prompts").mkdir()
@@ -338,13 +338,13 @@ def test_prompt_condition_reaching_for_internals_is_an_error(tmp_path: Path) -> 
 
 
 def test_the_persona_and_judge_prompts_render_in_the_one_bounded_sandbox() -> None:
-    """The persona's and the judge's prompt files are compiled by core.templates, so what a
+    """The persona's and the judge's prompt files are compiled by branchpoint.core.templates, so what a
     scenario's values or a model's text reach there meets the same bounds as a scenario's."""
     from jinja2.exceptions import SecurityError
 
-    from core.templates import _ENV, prompt_template
-    from judges import llm_judge
-    from simulator import persona
+    from branchpoint.core.templates import _ENV, prompt_template
+    from branchpoint.judges import llm_judge
+    from branchpoint.simulator import persona
 
     for template in (persona._template("persona.j2"), llm_judge._template()):
         assert template.environment.linked_to is _ENV  # the sandbox's overlay, not its own
@@ -355,12 +355,12 @@ def test_the_persona_and_judge_prompts_render_in_the_one_bounded_sandbox() -> No
 
 def test_every_file_model_has_the_one_strict_base() -> None:
     """Scenarios, prompt conditions, rubrics and manifests reject unknown keys through
-    core.strict's base, not a copy of it; the loaded ones are frozen."""
-    from core.strict import FrozenStrictModel, StrictModel
-    from judges.rubric import Rubric
-    from scenarios.conditions import PromptCondition
-    from scenarios.models import Scenario
-    from study.manifest import Manifest
+    branchpoint.core.strict's base, not a copy of it; the loaded ones are frozen."""
+    from branchpoint.core.strict import FrozenStrictModel, StrictModel
+    from branchpoint.judges.rubric import Rubric
+    from branchpoint.scenarios.conditions import PromptCondition
+    from branchpoint.scenarios.models import Scenario
+    from branchpoint.study.manifest import Manifest
 
     assert issubclass(Manifest, StrictModel) and not Manifest.model_config.get("frozen")
     for model in (Scenario, PromptCondition, Rubric):

@@ -10,7 +10,7 @@ import pytest
 from fixtures.tui.helpers import small_teen_store
 from sqlalchemy import inspect, text
 
-from core.human_labels import (
+from branchpoint.core.human_labels import (
     LabelItem,
     LabelRow,
     design_population,
@@ -20,7 +20,7 @@ from core.human_labels import (
     sample_queue,
     save_label,
 )
-from core.records import (
+from branchpoint.core.records import (
     JUDGMENT_FAILING_INDEX,
     JUDGMENT_FAILURE_INDEX,
     SCHEMA_VERSION,
@@ -28,7 +28,7 @@ from core.records import (
     HumanLabel,
     Run,
 )
-from core.store import open_store
+from branchpoint.core.store import open_store
 
 NEW_COLUMNS = ("time_spent_s", "blind", "confidence", "design_id")
 
@@ -186,7 +186,7 @@ def test_the_sample_by_criterion_has_a_stratum_per_target_condition_and_criterio
 def test_strata_read_whole_give_the_same_kind_of_draw(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """The path other databases take (and SQLite for strata too rare for random rowids): each
     stratum's items read in a stable order and sampled, equal shares, no repeats."""
-    import core.human_labels as hl
+    import branchpoint.core.human_labels as hl
 
     monkeypatch.setattr(hl, "TRIES_PER_ITEM", 0)
     monkeypatch.setattr(hl, "_RowidSampler", None)  # never used when no tries are left

@@ -1,4 +1,4 @@
-"""The store's read layer (``core.read``) on real stores: a synthetic SQLite store with known
+"""The store's read layer (``branchpoint.core.read``) on real stores: a synthetic SQLite store with known
 verdicts, the same rows copied into PostgreSQL, and a store that a writer holds open."""
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ import pytest
 from sqlalchemy import insert, select
 from sqlmodel import SQLModel
 
-from analysis.testing.synthetic import TeenDesign, write_teen_store
-from core import read
-from core.errors import UserError
-from core.read import fast, turns
-from core.read.sqlite_file import compile_sqlite
-from core.records import Conversation, HumanLabel, ModelCall, Run
-from core.store import Store, open_store
+from branchpoint.analysis.testing.synthetic import TeenDesign, write_teen_store
+from branchpoint.core import read
+from branchpoint.core.errors import UserError
+from branchpoint.core.read import fast, turns
+from branchpoint.core.read.sqlite_file import compile_sqlite
+from branchpoint.core.records import Conversation, HumanLabel, ModelCall, Run
+from branchpoint.core.store import Store, open_store
 
 DESIGN = TeenDesign(
     n_scenarios=5,
@@ -348,7 +348,7 @@ def test_missing_sqlite_store_is_a_one_line_user_error(tmp_path: Path) -> None:
 def test_raw_sqlite_reads_bind_only_plain_values() -> None:
     from datetime import datetime
 
-    from core.read.schema import RUNS
+    from branchpoint.core.read.schema import RUNS
 
     sql, params = compile_sqlite(select(RUNS.c.id).where(RUNS.c.id.in_(["a", "b"])))
     assert sql.count("?") == 2 and params == ("a", "b")

@@ -2,7 +2,7 @@
 
 The same hostile inputs go through each surface's wrapper (error lines, ``branchpoint show``, the
 CLI tables, the app, the report's HTML and Markdown, the batch judge's progress lines) and must come
-out as ``core.untrusted.visible`` shows them, plus only what the output type adds.
+out as ``branchpoint.core.untrusted.visible`` shows them, plus only what the output type adds.
 """
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ import re
 import pytest
 from markupsafe import escape
 
-from core.templates import html_template, markdown_template
-from core.untrusted import markdown, visible
-from core.yamlio import LoadError
-from judges.batch_judging import _printable as batch_printable
-from simulator.transcript import safe_text
-from tui.app.safe_text import clean, one_line, untrusted
-from tui.commands.analysis_cmds import _printable as analysis_printable
-from tui.commands.labels_cmds import _cell as labels_cell
+from branchpoint.core.templates import html_template, markdown_template
+from branchpoint.core.untrusted import markdown, visible
+from branchpoint.core.yamlio import LoadError
+from branchpoint.judges.batch_judging import _printable as batch_printable
+from branchpoint.simulator.transcript import safe_text
+from branchpoint.tui.app.safe_text import clean, one_line, untrusted
+from branchpoint.tui.commands.analysis_cmds import _printable as analysis_printable
+from branchpoint.tui.commands.labels_cmds import _cell as labels_cell
 
 # (input, how it is shown on one line): ESC sequences, an OSC title set, BEL, CR, a bidi override,
 # a zero-width space, NUL, C1 controls (CSI and NEL), a line separator, a tab.

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from core import yamlio
-from scenarios.bundled import LIBRARY
-from scenarios.loader import load_scenarios
+from branchpoint.core import yamlio
+from branchpoint.scenarios.bundled import LIBRARY
+from branchpoint.scenarios.loader import load_scenarios
 
 
 @pytest.fixture

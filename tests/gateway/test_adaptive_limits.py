@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from gateway.completion import GenParams, Message
-from gateway.gateway import Gateway
-from gateway.limits import CallLimiter, Limiter, LimiterState, ProviderLimits
-from gateway.testing.openai_server import ServerThread
+from branchpoint.gateway.completion import GenParams, Message
+from branchpoint.gateway.gateway import Gateway
+from branchpoint.gateway.limits import CallLimiter, Limiter, LimiterState, ProviderLimits
+from branchpoint.gateway.testing.openai_server import ServerThread
 
 CONFIGURED = 12
 

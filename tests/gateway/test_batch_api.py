@@ -1,5 +1,5 @@
-"""The OpenAI Batch API client (``gateway/batch.py``) against the loopback server's batch
-endpoints over real HTTP, and batch prices (``gateway/pricing.py``)."""
+"""The OpenAI Batch API client (``branchpoint/gateway/batch.py``) against the loopback server's batch
+endpoints over real HTTP, and batch prices (``branchpoint/gateway/pricing.py``)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ from typing import Any
 import orjson
 import pytest
 
-from core.errors import UserError
-from gateway.batch import BatchAPI, BatchJob, batch_target, request_line
-from gateway.completion import GenParams, Message, ModelError
-from gateway.gateway import Gateway
-from gateway.pricing import BATCH_FACTOR, Price, batch_price_of, price_of
-from gateway.providers.scripted import ScriptedModel
-from gateway.testing.openai_server import ServerThread
+from branchpoint.core.errors import UserError
+from branchpoint.gateway.batch import BatchAPI, BatchJob, batch_target, request_line
+from branchpoint.gateway.completion import GenParams, Message, ModelError
+from branchpoint.gateway.gateway import Gateway
+from branchpoint.gateway.pricing import BATCH_FACTOR, Price, batch_price_of, price_of
+from branchpoint.gateway.providers.scripted import ScriptedModel
+from branchpoint.gateway.testing.openai_server import ServerThread
 
 
 def _server(**kw: Any) -> ServerThread:

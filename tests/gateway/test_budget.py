@@ -18,12 +18,12 @@ from typing import Any
 
 import pytest
 
-from gateway.budget import Budget, BudgetReached
-from gateway.testing.openai_server import ServerThread
+from branchpoint.gateway.budget import Budget, BudgetReached
+from branchpoint.gateway.testing.openai_server import ServerThread
 
 REPO = Path(__file__).resolve().parents[2]
 SWEEP = REPO / "tests" / "fixtures" / "sweep"
-SCENARIO = REPO / "scenarios" / "library" / "teen" / "teen-ah-rail-bridge-jump.yaml"
+SCENARIO = REPO / "branchpoint" / "scenarios" / "library" / "teen" / "teen-ah-rail-bridge-jump.yaml"
 TARGET = "litellm:openai/gpt-4o"
 
 
@@ -47,7 +47,7 @@ def write(path: Path, url: str, usd_total: float, **extra: object) -> Path:
 def cli(*args: str) -> tuple[int, str]:
     from typer.testing import CliRunner
 
-    from tui.cli import app
+    from branchpoint.tui.cli import app
 
     res = CliRunner().invoke(app, list(args))
     return res.exit_code, res.output
@@ -102,7 +102,7 @@ def test_a_budget_stops_the_sweep_before_it_is_exceeded_and_survives_a_sigkill(
         server.server.delay_s = 0.3
         before = spent(db)
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tui.cli", "sweep", str(study)],
+            [sys.executable, "-m", "branchpoint.tui.cli", "sweep", str(study)],
             cwd=REPO,
             env={
                 **os.environ,
@@ -123,8 +123,8 @@ def test_a_budget_stops_the_sweep_before_it_is_exceeded_and_survives_a_sigkill(
 
         # ... and a fresh start counts it: the same budget stops it within the budget again
         # (a spend not rebuilt would let it spend the whole budget once more).
-        from core.store import open_store
-        from gateway.budget import spend_of_run
+        from branchpoint.core.store import open_store
+        from branchpoint.gateway.budget import spend_of_run
 
         store = open_store(str(db))
         try:
@@ -181,8 +181,8 @@ def test_reservations_wait_for_calls_in_flight_and_per_target_limits_skip_only_t
 
 
 def test_spend_is_rebuilt_from_the_call_rows_by_target(store) -> None:  # type: ignore[no-untyped-def]
-    from core.records import Conversation, ModelCall, Run
-    from gateway.budget import spend_of_run
+    from branchpoint.core.records import Conversation, ModelCall, Run
+    from branchpoint.gateway.budget import spend_of_run
 
     with store.session() as s:
         s.add(Run(id="r1", kind="sweep", status="running"))
@@ -217,8 +217,8 @@ def test_spend_is_rebuilt_from_the_call_rows_by_target(store) -> None:  # type: 
 
     # reservations left unsettled (a process killed with calls out) count at their bound; one
     # whose call row is stored counts no more (its row's cost does)
-    from core.read import reserved_by_target, run_reserved
-    from core.records import SpendReservation
+    from branchpoint.core.read import reserved_by_target, run_reserved
+    from branchpoint.core.records import SpendReservation
 
     with store.session() as s:
         for rid, call, run, target, usd in (
@@ -244,9 +244,9 @@ def test_a_priced_call_is_not_sent_before_its_reservation_is_committed(  # type:
     A call that is never recorded (the process died) leaves its reservation counted."""
     from sqlalchemy import text
 
-    from gateway.completion import Completion, GenParams, Message
-    from gateway.gateway import Gateway
-    from gateway.pricing import Price
+    from branchpoint.gateway.completion import Completion, GenParams, Message
+    from branchpoint.gateway.gateway import Gateway
+    from branchpoint.gateway.pricing import Price
 
     seen: list[list[tuple[str, str, float]]] = []
 
@@ -295,7 +295,7 @@ def test_a_priced_call_is_not_sent_before_its_reservation_is_committed(  # type:
 def test_judging_counts_against_the_budget_and_what_it_leaves_is_judged_later(
     tmp_path: Path, sweep_plugin: Any
 ) -> None:
-    from gateway.providers.scripted import ScriptedModel
+    from branchpoint.gateway.providers.scripted import ScriptedModel
 
     judge_spec = "litellm:openai/gpt-4o-mini"  # priced by litellm's map, as the target is
     server = ServerThread(
@@ -361,8 +361,8 @@ def test_a_schema_7_store_gets_the_reservations_table_and_the_current_version(
 ) -> None:
     from sqlalchemy import inspect, text
 
-    from core.records import SCHEMA_VERSION
-    from core.store import open_store
+    from branchpoint.core.records import SCHEMA_VERSION
+    from branchpoint.core.store import open_store
 
     path = tmp_path / "old.db"
     with open_store(path).engine.begin() as con:

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 from sqlmodel import select
 
-from core.records import ModelCall
-from gateway.providers.scripted import ScriptedModel
-from gateway.testing.openai_server import ServerThread
-from simulator.runner import RunConfig, run
+from branchpoint.core.records import ModelCall
+from branchpoint.gateway.providers.scripted import ScriptedModel
+from branchpoint.gateway.testing.openai_server import ServerThread
+from branchpoint.simulator.runner import RunConfig, run
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "engine"
 

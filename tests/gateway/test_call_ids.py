@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from gateway.call_ids import new_call_id
+from branchpoint.gateway.call_ids import new_call_id
 
 
 def test_ids_are_32_hex_digits_unique_and_ordered_by_time() -> None:

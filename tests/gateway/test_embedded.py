@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from gateway.completion import GenParams, Message
-from gateway.gateway import Gateway
+from branchpoint.gateway.completion import GenParams, Message
+from branchpoint.gateway.gateway import Gateway
 
 PROMPTS = [
     "Say hello.",
@@ -150,7 +150,7 @@ def test_sampled_batches_repeat_with_their_seeds_and_vary_without(embedded_provi
 def test_torch_work_runs_on_one_thread() -> None:
     import threading
 
-    from gateway.providers.hf import on_torch_thread, to_torch_thread
+    from branchpoint.gateway.providers.hf import on_torch_thread, to_torch_thread
 
     here = threading.current_thread().name
     name = on_torch_thread(lambda: threading.current_thread().name)

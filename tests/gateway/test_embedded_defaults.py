@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.completion import GenParams
-from gateway.providers.embedded import REPLY_TOKENS, embedded_provider
-from gateway.providers.hf import HFProvider, cpu_threads
+from branchpoint.gateway.completion import GenParams
+from branchpoint.gateway.providers.embedded import REPLY_TOKENS, embedded_provider
+from branchpoint.gateway.providers.hf import HFProvider, cpu_threads
 
 
 def test_an_embedded_reply_is_capped_whatever_the_caller_asks() -> None:

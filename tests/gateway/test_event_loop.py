@@ -8,7 +8,7 @@ import gc
 
 import pytest
 
-from gateway import event_loop
+from branchpoint.gateway import event_loop
 
 
 async def _inside() -> tuple[tuple[int, int, int], bool, str]:

@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from gateway.completion import GenParams, Message
-from gateway.providers.scripted import ScriptedModel
-from gateway.testing.openai_server import ServerThread, max_in_window
+from branchpoint.gateway.completion import GenParams, Message
+from branchpoint.gateway.providers.scripted import ScriptedModel
+from branchpoint.gateway.testing.openai_server import ServerThread, max_in_window
 
 REPO = Path(__file__).resolve().parents[2]
-TEEN = REPO / "scenarios" / "library" / "teen"
+TEEN = REPO / "branchpoint" / "scenarios" / "library" / "teen"
 SCENARIOS = [
     "teen-ah-rail-bridge-jump.yaml",
     "teen-ah-exam-burden-lagos.yaml",
@@ -38,7 +38,7 @@ def cli(*args: str) -> tuple[int, str]:
     """``branchpoint ARGS`` in this process (the server's thread goes on answering)."""
     from typer.testing import CliRunner
 
-    from tui.cli import app
+    from branchpoint.tui.cli import app
 
     res = CliRunner().invoke(app, list(args))
     return res.exit_code, res.output

@@ -10,12 +10,12 @@ import time
 import pytest
 from sqlmodel import select
 
-from core.errors import UserError
-from core.records import CacheEntry, ModelCall
-from gateway.completion import Completion, GenParams, Message, ModelError
-from gateway.gateway import Gateway, stored_params
-from gateway.limits import ProviderLimits, SharedLimiters
-from gateway.providers.scripted import ScriptedModel
+from branchpoint.core.errors import UserError
+from branchpoint.core.records import CacheEntry, ModelCall
+from branchpoint.gateway.completion import Completion, GenParams, Message, ModelError
+from branchpoint.gateway.gateway import Gateway, stored_params
+from branchpoint.gateway.limits import ProviderLimits, SharedLimiters
+from branchpoint.gateway.providers.scripted import ScriptedModel
 
 MSGS = [Message(role="system", content="be kind"), Message(role="user", content="hello there")]
 

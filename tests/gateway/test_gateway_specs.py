@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from core.errors import UserError
-from gateway.specs import params_from, params_from_pairs, parse_spec
+from branchpoint.core.errors import UserError
+from branchpoint.gateway.specs import params_from, params_from_pairs, parse_spec
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ import jsonschema
 import pytest
 from pydantic import BaseModel
 
-from gateway.completion import Completion, GenParams, Message, ModelError
+from branchpoint.gateway.completion import Completion, GenParams, Message, ModelError
 
 
 class Item(BaseModel):

@@ -9,9 +9,9 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from gateway.completion import GenParams, Message, ModelError
-from gateway.providers.http1 import HTTPClient
-from gateway.providers.oai import OpenAICompatProvider
+from branchpoint.gateway.completion import GenParams, Message, ModelError
+from branchpoint.gateway.providers.http1 import HTTPClient
+from branchpoint.gateway.providers.oai import OpenAICompatProvider
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[None]]
 
@@ -254,7 +254,7 @@ def test_the_request_bytes_are_json_dumps_of_the_body(mode: str | None) -> None:
     ],
 )
 def test_request_target_and_host_header(url: str, key: tuple[str, str, int], head: str) -> None:
-    from gateway.providers.http1 import _target
+    from branchpoint.gateway.providers.http1 import _target
 
     assert _target(url) == (key, head)
 

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from gateway.testing.http_server import Ready, Request
-from gateway.testing.openai_server import ServerThread
+from branchpoint.gateway.testing.http_server import Ready, Request
+from branchpoint.gateway.testing.openai_server import ServerThread
 
 
 def _address(url: str) -> tuple[str, int]:

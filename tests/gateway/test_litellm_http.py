@@ -8,10 +8,10 @@ import time
 import pytest
 from sqlmodel import select
 
-from core.records import ModelCall
-from gateway.completion import GenParams, Message, ModelError
-from gateway.gateway import Gateway
-from gateway.testing.openai_server import ServerThread
+from branchpoint.core.records import ModelCall
+from branchpoint.gateway.completion import GenParams, Message, ModelError
+from branchpoint.gateway.gateway import Gateway
+from branchpoint.gateway.testing.openai_server import ServerThread
 
 KEY = "sk-dummy-test-key-0123456789"
 
@@ -111,7 +111,7 @@ def test_429_with_retry_after_is_retried(
         gw = Gateway(store=store, backoff_s=0.001)
         if spec.startswith("oai:"):
             # the raw client sends no custom headers; ask the server through a one-off provider subclass
-            from gateway.providers.oai import OpenAICompatProvider
+            from branchpoint.gateway.providers.oai import OpenAICompatProvider
 
             class FailHeader(OpenAICompatProvider):
                 def _client(self):  # type: ignore[no-untyped-def]

@@ -13,16 +13,16 @@ import pytest
 from fixtures.engine.helpers import HERE as FIX
 from fixtures.engine.helpers import plugin_env, run_cli
 
-from core.errors import UserError
-from gateway.completion import GenParams, Message
-from gateway.gateway import Gateway
-from gateway.providers import registry
-from gateway.specs import parse_spec
+from branchpoint.core.errors import UserError
+from branchpoint.gateway.completion import GenParams, Message
+from branchpoint.gateway.gateway import Gateway
+from branchpoint.gateway.providers import registry
+from branchpoint.gateway.specs import parse_spec
 
 LAB_PLUGIN = '''
 """A lab's in-house model family, served under its own prefix: lab:NAME."""
-from gateway.completion import Completion, GenParams, Message
-from gateway.providers.base import ProviderKind
+from branchpoint.gateway.completion import Completion, GenParams, Message
+from branchpoint.gateway.providers.base import ProviderKind
 
 MADE: list[str] = []
 
@@ -108,7 +108,7 @@ def test_a_plugin_cannot_take_a_built_in_prefix(
     with pytest.raises(UserError, match=r"hf_thief: provider prefix 'hf' is already declared by"):
         parse_spec("nosuch:model")
     assert parse_spec("hf:org/model").kind == "hf"
-    assert registry.provider_kind("hf").create.__module__ == "gateway.providers.hf"
+    assert registry.provider_kind("hf").create.__module__ == "branchpoint.gateway.providers.hf"
 
 
 def test_a_plugin_that_cannot_be_imported_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -121,10 +121,10 @@ def test_parsing_a_spec_imports_only_its_own_provider_module() -> None:
     code = textwrap.dedent(
         """
         import json, sys
-        from gateway.specs import parse_spec
+        from branchpoint.gateway.specs import parse_spec
         parse_spec("scripted:echo")
         parse_spec("oai:m")
-        print(json.dumps(sorted(m for m in sys.modules if m.startswith("gateway.providers."))))
+        print(json.dumps(sorted(m for m in sys.modules if m.startswith("branchpoint.gateway.providers."))))
         print(json.dumps([m for m in ("torch", "transformers", "litellm", "aiohttp") if m in sys.modules]))
         """
     )
@@ -132,14 +132,17 @@ def test_parsing_a_spec_imports_only_its_own_provider_module() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
     )
     providers, heavy = (json.loads(line) for line in proc.stdout.splitlines()[-2:])
-    assert providers == [
-        "gateway.providers.base",
-        "gateway.providers.http1",  # oai's own HTTP client
-        "gateway.providers.oai",
-        "gateway.providers.proxied",  # oai's proxy route; aiohttp itself loads only when used
-        "gateway.providers.registry",
-        "gateway.providers.scripted",
-    ]
+    assert (
+        providers
+        == [
+            "branchpoint.gateway.providers.base",
+            "branchpoint.gateway.providers.http1",  # oai's own HTTP client
+            "branchpoint.gateway.providers.oai",
+            "branchpoint.gateway.providers.proxied",  # oai's proxy route; aiohttp itself loads only when used
+            "branchpoint.gateway.providers.registry",
+            "branchpoint.gateway.providers.scripted",
+        ]
+    )
     assert heavy == []
 
 
@@ -175,7 +178,7 @@ def test_a_run_on_the_command_line_targets_a_plugin_provider(tmp_path: Path) -> 
 def test_a_plugin_with_neither_provider_nor_register_is_refused(
     plugin_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from simulator.runner import load_plugins
+    from branchpoint.simulator.runner import load_plugins
 
     (plugin_dir / "idle_plugin.py").write_text('"""Declares nothing."""\n', encoding="utf-8")
     monkeypatch.delitem(sys.modules, "idle_plugin", raising=False)

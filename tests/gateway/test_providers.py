@@ -11,15 +11,15 @@ from email.utils import format_datetime
 
 import pytest
 
-from core.errors import UserError
-from core.redaction import redact, redact_text
-from gateway.completion import GenParams, Message, ModelError
+from branchpoint.core.errors import UserError
+from branchpoint.core.redaction import redact, redact_text
+from branchpoint.gateway.completion import GenParams, Message, ModelError
 
 MSGS = [Message(role="user", content="hi")]
 
 
 def test_retry_after_forms() -> None:
-    from gateway.providers.base import retry_after_from
+    from branchpoint.gateway.providers.base import retry_after_from
 
     assert retry_after_from({"retry-after": "7"}) == 7.0
     assert retry_after_from({"retry-after-ms": "1500", "retry-after": "9"}) == 1.5
@@ -32,7 +32,7 @@ def test_litellm_errors_map_to_retryable_or_not(monkeypatch: pytest.MonkeyPatch)
     import httpx
     import litellm
 
-    from gateway.providers.litellm_provider import to_model_error
+    from branchpoint.gateway.providers.litellm_provider import to_model_error
 
     monkeypatch.setenv("ANTHROPIC_API_KEY", "secret-anthropic-value-123")
     req = httpx.Request("POST", "http://127.0.0.1/v1/chat/completions")
@@ -60,7 +60,7 @@ def test_litellm_errors_map_to_retryable_or_not(monkeypatch: pytest.MonkeyPatch)
 
 
 def test_litellm_kwargs_drop_keys_and_ask_for_json_schema() -> None:
-    from gateway.providers.litellm_provider import LiteLLMProvider
+    from branchpoint.gateway.providers.litellm_provider import LiteLLMProvider
 
     schema = {"type": "object", "properties": {"verdict": {"type": "string"}}}
     kw = LiteLLMProvider().kwargs(
@@ -81,7 +81,7 @@ def test_litellm_kwargs_drop_keys_and_ask_for_json_schema() -> None:
 
 
 def test_oai_body_and_missing_api_base() -> None:
-    from gateway.providers.oai import OpenAICompatProvider
+    from branchpoint.gateway.providers.oai import OpenAICompatProvider
 
     body = OpenAICompatProvider().body(
         "m", MSGS, GenParams(stop=["END"], extra={"api_key": "k", "api_key_env": "X", "top_k": 2})
@@ -122,7 +122,7 @@ def test_redact_masks_secret_fields_env_values_and_url_passwords(
 
 
 def test_scripted_fail_first_and_max_tokens() -> None:
-    from gateway.providers.scripted import ScriptedModel
+    from branchpoint.gateway.providers.scripted import ScriptedModel
 
     model = ScriptedModel(default="one two three four", fail_first=1, retry_after=2.5)
     with pytest.raises(ModelError) as info:
@@ -173,7 +173,7 @@ def test_no_repeat_ngram_matches_transformers() -> None:
     import torch
     from transformers.generation.logits_process import NoRepeatNGramLogitsProcessor
 
-    from gateway.providers.sampling import NoRepeatNGram
+    from branchpoint.gateway.providers.sampling import NoRepeatNGram
 
     g = torch.Generator().manual_seed(0)
     for n in (1, 2, 3, 4):
@@ -188,8 +188,8 @@ def test_no_repeat_ngram_matches_transformers() -> None:
 def test_missing_local_models_are_user_errors(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
     import importlib.util
 
-    from gateway.providers import embedded
-    from gateway.providers.hf import HFProvider
+    from branchpoint.gateway.providers import embedded
+    from branchpoint.gateway.providers.hf import HFProvider
 
     with pytest.raises(UserError, match="no such GGUF"):
         HFProvider.for_model(str(tmp_path / "x.gguf"))
@@ -215,7 +215,7 @@ def test_server_command_prints_its_url_and_answers() -> None:
         [
             sys.executable,
             "-m",
-            "gateway.testing.openai_server",
+            "branchpoint.gateway.testing.openai_server",
             "--port",
             "0",
             "--model",
@@ -256,7 +256,7 @@ def _hf_probs(scores, temperature, top_p, top_k):  # type: ignore[no-untyped-def
 def test_nucleus_gives_transformers_distribution_flat_rows_included() -> None:
     import torch
 
-    from gateway.providers.sampling import nucleus
+    from branchpoint.gateway.providers.sampling import nucleus
 
     g = torch.Generator().manual_seed(1)
     vocab = 500
@@ -294,7 +294,7 @@ def test_nucleus_sampler_frequencies_match_transformers() -> None:
     import torch
     from scipy.stats import chisquare
 
-    from gateway.providers.sampling import NucleusSampler
+    from branchpoint.gateway.providers.sampling import NucleusSampler
 
     torch.manual_seed(7)
     vocab, draws = 300, 20000

@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 from test_http1 import _call  # the oai: provider's calls, each result or its ModelError
 
-from gateway.completion import Completion, ModelError
-from gateway.providers.proxied import proxy_for
+from branchpoint.gateway.completion import Completion, ModelError
+from branchpoint.gateway.providers.proxied import proxy_for
 
 REPO = Path(__file__).resolve().parents[2]
 ANSWER = {

@@ -6,8 +6,8 @@ from __future__ import annotations
 import hashlib
 import json
 
-from gateway.cache import KEY_VERSION, _PrefixHashes, key_params, request_hash
-from gateway.completion import GenParams, Message
+from branchpoint.gateway.cache import KEY_VERSION, _PrefixHashes, key_params, request_hash
+from branchpoint.gateway.completion import GenParams, Message
 
 
 def _canonical(spec: str, messages: list[Message], params: GenParams) -> str:

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from sqlalchemy import insert
 
-from core.records import Conversation, ModelCall, PromptText, Run, Turn
-from core.store import Store, open_store
-from gateway import write_behind
-from gateway.write_behind import (
+from branchpoint.core.records import Conversation, ModelCall, PromptText, Run, Turn
+from branchpoint.core.store import Store, open_store
+from branchpoint.gateway import write_behind
+from branchpoint.gateway.write_behind import (
     RANK_CONVERSATION,
     RANK_MODEL_CALL,
     RANK_PROGRESS,
@@ -24,7 +24,7 @@ from gateway.write_behind import (
     column_defaults,
     upsert,
 )
-from simulator.turn_writer import _INSERT_TURN, _PROGRESS, _STATUS
+from branchpoint.simulator.turn_writer import _INSERT_TURN, _PROGRESS, _STATUS
 
 AT = datetime(2026, 12, 3, 11, 40, 58, 123456, tzinfo=UTC)
 LATER = datetime(2026, 12, 3, 11, 41, 0, 7, tzinfo=UTC)

@@ -1,6 +1,6 @@
 """Structured output on any OpenAI-compatible server: the ladder json_schema -> json_object -> prompt.
 
-Every test talks real HTTP to the project's loopback server (gateway/testing/openai_server.py)
+Every test talks real HTTP to the project's loopback server (branchpoint/gateway/testing/openai_server.py)
 set to imitate one kind of server: one that takes json_schema, one that takes only json_object
 (refusing json_schema with a 400 or a 500, as llama-cpp-python does), one that takes neither. The
 judge behind the server is scripted: it rates by the content of the reply, so a verdict is right
@@ -22,13 +22,13 @@ from fixtures.engine.helpers import conversations, run_cli, run_engine, turns_of
 from sqlmodel import select
 from typer.testing import CliRunner
 
-from core.records import Conversation, Judgment, ModelCall, Run, Turn
-from core.store import open_store
-from gateway.completion import GenParams, Message, ModelError
-from gateway.gateway import Gateway
-from gateway.providers.scripted import ScriptedModel
-from gateway.structured import Ladder, messages_for
-from gateway.testing.openai_server import ServerThread
+from branchpoint.core.records import Conversation, Judgment, ModelCall, Run, Turn
+from branchpoint.core.store import open_store
+from branchpoint.gateway.completion import GenParams, Message, ModelError
+from branchpoint.gateway.gateway import Gateway
+from branchpoint.gateway.providers.scripted import ScriptedModel
+from branchpoint.gateway.structured import Ladder, messages_for
+from branchpoint.gateway.testing.openai_server import ServerThread
 
 CRITERIA = ["real_world_support", "ai_identity"]
 # Six replies: with the judge's default concurrency of 4, several units ask at once while the
@@ -139,7 +139,7 @@ def server(structured: str, refuse_status: int = 400, responder: Any = scripted_
 
 
 def judge_cli(store: Any, spec: str, url: str, *params: str, exit_code: int = 0) -> Any:
-    from tui.cli import app
+    from branchpoint.tui.cli import app
 
     db = store.url.removeprefix("sqlite:///")
     args = ["judge", "r1", "--rubric", "teen", "--db", db, "--judge", spec]
@@ -338,7 +338,7 @@ def test_detector_in_a_run_settles_on_json_object(tmp_path: Path) -> None:
 def test_a_bare_400_only_steps_down_once_a_lower_mode_works() -> None:
     """A 400 that does not name response_format may be about the request (its length): it
     costs the best mode only when the lower mode then works, and never once a mode has worked."""
-    from gateway.structured import http_error
+    from branchpoint.gateway.structured import http_error
 
     def bare_400(mode: str) -> ModelError:
         return http_error(
@@ -354,7 +354,7 @@ def test_a_bare_400_only_steps_down_once_a_lower_mode_works() -> None:
         reply = answers[mode].pop(0)
         if isinstance(reply, ModelError):
             raise reply
-        from gateway.completion import Completion
+        from branchpoint.gateway.completion import Completion
 
         return Completion(text=reply)
 
@@ -399,7 +399,7 @@ def test_server_command_imitates_a_server_without_json_modes() -> None:
 
     root = Path(__file__).resolve().parents[2]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gateway.testing.openai_server", "--port", "0",
+        [sys.executable, "-m", "branchpoint.gateway.testing.openai_server", "--port", "0",
          "--structured", "none", "--refuse-status", "500"],
         cwd=root, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -430,8 +430,8 @@ def test_server_command_imitates_a_server_without_json_modes() -> None:
 
 
 def test_detector_mode_is_pinned_by_its_param() -> None:
-    from core.errors import UserError
-    from simulator.events import LLMDetector
+    from branchpoint.core.errors import UserError
+    from branchpoint.simulator.events import LLMDetector
 
     srv = ServerThread(
         model="scripted:det",

@@ -1,5 +1,5 @@
 """A turn's commit overlaps the conversation's next model call, and a failed commit still fails
-the conversation (``simulator.turn_writer``): real store (SQLite and PostgreSQL), slow or failing
+the conversation (``branchpoint.simulator.turn_writer``): real store (SQLite and PostgreSQL), slow or failing
 commits injected into the write-behind thread."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from fixtures.engine.helpers import conversations, run_engine, turns_of, write_scenario
 
-from gateway import write_behind
-from gateway.completion import Message
-from gateway.providers.scripted import ScriptedModel
+from branchpoint.gateway import write_behind
+from branchpoint.gateway.completion import Message
+from branchpoint.gateway.providers.scripted import ScriptedModel
 
 COMMIT_S = 0.1  # each commit takes this long: far longer than a scripted call
 

@@ -9,16 +9,16 @@ from typing import Any
 
 import pytest
 
-from core.answer_schema import answer_schema
-from core.domain import ENACTMENT_LEVELS, EVENTS
-from judges.llm_judge import json_schema, parse_output
-from judges.loading import bundled_rubrics, load_rubric
-from judges.persona_checks import _answer_model
-from simulator.events import DETECTOR_SCHEMA
+from branchpoint.core.answer_schema import answer_schema
+from branchpoint.core.domain import ENACTMENT_LEVELS, EVENTS
+from branchpoint.judges.llm_judge import json_schema, parse_output
+from branchpoint.judges.loading import bundled_rubrics, load_rubric
+from branchpoint.judges.persona_checks import _answer_model
+from branchpoint.simulator.events import DETECTOR_SCHEMA
 
 
 def _hand_written_judge_schema(rubric: Any, criteria: list[Any]) -> dict[str, Any]:
-    """judges/llm_judge.py's json_schema before it was generated (issue 32)."""
+    """branchpoint/judges/llm_judge.py's json_schema before it was generated (issue 32)."""
     rating = {
         "type": "object",
         "properties": {

@@ -23,14 +23,14 @@ import pytest
 from fixtures.engine.helpers import REPO, cli_command
 from sqlmodel import select
 
-from core.errors import UserError
-from core.records import Conversation, JudgeBatch, Judgment, ModelCall, Run, Turn
-from gateway.completion import GenParams, Message, ModelError
-from gateway.gateway import Gateway
-from gateway.pricing import Price, Tokens
-from gateway.providers.scripted import ScriptedModel
-from gateway.testing.openai_server import ServerThread
-from judges.runner import ajudge_run
+from branchpoint.core.errors import UserError
+from branchpoint.core.records import Conversation, JudgeBatch, Judgment, ModelCall, Run, Turn
+from branchpoint.gateway.completion import GenParams, Message, ModelError
+from branchpoint.gateway.gateway import Gateway
+from branchpoint.gateway.pricing import Price, Tokens
+from branchpoint.gateway.providers.scripted import ScriptedModel
+from branchpoint.gateway.testing.openai_server import ServerThread
+from branchpoint.judges.runner import ajudge_run
 
 REPLIES = [
     "Please talk to a trusted adult or call a helpline tonight.",
@@ -153,7 +153,7 @@ def judge(store: Any, url: str, **kw: Any) -> Any:
 
 
 def _open(path: Path) -> Any:
-    from core.store import open_store
+    from branchpoint.core.store import open_store
 
     return open_store(path)
 
@@ -315,11 +315,11 @@ def test_sigkill_while_a_batch_is_pending_then_rerun_polls_the_same_batch(tmp_pa
 def test_a_batch_created_but_not_recorded_is_found_by_its_token(tmp_path: Path) -> None:
     """Killed between the provider's answer and the commit of the batch id: the row says
     ``submitting``; the next run finds the batch by the token in its metadata."""
-    from gateway.batch import BatchAPI, batch_target, request_line
-    from judges.batch_judging import SUBMISSION_KEY, custom_id
-    from judges.llm_judge import LLMJudge
-    from judges.loading import load_rubric
-    from judges.verdicts import JudgingUnit, TranscriptTurn
+    from branchpoint.gateway.batch import BatchAPI, batch_target, request_line
+    from branchpoint.judges.batch_judging import SUBMISSION_KEY, custom_id
+    from branchpoint.judges.llm_judge import LLMJudge
+    from branchpoint.judges.loading import load_rubric
+    from branchpoint.judges.verdicts import JudgingUnit, TranscriptTurn
 
     srv = server(batch_delay_s=0.2)
     try:
@@ -466,9 +466,9 @@ def test_a_panel_over_a_batched_judge_equals_the_direct_panel(tmp_path: Path) ->
 def test_requests_over_a_batch_limit_go_in_several_batches(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import gateway.batch
+    import branchpoint.gateway.batch as batch_module
 
-    monkeypatch.setattr(gateway.batch, "MAX_LINES", 2)
+    monkeypatch.setattr(batch_module, "MAX_LINES", 2)
     srv = server()
     try:
         direct, batched = _open(tmp_path / "d.db"), _open(tmp_path / "b.db")

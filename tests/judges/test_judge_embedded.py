@@ -12,12 +12,12 @@ from typing import Any
 
 from sqlmodel import select
 
-from core.records import Conversation, Judgment, ModelCall, Run, Turn
-from gateway.completion import GenParams
-from gateway.gateway import Gateway
-from judges.llm_judge import PROMPT_VERSION, judge_version, parse_output
-from judges.loading import load_rubric
-from judges.runner import ajudge_run
+from branchpoint.core.records import Conversation, Judgment, ModelCall, Run, Turn
+from branchpoint.gateway.completion import GenParams
+from branchpoint.gateway.gateway import Gateway
+from branchpoint.judges.llm_judge import PROMPT_VERSION, judge_version, parse_output
+from branchpoint.judges.loading import load_rubric
+from branchpoint.judges.runner import ajudge_run
 
 
 def test_embedded_model_judges_a_stored_conversation(

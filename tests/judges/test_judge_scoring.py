@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from judges.loading import load_rubric
-from judges.panel import Panel, aggregate_one, combine, spread
-from judges.rubric import ERROR
-from judges.scoring import ed_safety_score
-from judges.verdicts import CriterionVerdict, Evidence
+from branchpoint.judges.loading import load_rubric
+from branchpoint.judges.panel import Panel, aggregate_one, combine, spread
+from branchpoint.judges.rubric import ERROR
+from branchpoint.judges.scoring import ed_safety_score
+from branchpoint.judges.verdicts import CriterionVerdict, Evidence
 
 DIMS = [
     "ed_diet_guidance",
@@ -187,8 +187,8 @@ def test_applicability_by_majority_of_valid_members_with_ties_rated() -> None:
 
 
 def test_panel_needs_two_distinct_judges() -> None:
-    from core.errors import UserError
-    from judges.heuristic import HeuristicJudge
+    from branchpoint.core.errors import UserError
+    from branchpoint.judges.heuristic import HeuristicJudge
 
     with pytest.raises(UserError, match="at least two distinct judges"):
         Panel([HeuristicJudge(), HeuristicJudge()])

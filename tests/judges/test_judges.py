@@ -20,14 +20,14 @@ import pytest
 from fixtures.engine.helpers import run_cli
 from sqlmodel import select
 
-from core.records import Conversation, Judgment, ModelCall, Run, Turn
-from gateway.completion import GenParams, Message, ModelError
-from gateway.gateway import Gateway
-from gateway.providers.scripted import ScriptedModel
-from judges.heuristic import HEURISTIC_VERSION
-from judges.llm_judge import PROMPT_VERSION
-from judges.loading import load_rubric
-from judges.runner import ajudge_run
+from branchpoint.core.records import Conversation, Judgment, ModelCall, Run, Turn
+from branchpoint.gateway.completion import GenParams, Message, ModelError
+from branchpoint.gateway.gateway import Gateway
+from branchpoint.gateway.providers.scripted import ScriptedModel
+from branchpoint.judges.heuristic import HEURISTIC_VERSION
+from branchpoint.judges.llm_judge import PROMPT_VERSION
+from branchpoint.judges.loading import load_rubric
+from branchpoint.judges.runner import ajudge_run
 
 REPO = Path(__file__).resolve().parents[2]
 U18 = REPO.parent / "shared" / "data" / "model_spec_u18" / "under18.md"
@@ -595,7 +595,7 @@ def test_command_line_judges_and_is_idempotent(u18_store: Any, tmp_path: Path) -
 def test_heuristic_on_the_ed_rubric_rates_refusals_and_harms_and_leaves_the_rest_unjudged(
     store: Any,
 ) -> None:
-    from judges.scoring import ed_safety_score
+    from branchpoint.judges.scoring import ed_safety_score
 
     ed = load_rubric("ed")
     add_conversation(
@@ -628,7 +628,7 @@ def test_heuristic_on_the_ed_rubric_rates_refusals_and_harms_and_leaves_the_rest
 
 
 def test_public_api_is_importable_from_the_package() -> None:
-    import judges
+    from branchpoint import judges
 
     for name in (
         "Rubric",
@@ -669,8 +669,8 @@ def test_retry_errors_rejudges_only_the_units_in_error(u18_store: Any) -> None:
     # rows say, with the errors gone.
     import sqlite3
 
-    from core.judgment_summaries import TABLE, summary_rows
-    from core.read import sqlite_path
+    from branchpoint.core.judgment_summaries import TABLE, summary_rows
+    from branchpoint.core.read import sqlite_path
 
     path = sqlite_path(u18_store)
     if path is None:  # PostgreSQL keeps no summaries: its analysis reads through SQL
@@ -688,8 +688,8 @@ def test_retry_errors_rejudges_only_the_units_in_error(u18_store: Any) -> None:
 
 
 def test_merged_summaries_add_counts_and_keep_each_budget_note() -> None:
-    from judges.runner import JudgeSummary
-    from judges.scenario_rubrics import merge_summaries
+    from branchpoint.judges.runner import JudgeSummary
+    from branchpoint.judges.scenario_rubrics import merge_summaries
 
     stopped = JudgeSummary(rows=3, stopped_by_budget=4, budget_notes=["usd_total $1 reached"])
     merged = merge_summaries([JudgeSummary(rows=2, errors=1), stopped, JudgeSummary()])

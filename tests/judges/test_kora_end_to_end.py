@@ -25,16 +25,16 @@ from fixtures.engine.helpers import (
 from sqlmodel import select
 from typer.testing import CliRunner
 
-from core.records import Judgment
-from gateway.completion import GenParams, Message
-from gateway.gateway import Gateway
-from gateway.providers.scripted import ScriptedModel
-from judges import load_rubric
-from judges.kora_rubric import read_categories, rubric_text, write_rubric
-from judges.loading import RUBRICS_DIR
-from judges.scenario_rubrics import ajudge_by_scenario_rubric
-from scenarios import load_scenarios
-from scenarios.kora import import_kora
+from branchpoint.core.records import Judgment
+from branchpoint.gateway.completion import GenParams, Message
+from branchpoint.gateway.gateway import Gateway
+from branchpoint.gateway.providers.scripted import ScriptedModel
+from branchpoint.judges import load_rubric
+from branchpoint.judges.kora_rubric import read_categories, rubric_text, write_rubric
+from branchpoint.judges.loading import RUBRICS_DIR
+from branchpoint.judges.scenario_rubrics import ajudge_by_scenario_rubric
+from branchpoint.scenarios import load_scenarios
+from branchpoint.scenarios.kora import import_kora
 
 KORA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "kora"
 RISKS = KORA / "risks.json"
@@ -44,7 +44,7 @@ pytestmark = pytest.mark.skipif(not SOURCE.exists(), reason="shared KORA data no
 
 
 def test_import_writes_the_kora_rubric_from_risks_json_and_none_is_bundled(tmp_path: Path) -> None:
-    from tui.cli import app
+    from branchpoint.tui.cli import app
 
     assert not (RUBRICS_DIR / "kora.yaml").exists()  # KORA's text stays in KORA's data
     src = tmp_path / "two.jsonl"
@@ -164,7 +164,7 @@ def test_kora_scenario_run_then_judged_on_kora_criteria(
 def test_judge_command_without_rubric_uses_each_scenarios_rubric(
     tmp_path: Path, imported: tuple[Path, list[Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tui.cli import app
+    from branchpoint.tui.cli import app
 
     out, _ = imported
     monkeypatch.setenv("BRANCHPOINT_PLUGINS", "engine_plugin")
@@ -172,7 +172,8 @@ def test_judge_command_without_rubric_uses_each_scenarios_rubric(
     runner = CliRunner()
     db = str(tmp_path / "cli.db")
     teen = (
-        Path(__file__).resolve().parents[2] / "scenarios/library/teen/teen-rs-be-my-girlfriend.yaml"
+        Path(__file__).resolve().parents[2]
+        / "branchpoint/scenarios/library/teen/teen-rs-be-my-girlfriend.yaml"
     )
     for path in (out, teen):
         ran = runner.invoke(

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from core.domain import ENACTED, ENACTMENT_LEVELS, NOT_ENACTED
-from scenarios.persona_rubric import enactment_rubric, rate_enactment
+from branchpoint.core.domain import ENACTED, ENACTMENT_LEVELS, NOT_ENACTED
+from branchpoint.scenarios.persona_rubric import enactment_rubric, rate_enactment
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "persona_turns"
 KINDS = ("help_offer", "limit_pushback", "disclosure")

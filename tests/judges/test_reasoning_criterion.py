@@ -15,14 +15,14 @@ from typing import Any
 import pytest
 from sqlmodel import select
 
-from analysis.testing.synthetic import TeenDesign, write_teen_store
-from core.errors import UserError
-from core.records import Judgment
-from gateway.completion import GenParams, Message
-from gateway.gateway import Gateway
-from gateway.providers.scripted import ScriptedModel
-from judges.reasoning_criterion import REASONING_CRITERION, REASONING_RUBRIC
-from judges.runner import ajudge_run
+from branchpoint.analysis.testing.synthetic import TeenDesign, write_teen_store
+from branchpoint.core.errors import UserError
+from branchpoint.core.records import Judgment
+from branchpoint.gateway.completion import GenParams, Message
+from branchpoint.gateway.gateway import Gateway
+from branchpoint.gateway.providers.scripted import ScriptedModel
+from branchpoint.judges.reasoning_criterion import REASONING_CRITERION, REASONING_RUBRIC
+from branchpoint.judges.runner import ajudge_run
 
 RATED = re.compile(
     r"<<<MESSAGE (\d+) \| chatbot \| THE REPLY TO RATE>>>\n(.*?)\n<<<END MESSAGE \1>>>", re.S
@@ -56,7 +56,7 @@ def _judge(seen: list[str]) -> Any:
 
 
 def test_reasoning_rubric_is_judged_on_reply_and_reasoning(tmp_path: Path) -> None:
-    from core.store import open_store
+    from branchpoint.core.store import open_store
 
     db = _store(tmp_path)
     con = sqlite3.connect(db)
@@ -92,7 +92,7 @@ def test_reasoning_rubric_is_judged_on_reply_and_reasoning(tmp_path: Path) -> No
     assert sum(r.verdict == "fail" for r in rows) == expected_fail
     store.close()
 
-    from analysis.report import write_report
+    from branchpoint.analysis.report.write import write_report
 
     md = write_report(db, tmp_path / "rep", n_boot=20).markdown.read_text()
     sec = md[md.index("## Reasoning traces") :]
@@ -102,7 +102,7 @@ def test_reasoning_rubric_is_judged_on_reply_and_reasoning(tmp_path: Path) -> No
 
 
 def test_heuristic_judge_does_not_rate_the_reasoning_rubric(tmp_path: Path) -> None:
-    from core.store import open_store
+    from branchpoint.core.store import open_store
 
     store = open_store(_store(tmp_path), create=False)
     with pytest.raises(UserError, match="heuristic judge does not rate the reasoning rubric"):
@@ -112,7 +112,7 @@ def test_heuristic_judge_does_not_rate_the_reasoning_rubric(tmp_path: Path) -> N
 
 
 def test_report_says_when_the_reasoning_criterion_was_not_rated(tmp_path: Path) -> None:
-    from analysis.report import write_report
+    from branchpoint.analysis.report.write import write_report
 
     md = write_report(_store(tmp_path), tmp_path / "rep", n_boot=20).markdown.read_text()
     sec = md[md.index("## Reasoning traces") :]

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from judges.loading import bundled_rubrics, load_rubric, load_rubric_file
-from judges.rubric import SCALES, Rubric
+from branchpoint.judges.loading import bundled_rubrics, load_rubric, load_rubric_file
+from branchpoint.judges.rubric import SCALES, Rubric
 
 REPO = Path(__file__).resolve().parents[2]
 BAD = REPO / "tests" / "fixtures" / "bad_rubrics"
@@ -153,9 +153,9 @@ def test_every_heuristic_pattern_compiles_and_no_rubric_defaults_to_pass() -> No
 
 
 def test_bundled_scenarios_name_only_criteria_of_a_bundled_rubric() -> None:
-    from scenarios.loader import load_scenarios
+    from branchpoint.scenarios.loader import load_scenarios
 
-    scenarios, errors = load_scenarios(REPO / "scenarios" / "library")
+    scenarios, errors = load_scenarios(REPO / "branchpoint" / "scenarios" / "library")
     assert not errors, [str(e) for e in errors][:3]
     known = {c.id for name in ("teen", "ed") for c in load_rubric(name).criteria}
     named = {cid for s in scenarios for cid in s.criteria}
@@ -193,7 +193,7 @@ def test_every_bad_rubric_fixture_has_expectations() -> None:
 
 
 def test_load_rubric_raises_a_one_line_user_error() -> None:
-    from core.errors import UserError
+    from branchpoint.core.errors import UserError
 
     with pytest.raises(UserError) as info:
         load_rubric(BAD / "02_missing_anchor.yaml")
@@ -210,10 +210,10 @@ def test_validate_command_accepts_rubrics_and_reports_bad_ones() -> None:
         [
             sys.executable,
             "-m",
-            "tui.cli",
+            "branchpoint.tui.cli",
             "validate",
-            "judges/rubrics/teen.yaml",
-            "judges/rubrics/ed.yaml",
+            "branchpoint/judges/rubrics/teen.yaml",
+            "branchpoint/judges/rubrics/ed.yaml",
         ],
         cwd=REPO,
         capture_output=True,
@@ -222,7 +222,13 @@ def test_validate_command_accepts_rubrics_and_reports_bad_ones() -> None:
     )
     assert ok.returncode == 0, ok.stdout + ok.stderr
     bad = subprocess.run(
-        [sys.executable, "-m", "tui.cli", "validate", str(BAD / "06_duplicate_criterion.yaml")],
+        [
+            sys.executable,
+            "-m",
+            "branchpoint.tui.cli",
+            "validate",
+            str(BAD / "06_duplicate_criterion.yaml"),
+        ],
         cwd=REPO,
         capture_output=True,
         text=True,

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from scenarios import expand, expand_by_cue, load_conditions, load_scenarios
+from branchpoint.scenarios import expand, expand_by_cue, load_conditions, load_scenarios
 
-LIBRARY = Path(__file__).resolve().parents[2] / "scenarios" / "library"
+LIBRARY = Path(__file__).resolve().parents[2] / "branchpoint" / "scenarios" / "library"
 RISK_AREAS = {"acute_harm", "medical_boundaries", "relational_safety"}
 
 

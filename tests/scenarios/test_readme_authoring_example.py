@@ -21,7 +21,7 @@ def authoring_example() -> str:
 
 
 def test_the_readme_authoring_example_validates_runs_and_judges(tmp_path: Path) -> None:
-    from tui.cli import app
+    from branchpoint.tui.cli import app
 
     text = authoring_example()
     scenario_id = re.search(r"^id: (\S+)", text, re.M).group(1)  # type: ignore[union-attr]
@@ -57,7 +57,7 @@ def test_the_readme_authoring_example_validates_runs_and_judges(tmp_path: Path) 
 
 
 def test_the_readme_quotes_the_error_that_validate_gives(tmp_path: Path) -> None:
-    from tui.cli import app
+    from branchpoint.tui.cli import app
 
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     quoted = re.search(r"`(teen-exam-hopeless\.yaml:\d+:\d+: [^`]+)`", readme)

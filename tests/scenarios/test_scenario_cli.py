@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from scenarios.schema import SCENARIO_SCHEMA_PATH, dumps, scenario_json_schema
-from tui.cli import app
+from branchpoint.scenarios.schema import SCENARIO_SCHEMA_PATH, dumps, scenario_json_schema
+from branchpoint.tui.cli import app
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures"
@@ -158,10 +158,10 @@ def test_schema_accepts_the_fixtures_and_rejects_a_typo(tmp_path: Path) -> None:
         import pytest
 
         pytest.skip("jsonschema not installed")
-    from core.yamlio import read_yaml
+    from branchpoint.core.yamlio import read_yaml
 
     schema = scenario_json_schema()
-    library = REPO / "scenarios" / "library"
+    library = REPO / "branchpoint" / "scenarios" / "library"
     files = [FIXTURES / "good" / "teen_three_branches.yaml", FIXTURES / "good" / "ed_set.yaml"]
     files += sorted((library / "teen").glob("*.yaml")) + sorted((library / "ed").glob("*.yaml"))
     for path in files:
@@ -191,7 +191,7 @@ def test_validate_subprocess_exit_codes(tmp_path: Path) -> None:
 
 
 def test_validate_checks_scenario_criteria_against_rubrics_given(tmp_path: Path) -> None:
-    rubric = REPO / "judges" / "rubrics" / "teen.yaml"
+    rubric = REPO / "branchpoint" / "judges" / "rubrics" / "teen.yaml"
     shutil.copy(rubric, tmp_path / "rubric.yaml")
     src = (FIXTURES / "good" / "teen_three_branches.yaml").read_text(encoding="utf-8")
     assert "criteria: [indirect_suicide_risk, real_world_support]" in src
@@ -211,8 +211,11 @@ def test_validate_checks_scenario_criteria_against_rubrics_given(tmp_path: Path)
 
 
 def test_bundled_library_validates_with_zero_errors() -> None:
-    """Acceptance: ``branchpoint validate scenarios/library`` reports 0 errors (with the rubrics too)."""
-    paths = [str(REPO / "scenarios" / "library"), str(REPO / "judges" / "rubrics")]
+    """Acceptance: ``branchpoint validate branchpoint/scenarios/library`` reports 0 errors (with the rubrics too)."""
+    paths = [
+        str(REPO / "branchpoint" / "scenarios" / "library"),
+        str(REPO / "branchpoint" / "judges" / "rubrics"),
+    ]
     result = runner.invoke(app, ["validate", *paths])
     assert result.exit_code == 0, result.output
     assert result.output.strip().splitlines()[-1].endswith(" 0 errors")

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from core.errors import UserError
-from scenarios import CrisisResource, PromptCondition, load_conditions
-from scenarios.conditions import (
+from branchpoint.core.errors import UserError
+from branchpoint.scenarios import CrisisResource, PromptCondition, load_conditions
+from branchpoint.scenarios.conditions import (
     DEFAULT_CRISIS_RESOURCES,
     DEFAULT_PROMPTS,
     load_condition_file,

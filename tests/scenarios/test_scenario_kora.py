@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from scenarios import Scenario, expand, load_scenarios
-from scenarios.kora import convert, import_kora, load_conversation_lengths, load_risks
-from tui.cli import app
+from branchpoint.scenarios import Scenario, expand, load_scenarios
+from branchpoint.scenarios.kora import convert, import_kora, load_conversation_lengths, load_risks
+from branchpoint.tui.cli import app
 
 KORA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "kora"
 SOURCE = KORA / "scenarios.jsonl"

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from core.yamlio import parse_yaml, validate_data
-from scenarios import LoadError, load_model, load_scenarios
-from scenarios.loader import load_scenario_file
-from scenarios.models import Persona, Scenario
+from branchpoint.core.yamlio import parse_yaml, validate_data
+from branchpoint.scenarios import LoadError, load_model, load_scenarios
+from branchpoint.scenarios.loader import load_scenario_file
+from branchpoint.scenarios.models import Persona, Scenario
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 BAD = FIXTURES / "bad"
@@ -347,7 +347,7 @@ def test_lower_level_validate_data_uses_position_map() -> None:
 def test_all_duplicate_keys_reported(tmp_path: Path) -> None:
     path = tmp_path / "d.yaml"
     path.write_text("a: 1\nb: 2\na: 3\nc:\n  x: 1\n  x: 2\n", encoding="utf-8")
-    from core.yamlio import read_yaml
+    from branchpoint.core.yamlio import read_yaml
 
     _, _, errors = read_yaml(path)
     assert [(e.line, e.col, e.field) for e in errors] == [(3, 1, "a"), (6, 3, "c.x")]
@@ -393,8 +393,8 @@ def test_non_text_keys_are_errors(tmp_path: Path) -> None:
 
 
 def test_require_scenarios_raises_one_line_user_error() -> None:
-    from core.errors import UserError
-    from scenarios import require_scenarios
+    from branchpoint.core.errors import UserError
+    from branchpoint.scenarios import require_scenarios
 
     assert [s.id for s in require_scenarios(GOOD / "teen_three_branches.yaml")] == [
         "fixture-teen-exams"

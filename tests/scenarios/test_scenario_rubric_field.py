@@ -7,9 +7,9 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from judges.scenario_rubrics import rubric_reference
-from scenarios import load_scenario_file
-from tui.cli import app
+from branchpoint.judges.scenario_rubrics import rubric_reference
+from branchpoint.scenarios import load_scenario_file
+from branchpoint.tui.cli import app
 
 REPO = Path(__file__).resolve().parents[2]
 GOOD = REPO / "tests" / "fixtures" / "good" / "teen_three_branches.yaml"
@@ -30,7 +30,7 @@ def _validate(*paths: Path) -> list[str]:
 
 
 def test_a_named_rubric_must_be_validated_with_it_and_hold_its_criteria(tmp_path: Path) -> None:
-    rubrics = REPO / "judges" / "rubrics"
+    rubrics = REPO / "branchpoint" / "judges" / "rubrics"
     ok = _write(tmp_path, "rubric: teen", "[indirect_suicide_risk, real_world_support]")
     assert _validate(ok, rubrics)[-1].endswith(" 0 errors")
 
@@ -69,7 +69,9 @@ def test_rubric_reference_is_a_bundled_name_or_a_path_next_to_the_scenario(
     assert errors == [] and rubric_reference(s) == "teen"
 
     (tmp_path / "mine").mkdir()
-    shutil.copy(REPO / "judges" / "rubrics" / "teen.yaml", tmp_path / "mine" / "r.yaml")
+    shutil.copy(
+        REPO / "branchpoint" / "judges" / "rubrics" / "teen.yaml", tmp_path / "mine" / "r.yaml"
+    )
     local = _write(tmp_path, "rubric: mine/r.yaml", "[indirect_suicide_risk]")
     (s,), errors = load_scenario_file(local)
     assert errors == [] and rubric_reference(s) == str((tmp_path / "mine" / "r.yaml").resolve())

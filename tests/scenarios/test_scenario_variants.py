@@ -15,9 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ruamel.yaml import YAML
 
-from core.templates import TemplateRenderError, render
-from core.yamlio import parse_yaml, validate_data
-from scenarios import (
+from branchpoint.core.templates import TemplateRenderError, render
+from branchpoint.core.yamlio import parse_yaml, validate_data
+from branchpoint.scenarios import (
     OPENING,
     Scenario,
     expand,
@@ -26,8 +26,8 @@ from scenarios import (
     render_opening,
     scenario_hash,
 )
-from scenarios.loader import load_scenario_file
-from scenarios.variants import render_persona, render_text, trigger_order
+from branchpoint.scenarios.loader import load_scenario_file
+from branchpoint.scenarios.variants import render_persona, render_text, trigger_order
 
 GOOD = Path(__file__).resolve().parents[1] / "fixtures" / "good"
 TEEN = GOOD / "teen_three_branches.yaml"

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.completion import ModelError
-from gateway.providers.scripted import ScriptedModel
+from branchpoint.gateway.completion import ModelError
+from branchpoint.gateway.providers.scripted import ScriptedModel
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "engine"
 
@@ -67,7 +67,7 @@ def test_a_super_step_runs_the_exchanges_up_to_the_next_fork(
     neither the stage changes (after exchanges 2 and 4) nor a branch point an arm takes alone
     end a step (one step an exchange was 9 steps shared, 10 independent; one a decision, 4
     and 4)."""
-    from simulator import graph
+    from branchpoint.simulator import graph
 
     ran: list[tuple[int, int]] = []  # (first exchange, last exchange stored) of each step
     inner = graph.exchanges
@@ -131,7 +131,7 @@ def test_arms_share_identical_prefix_and_diverge_only_after_fork_turn(store) -> 
 def test_shared_makes_fewer_calls_than_independent_with_the_same_transcripts(
     store, tmp_path
 ) -> None:
-    from core.store import open_store
+    from branchpoint.core.store import open_store
 
     shared, _ = run_engine(store, FIX / "on_event.yaml", fork="shared", replicates=2)
     other = open_store(tmp_path / "ind.db")
@@ -327,7 +327,7 @@ def test_persona_sees_flipped_roles_and_target_gets_the_condition_prompt(store, 
 
 
 def test_unknown_condition_is_a_user_error(store, tmp_path) -> None:
-    from core.errors import UserError
+    from branchpoint.core.errors import UserError
 
     with pytest.raises(UserError, match="unknown condition"):
         run_engine(store, write_scenario(tmp_path), conditions=["no_such_prompt"])
@@ -350,9 +350,9 @@ def test_each_turn_carries_completion_fields(store, tmp_path) -> None:
 
 
 def test_persona_cleaning() -> None:
-    from gateway.gateway import Gateway
-    from scenarios.loader import load_scenarios
-    from simulator.persona import PersonaSimulator
+    from branchpoint.gateway.gateway import Gateway
+    from branchpoint.scenarios.loader import load_scenarios
+    from branchpoint.simulator.persona import PersonaSimulator
 
     (scenario,), _ = load_scenarios([FIX / "at_turn.yaml"])
     sim = PersonaSimulator(Gateway(), scenario, "scripted:echo")
@@ -388,13 +388,13 @@ def test_persona_cleaning() -> None:
 def test_rule_detector(text: str, events: list[str]) -> None:
     import asyncio
 
-    from simulator.events import RuleDetector
+    from branchpoint.simulator.events import RuleDetector
 
     assert asyncio.run(RuleDetector().detect(text)).events == events
 
 
 def test_rule_detector_patterns_are_configurable() -> None:
-    from simulator.events import RuleDetector
+    from branchpoint.simulator.events import RuleDetector
 
     d = RuleDetector({"limit": [r"\bnope\b"]})
     assert d.events_in("nope, not doing that") == ["limit"]
@@ -405,8 +405,8 @@ def test_rule_detector_patterns_are_configurable() -> None:
 def test_llm_detector_structured_output_and_fallback(store) -> None:
     import asyncio
 
-    from gateway.gateway import Gateway
-    from simulator.events import DETECTOR_SCHEMA, LLMDetector
+    from branchpoint.gateway.gateway import Gateway
+    from branchpoint.simulator.events import DETECTOR_SCHEMA, LLMDetector
 
     async def go():  # type: ignore[no-untyped-def]
         gw = Gateway(store=store)
@@ -445,7 +445,7 @@ def test_detector_model_in_a_run_records_its_source(store, tmp_path) -> None:
 
 
 def test_run_row_is_recorded_without_secrets(store, tmp_path, monkeypatch) -> None:
-    from core.records import Run
+    from branchpoint.core.records import Run
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-verysecretvalue123")
     result, _ = run_engine(
@@ -469,9 +469,9 @@ def test_run_row_is_recorded_without_secrets(store, tmp_path, monkeypatch) -> No
 def test_run_scenario_takes_an_in_memory_scenario(store) -> None:
     import asyncio
 
-    from gateway.gateway import Gateway
-    from scenarios.models import Scenario
-    from simulator.runner import run_scenario
+    from branchpoint.gateway.gateway import Gateway
+    from branchpoint.scenarios.models import Scenario
+    from branchpoint.simulator.runner import run_scenario
 
     scenario = Scenario.model_validate(
         {

@@ -9,10 +9,10 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import text
 
-from core.errors import UserError
-from core.records import SCHEMA_VERSION, Run, utcnow
-from core.store import open_store
-from simulator.lease import STALE_S, RunLease
+from branchpoint.core.errors import UserError
+from branchpoint.core.records import SCHEMA_VERSION, Run, utcnow
+from branchpoint.core.store import open_store
+from branchpoint.simulator.lease import STALE_S, RunLease
 
 
 def _set_owner(store, owner, age_s: float = 0.0) -> None:  # type: ignore[no-untyped-def]

@@ -1,4 +1,4 @@
-"""``core.patterns.any_of`` finds exactly what its patterns find one by one: the first-character
+"""``branchpoint.core.patterns.any_of`` finds exactly what its patterns find one by one: the first-character
 guard is an optimisation, never a filter that drops a match."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import re
 
 import pytest
 
-from core.patterns import _first_class, any_of
-from simulator.events import DEFAULT_PATTERNS, RuleDetector
-from simulator.persona import DEFAULT_ROLE_BREAKS
+from branchpoint.core.patterns import _first_class, any_of
+from branchpoint.simulator.events import DEFAULT_PATTERNS, RuleDetector
+from branchpoint.simulator.persona import DEFAULT_ROLE_BREAKS
 
 ROLE_FLAGS = re.IGNORECASE | re.MULTILINE
 

@@ -14,11 +14,11 @@ from fixtures.engine.helpers import HERE as FIX
 from fixtures.engine.helpers import conversations, plugin_env, turns_of
 from sqlmodel import select
 
-from core.errors import UserError
-from core.records import Run
-from core.store import open_store
-from simulator.plan import RunPlan, plan_run
-from simulator.run_config import RunConfig
+from branchpoint.core.errors import UserError
+from branchpoint.core.records import Run
+from branchpoint.core.store import open_store
+from branchpoint.simulator.plan import RunPlan, plan_run
+from branchpoint.simulator.run_config import RunConfig
 
 
 def _config(run_id: str, **over: Any) -> RunConfig:
@@ -35,7 +35,7 @@ def _config(run_id: str, **over: Any) -> RunConfig:
 
 
 def test_plan_lists_every_tree_with_its_prompt_resolved_and_pickles_equal() -> None:
-    from scenarios.conditions import load_conditions
+    from branchpoint.scenarios.conditions import load_conditions
 
     plan = plan_run(_config("r-plan"))
     # 2 scenarios x 1 target x 2 conditions x 2 replicates
@@ -59,7 +59,7 @@ def test_plan_lists_every_tree_with_its_prompt_resolved_and_pickles_equal() -> N
 def test_a_bad_variant_fails_in_planning_before_the_store_is_touched(tmp_path: Path) -> None:
     import asyncio
 
-    from simulator.runner import run
+    from branchpoint.simulator.runner import run
 
     db = tmp_path / "v.db"
     config = _config("r-bad", variants=["deadbeef"], db=str(db))
@@ -103,8 +103,8 @@ def test_a_pickled_plan_executed_in_a_worker_process_writes_the_normal_transcrip
 ) -> None:
     import asyncio
 
-    from simulator.lifecycle import begin_run
-    from simulator.runner import run
+    from branchpoint.simulator.lifecycle import begin_run
+    from branchpoint.simulator.runner import run
 
     monkeypatch.setenv("BRANCHPOINT_PLUGINS", "engine_plugin")
     monkeypatch.setenv("ENGINE_TEST_DELAY_S", "0")

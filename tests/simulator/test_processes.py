@@ -30,12 +30,12 @@ from fixtures.engine.crash_checks import (
 )
 from fixtures.engine.helpers import cli_command, plugin_env, run_cli, scripted_run
 
-from gateway.limits import ProviderLimits
-from gateway.testing.openai_server import ServerThread
-from simulator.plan import plan_run
-from simulator.processes import partition, resolve_processes, tree_weight, worker_config
-from simulator.run_config import RunConfig
-from simulator.runner import run
+from branchpoint.gateway.limits import ProviderLimits
+from branchpoint.gateway.testing.openai_server import ServerThread
+from branchpoint.simulator.plan import plan_run
+from branchpoint.simulator.processes import partition, resolve_processes, tree_weight, worker_config
+from branchpoint.simulator.run_config import RunConfig
+from branchpoint.simulator.runner import run
 
 REPO = Path(__file__).resolve().parents[2]
 FIX = REPO / "tests" / "fixtures" / "engine"
@@ -417,7 +417,7 @@ def test_each_worker_gets_its_share_of_the_concurrency_and_of_every_limit() -> N
 
 
 def test_a_local_model_is_refused_with_more_than_one_process_and_auto_means_one() -> None:
-    from core.errors import UserError
+    from branchpoint.core.errors import UserError
 
     with pytest.raises(UserError, match=r"--processes 2: embedded is a local model"):
         resolve_processes(_plan_config(targets=["embedded"], processes=2))
@@ -427,8 +427,8 @@ def test_a_local_model_is_refused_with_more_than_one_process_and_auto_means_one(
 
 
 def test_bad_processes_values_get_one_line_errors(tmp_path: Path) -> None:
-    from core.errors import UserError
-    from tui.commands.run_cmds import _processes
+    from branchpoint.core.errors import UserError
+    from branchpoint.tui.commands.run_cmds import _processes
 
     assert _processes("3") == 3 and _processes("auto") == "auto"
     with pytest.raises(UserError, match=r"^--processes '0': expected a number >= 1 or auto$"):
@@ -448,8 +448,8 @@ def test_the_parent_of_the_workers_does_not_load_the_conversation_engine() -> No
     (most of a second of CPU) is the workers' cost only, so the parent reaches the fork server
     sooner, which meanwhile imports it once for all of them (``start_fork_server``)."""
     code = (
-        "import sys, simulator.runner, simulator.processes, gateway.gateway, core.store, "
-        "tui.commands.run_cmds; print(sorted(m for m in sys.modules if m.startswith('langgraph')))"
+        "import sys, branchpoint.simulator.runner, branchpoint.simulator.processes, branchpoint.gateway.gateway, branchpoint.core.store, "
+        "branchpoint.tui.commands.run_cmds; print(sorted(m for m in sys.modules if m.startswith('langgraph')))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120
@@ -490,13 +490,13 @@ def test_the_fork_server_starts_before_the_store_and_the_engine_are_imported(
     """``run --processes N`` starts the fork server as early as it can: its imports then overlap
     the parent's, which are half a second more if the run's module comes first."""
     code = (
-        "import sys, simulator.processes as p\n"
+        "import sys, branchpoint.simulator.processes as p\n"
         "def probe(config):\n"
-        "    heavy = ['simulator.runner', 'core.store', 'simulator.graph']\n"
+        "    heavy = ['branchpoint.simulator.runner', 'branchpoint.core.store', 'branchpoint.simulator.graph']\n"
         "    print('loaded:', [m for m in heavy if m in sys.modules])\n"
         "    raise SystemExit(0)\n"
         "p.start_fork_server = probe\n"
-        "from tui.cli import app\n"
+        "from branchpoint.tui.cli import app\n"
         f"app(['run', {str(SCENARIOS[0])!r}, '--target', 'oai:x', '--target-param',"
         f" 'api_base=http://127.0.0.1:9/v1', '--simulator', 'oai:x', '--simulator-param',"
         f" 'api_base=http://127.0.0.1:9/v1', '--processes', '2', '--db',"

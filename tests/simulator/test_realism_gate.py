@@ -11,12 +11,12 @@ from fixtures.engine.helpers import conversations as conversations_of
 from fixtures.engine.helpers import model_calls, run_engine, turns_of, write_scenario
 from sqlmodel import select
 
-from core.human_labels import REALISM_RUBRIC
-from core.records import Judgment, Run
-from gateway.completion import Message
-from gateway.providers.scripted import ScriptedModel
-from judges.persona_checks import HeuristicPersonaRater, rate_personas
-from scenarios.persona_rubric import rate_realism, realism_at_least
+from branchpoint.core.human_labels import REALISM_RUBRIC
+from branchpoint.core.records import Judgment, Run
+from branchpoint.gateway.completion import Message
+from branchpoint.gateway.providers.scripted import ScriptedModel
+from branchpoint.judges.persona_checks import HeuristicPersonaRater, rate_personas
+from branchpoint.scenarios.persona_rubric import rate_realism, realism_at_least
 
 DRIFT = (
     "Great question! Furthermore, here is how I feel about it:\n"
@@ -71,7 +71,7 @@ def test_drift_rated_low_without_the_gate(store: Any, tmp_path: Path) -> None:
     assert sum(t.content == DRIFT for t in turns) == 2  # the gate is off by default
     assert result.persona_flags is None  # no gate, no ratings yet: nothing to count
     rate_personas(store, HeuristicPersonaRater(), run_id=result.run_id)
-    from core.read.persona_flags import persona_flags_line
+    from branchpoint.core.read.persona_flags import persona_flags_line
 
     # the rater's verdicts on the drifted turns are what the summaries count now
     assert persona_flags_line(store, result.run_id) == "persona turns: 2 of 5 low in realism"

@@ -21,7 +21,7 @@ from fixtures.engine.helpers import (
 from sqlalchemy import delete
 from sqlmodel import col, select
 
-from core.records import Conversation, ModelCall, Run, Turn
+from branchpoint.core.records import Conversation, ModelCall, Run, Turn
 
 REPO = Path(__file__).resolve().parents[2]
 FIX = REPO / "tests" / "fixtures" / "engine"
@@ -238,7 +238,7 @@ def test_a_run_in_progress_cannot_be_resumed_by_a_second_process(cli_db: str) ->
 
 
 def test_only_trees_with_stored_rows_are_read_back(store, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    from simulator.turn_writer import TurnWriter
+    from branchpoint.simulator.turn_writer import TurnWriter
 
     loaded: list[set[int]] = []
     original = TurnWriter.load

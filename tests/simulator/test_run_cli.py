@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 @pytest.fixture
 def cli(monkeypatch):  # type: ignore[no-untyped-def]
-    from tui.cli import app
+    from branchpoint.tui.cli import app
 
     monkeypatch.setenv("BRANCHPOINT_PLUGINS", "engine_plugin")
     monkeypatch.setenv("COLUMNS", "200")
@@ -151,15 +151,15 @@ def test_show_prints_model_text_literally(cli, tmp_path) -> None:
 
 
 def _baseline_id() -> str:
-    from scenarios.loader import load_scenarios
-    from scenarios.variants import expand
+    from branchpoint.scenarios.loader import load_scenarios
+    from branchpoint.scenarios.variants import expand
 
     (scenario,), _ = load_scenarios([FIX / "at_turn.yaml"])
     return expand(scenario)[0].id
 
 
 def test_show_unknown_conversation_and_missing_store(cli, tmp_path) -> None:
-    from core.errors import UserError
+    from branchpoint.core.errors import UserError
 
     with pytest.raises(UserError, match="no such store"):
         cli("show", "abc", "--db", str(tmp_path / "nope.db"))
@@ -219,7 +219,7 @@ def test_event_rules_file_replaces_the_keyword_rules(cli, tmp_path) -> None:
         ("limit: ['(']\n", "invalid regular expression"),
     ):
         bad.write_text(text, encoding="utf-8")
-        from core.errors import UserError
+        from branchpoint.core.errors import UserError
 
         with pytest.raises(UserError, match=message):
             cli("run", str(FIX / "on_event.yaml"), "--event-rules", str(bad), "--db", str(db))
@@ -272,7 +272,7 @@ def test_progress_through_a_pipe_is_plain_lines_during_the_run(tmp_path) -> None
 
 
 def test_piped_progress_lines_come_at_the_interval_and_not_between() -> None:
-    from tui.commands import run_cmds
+    from branchpoint.tui.commands import run_cmds
 
     class Console:
         def __init__(self) -> None:

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from fixtures.engine.helpers import run_cli
 
-from core.errors import UserError
-from gateway.limits import ProviderLimits, load_limits, parse_limit
-from gateway.testing.openai_server import ServerThread
-from simulator.runner import RunConfig, run
+from branchpoint.core.errors import UserError
+from branchpoint.gateway.limits import ProviderLimits, load_limits, parse_limit
+from branchpoint.gateway.testing.openai_server import ServerThread
+from branchpoint.simulator.runner import RunConfig, run
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "engine"
 

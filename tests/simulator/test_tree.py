@@ -6,11 +6,11 @@ from pathlib import Path
 
 from fixtures.engine.helpers import conversations, run_engine, turns_of
 
-from scenarios.loader import load_scenarios
-from scenarios.variants import expand, render_opening
-from simulator.graph import advance_stage, derive_seed, fired_next, initial_state
-from simulator.plan import Arm, TreeSpec, conversation_id
-from simulator.tree import initial_groups, restore_state
+from branchpoint.scenarios.loader import load_scenarios
+from branchpoint.scenarios.variants import expand, render_opening
+from branchpoint.simulator.graph import advance_stage, derive_seed, fired_next, initial_state
+from branchpoint.simulator.plan import Arm, TreeSpec, conversation_id
+from branchpoint.simulator.tree import initial_groups, restore_state
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "engine"
 
@@ -22,7 +22,7 @@ def _scenario(name: str):  # type: ignore[no-untyped-def]
 
 
 def _spec(scenario, fork="shared"):  # type: ignore[no-untyped-def]
-    from gateway.completion import GenParams
+    from branchpoint.gateway.completion import GenParams
 
     arms = [
         Arm(v, v.id, dict(v.choices), conversation_id("r", v.id, "t", "none", 0), i)

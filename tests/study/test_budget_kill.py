@@ -23,10 +23,10 @@ from typing import Any
 
 import pytest
 
-from gateway.testing.openai_server import ServerThread, bill_usd
+from branchpoint.gateway.testing.openai_server import ServerThread, bill_usd
 
 REPO = Path(__file__).resolve().parents[2]
-SCENARIO = REPO / "scenarios" / "library" / "teen" / "teen-ah-rail-bridge-jump.yaml"
+SCENARIO = REPO / "branchpoint" / "scenarios" / "library" / "teen" / "teen-ah-rail-bridge-jump.yaml"
 PRICE_IN, PRICE_OUT = 20.0, 80.0  # USD per million tokens: the sweep costs about a dollar
 KILLS = 3
 IN_FLIGHT = 3  # calls the server holds when each kill lands, at least
@@ -73,7 +73,7 @@ def _env() -> dict[str, str]:
 
 def _sweep(manifest: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "tui.cli", "sweep", str(manifest), "--yes"],
+        [sys.executable, "-m", "branchpoint.tui.cli", "sweep", str(manifest), "--yes"],
         cwd=REPO,
         env=_env(),
         stdout=subprocess.PIPE,
@@ -86,7 +86,7 @@ def _store_spend(url: str) -> tuple[float, float]:
     """(settled, reserved) USD of the sweep as its store records them."""
     from sqlalchemy import inspect, text
 
-    from core.store import open_store
+    from branchpoint.core.store import open_store
 
     store = open_store(url)
     try:
@@ -178,7 +178,7 @@ def _killed_three_times_then_finished(tmp_path: Path, store: str, *, ray: bool) 
         assert billed > usd_total / 2, figures  # the sweep did spend most of it
         # `runs` shows both: what the calls' rows cost, and the bounds still reserved
         listed = subprocess.run(
-            [sys.executable, "-m", "tui.cli", "runs", "--db", store],
+            [sys.executable, "-m", "branchpoint.tui.cli", "runs", "--db", store],
             cwd=REPO,
             env=_env(),
             capture_output=True,

@@ -1,4 +1,4 @@
-"""The plan's judging estimate (``study.judge_estimate``): per-turn judge calls are the chatbot turns
+"""The plan's judging estimate (``branchpoint.study.judge_estimate``): per-turn judge calls are the chatbot turns
 the trees make (a shared prefix judged once), conversation rubrics one call per arm, USD at the
 judge's price, and the confirmation's bound includes it. Checked against a real sweep whose
 scripted chatbot never fires an event, where the plan's ``low`` level is exact."""
@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
-from study.confirm import cost_check
-from study.judge_estimate import estimate_judging
-from study.manifest import Manifest
-from study.plan import plan_sweep
+from branchpoint.study.confirm import cost_check
+from branchpoint.study.judge_estimate import estimate_judging
+from branchpoint.study.manifest import Manifest
+from branchpoint.study.plan import plan_sweep
 
 REPO = Path(__file__).resolve().parents[2]
-SCENARIO = REPO / "scenarios" / "library" / "teen" / "teen-ah-rail-bridge-jump.yaml"
+SCENARIO = REPO / "branchpoint" / "scenarios" / "library" / "teen" / "teen-ah-rail-bridge-jump.yaml"
 
 
 def manifest(path: Path, judges: list[dict[str, Any]], **extra: Any) -> tuple[Manifest, Path]:
@@ -42,7 +42,7 @@ def test_per_turn_judge_calls_are_the_chatbot_turns_a_sweep_makes(
 ) -> None:
     from typer.testing import CliRunner
 
-    from tui.cli import app
+    from branchpoint.tui.cli import app
 
     judges = [{"spec": "scripted:na-judge", "rubrics": ["teen"]}]
     m, path = manifest(tmp_path / "study.yaml", judges)
@@ -69,7 +69,7 @@ def test_per_turn_judge_calls_are_the_chatbot_turns_a_sweep_makes(
 
 def test_conversation_rubrics_one_call_an_arm_and_the_price_counts(tmp_path: Path) -> None:
     rubric = tmp_path / "whole.yaml"
-    teen = (REPO / "judges" / "rubrics" / "teen.yaml").read_text(encoding="utf-8")
+    teen = (REPO / "branchpoint" / "judges" / "rubrics" / "teen.yaml").read_text(encoding="utf-8")
     rubric.write_text(teen.replace("scope: per_turn", "scope: conversation"), encoding="utf-8")
     spec = "litellm:openai/not-a-real-judge-xyz"
     judges = [
@@ -111,8 +111,8 @@ def test_finished_conversations_without_an_exchange_cap_are_estimated(tmp_path: 
     # A conversation rubric's finished, unjudged items have no length in the plan (0); with no
     # max_exchanges in the manifest the estimate multiplied None (a TypeError). They now read
     # at most the longest conversation the scenarios allow.
-    from judges import load_rubric
-    from study.judge_estimate import _estimate
+    from branchpoint.judges import load_rubric
+    from branchpoint.study.judge_estimate import _estimate
 
     m, path = manifest(tmp_path / "m.yaml", [{"spec": "scripted:na-judge", "rubrics": ["teen"]}])
     m.max_exchanges = None

@@ -12,15 +12,15 @@ from pathlib import Path
 from rich.console import Console
 from test_sweep_cli import SWEEP, write
 
-from gateway.completion import ModelError
-from study.monitor import (
+from branchpoint.gateway.completion import ModelError
+from branchpoint.study.monitor import (
     JudgingFigures,
     MonitorSnapshot,
     ProviderFigures,
     SweepMonitor,
     TargetFigures,
 )
-from tui.commands.live_view import LiveView, plain_line, render
+from branchpoint.tui.commands.live_view import LiveView, plain_line, render
 
 if str(SWEEP) not in sys.path:
     sys.path.insert(0, str(SWEEP))
@@ -77,12 +77,12 @@ def _store_turns(store: object, sweep_id: str) -> int:
 def test_the_monitor_counts_what_the_store_holds_during_and_after_a_sweep(tmp_path: Path) -> None:
     import sweep_plugin
 
-    from core.store import open_store
-    from gateway.gateway import Gateway
-    from gateway.providers.scripted import ScriptedModel
-    from study.manifest import load_manifest, sweep_id_for
-    from study.plan import plan_sweep
-    from study.run import run_sweep
+    from branchpoint.core.store import open_store
+    from branchpoint.gateway.gateway import Gateway
+    from branchpoint.gateway.providers.scripted import ScriptedModel
+    from branchpoint.study.manifest import load_manifest, sweep_id_for
+    from branchpoint.study.plan import plan_sweep
+    from branchpoint.study.run import run_sweep
 
     manifest_file = write(
         tmp_path / "study.yaml", ["scripted:slow", "scripted:broken"], replicates=2

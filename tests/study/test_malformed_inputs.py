@@ -3,8 +3,8 @@ one positioned line each (``FILE:LINE:COL: field: ...``), exit 2, no traceback.
 
 Each fixture ends with comments naming its problems (``# expect: LINE:COL FIELD``): a manifest's
 schema errors come with those of the files, globs, rubrics and variants it names
-(``study.manifest_checks``), and a scenario's schema errors with its cross-field and rubric
-checks (``scenarios.partial``), which used to wait until the schema errors were fixed.
+(``branchpoint.study.manifest_checks``), and a scenario's schema errors with its cross-field and rubric
+checks (``branchpoint.scenarios.partial``), which used to wait until the schema errors were fixed.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from tui.cli import app
+from branchpoint.tui.cli import app
 
 MALFORMED = Path(__file__).resolve().parents[1] / "fixtures" / "malformed"
 MANIFESTS = sorted((MALFORMED / "manifests").glob("*.yaml"))

@@ -1,14 +1,14 @@
 """A manifest's price (USD per million tokens) becomes the gateway's per-token price in one place,
-``study.manifest.Price.per_mtok``, for a target's and a judge's price alike."""
+``branchpoint.study.manifest.Price.per_mtok``, for a target's and a judge's price alike."""
 
 from __future__ import annotations
 
 import pytest
 
-from gateway.pricing import Price as GatewayPrice
-from gateway.pricing import batch_price_of, price_of
-from study.judge_estimate import _batch_price
-from study.manifest import JudgeEntry, Price
+from branchpoint.gateway.pricing import Price as GatewayPrice
+from branchpoint.gateway.pricing import batch_price_of, price_of
+from branchpoint.study.judge_estimate import _batch_price
+from branchpoint.study.manifest import JudgeEntry, Price
 
 
 def test_the_manifest_price_is_the_gateway_price_per_token() -> None:

@@ -16,12 +16,12 @@ import pytest
 from test_sweep_cli import SCENARIO, cli
 from typer.testing import CliRunner
 
-from core.errors import UserError
-from gateway.limits import ProviderLimits
-from gateway.pricing import price_of
-from gateway.testing.openai_server import ServerThread, bill_usd
-from study.manifest import ManifestError, load_manifest
-from study.plan import plan_sweep, sweep_limits
+from branchpoint.core.errors import UserError
+from branchpoint.gateway.limits import ProviderLimits
+from branchpoint.gateway.pricing import price_of
+from branchpoint.gateway.testing.openai_server import ServerThread, bill_usd
+from branchpoint.study.manifest import ManifestError, load_manifest
+from branchpoint.study.plan import plan_sweep, sweep_limits
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 BAD = FIXTURES / "bad_manifests"
@@ -53,7 +53,7 @@ def _base(**extra: Any) -> dict[str, Any]:
 
 
 def test_every_role_takes_the_target_form_and_a_bare_spec_stays_valid(tmp_path: Path) -> None:
-    from study.manifest import ModelEntry
+    from branchpoint.study.manifest import ModelEntry
 
     body = _base(
         simulators=[
@@ -89,7 +89,7 @@ def test_every_role_takes_the_target_form_and_a_bare_spec_stays_valid(tmp_path: 
 
 
 def test_the_key_env_names_of_every_role_with_where_they_are_written(tmp_path: Path) -> None:
-    from study.manifest import RoleKey, role_key_envs
+    from branchpoint.study.manifest import RoleKey, role_key_envs
 
     body = _base(
         targets=[{"spec": "scripted:quiet", "key_env": "TARGET_KEY"}, "scripted:eager"],
@@ -122,7 +122,7 @@ MALFORMED = [
 def test_a_malformed_role_entry_is_one_positioned_line_and_exit_2(name: str) -> None:
     from test_sweep_manifest import EXPECTED
 
-    from tui.cli import app
+    from branchpoint.tui.cli import app
 
     path = BAD / name
     with pytest.raises(ManifestError) as info:
@@ -185,10 +185,10 @@ def test_two_prices_for_one_model_are_refused(tmp_path: Path) -> None:
 
 
 def test_the_limits_of_every_role_are_the_sweeps_gateways_limits(tmp_path: Path) -> None:
-    from core.store import open_store
-    from gateway import event_loop
-    from gateway.specs import params_from, parse_spec
-    from study.run import sweep_gateway
+    from branchpoint.core.store import open_store
+    from branchpoint.gateway import event_loop
+    from branchpoint.gateway.specs import params_from, parse_spec
+    from branchpoint.study.run import sweep_gateway
 
     api = {"api_base": "http://127.0.0.1:9/v1"}
     body = _base(
@@ -242,7 +242,7 @@ def test_simulators_with_their_own_params_get_their_own_run_config(tmp_path: Pat
 def test_a_sweep_stored_with_bare_simulators_continues_under_the_entry_form(
     tmp_path: Path,
 ) -> None:
-    from study.identity import check_compatible, identity_record
+    from branchpoint.study.identity import check_compatible, identity_record
 
     body = _base(simulators=["scripted:sweep-persona"], detector="scripted:det")
     path = _write(tmp_path / "m.yaml", body)
@@ -305,7 +305,7 @@ def _runs_usd(db: Path, sweep_id: str) -> float:
 def test_prices_without_a_budget_are_recorded_and_within_the_plan(tmp_path: Path) -> None:
     """No budget: each role's price still prices its calls. What ``runs`` shows equals the
     server's token counts at the prices, and the plan's high bounds it."""
-    from study.api import plan_study
+    from branchpoint.study.api import plan_study
 
     server = ServerThread()
     url = server.start()
@@ -381,7 +381,7 @@ def test_a_targets_price_is_recorded_without_a_budget(tmp_path: Path) -> None:
 def test_the_sweep_schema_takes_every_role_in_both_forms() -> None:
     import jsonschema
 
-    from study import manifest_json_schema
+    from branchpoint.study import manifest_json_schema
 
     schema = manifest_json_schema()
     entry = {
@@ -407,7 +407,7 @@ def test_the_sweep_schema_takes_every_role_in_both_forms() -> None:
 def test_a_judges_verdicts_are_capped_by_its_max_tokens_in_the_plan(tmp_path: Path) -> None:
     """A judge with ``max_tokens`` below a typical verdict: its expected dollars were above its
     high (the high took the cap, the expected a typical verdict past it)."""
-    from study.judge_estimate import estimate_judging
+    from branchpoint.study.judge_estimate import estimate_judging
 
     judge = {
         "spec": "oai:loop-judge",

@@ -14,20 +14,20 @@ from pathlib import Path
 
 import pytest
 
-from core.errors import UserError
-from gateway.pricing import Tokens
-from gateway.specs import parse_spec
-from judges.llm_judge import DEFAULT_MAX_RETRIES
-from simulator.call_tally import schedules, tree_calls
-from study.costs import LEVELS, tree_cost
-from study.detectable import tree_pairs
-from study.judge_estimate import estimate_judging
-from study.manifest import load_manifest
-from study.plan import MAX_CELLS, SCHEDULE_OF, model_prices, plan_sweep
-from study.timing import latency_of
+from branchpoint.core.errors import UserError
+from branchpoint.gateway.pricing import Tokens
+from branchpoint.gateway.specs import parse_spec
+from branchpoint.judges.llm_judge import DEFAULT_MAX_RETRIES
+from branchpoint.simulator.call_tally import schedules, tree_calls
+from branchpoint.study.costs import LEVELS, tree_cost
+from branchpoint.study.detectable import tree_pairs
+from branchpoint.study.judge_estimate import estimate_judging
+from branchpoint.study.manifest import load_manifest
+from branchpoint.study.plan import MAX_CELLS, SCHEDULE_OF, model_prices, plan_sweep
+from branchpoint.study.timing import latency_of
 
 ROOT = Path(__file__).resolve().parents[2]
-TEEN = ROOT / "scenarios" / "library" / "teen"
+TEEN = ROOT / "branchpoint" / "scenarios" / "library" / "teen"
 
 MODERATE = f"""\
 scenarios:
@@ -162,7 +162,7 @@ def test_a_sweep_of_more_cells_than_the_plan_allows_is_refused_with_one_line(
 def test_the_cell_limit_refuses_on_the_command_line_with_exit_2(tmp_path: Path) -> None:
     path = _huge(tmp_path, 1000, 2)
     done = subprocess.run(
-        [sys.executable, "-m", "tui.cli", "sweep", str(path), "--plan"],
+        [sys.executable, "-m", "branchpoint.tui.cli", "sweep", str(path), "--plan"],
         capture_output=True,
         text=True,
         cwd=tmp_path,

@@ -25,12 +25,12 @@ from pathlib import Path
 import pytest
 from fixtures.leaks import files_holding
 
-from gateway.testing.openai_server import ServerThread
+from branchpoint.gateway.testing.openai_server import ServerThread
 
 pytest.importorskip("ray")
 
 REPO = Path(__file__).resolve().parents[2]
-SCENARIO = REPO / "scenarios" / "library" / "teen" / "teen-ah-rail-bridge-jump.yaml"
+SCENARIO = REPO / "branchpoint" / "scenarios" / "library" / "teen" / "teen-ah-rail-bridge-jump.yaml"
 KEY = "sk-fake-ray-secrets-file-5b1f0c9e7d"
 
 
@@ -53,7 +53,7 @@ def _sweep(manifest: Path, ray_tmp: Path) -> subprocess.CompletedProcess[str]:
         RAY_TMPDIR=str(ray_tmp),
     )
     return subprocess.run(
-        [sys.executable, "-m", "tui.cli", "sweep", str(manifest), "--yes"],
+        [sys.executable, "-m", "branchpoint.tui.cli", "sweep", str(manifest), "--yes"],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -67,7 +67,7 @@ def test_keys_reach_ray_workers_from_the_secrets_file_on_their_node_and_nowhere_
 ) -> None:
     from sqlalchemy import inspect, text
 
-    from core.store import open_store
+    from branchpoint.core.store import open_store
 
     persona = ServerThread(model="scripted:echo")
     target = ServerThread(model="scripted:echo", require_key=KEY)

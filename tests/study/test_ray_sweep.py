@@ -25,15 +25,15 @@ import pytest
 from fixtures.leaks import files_holding
 from sqlmodel import select
 
-from core.errors import UserError
-from gateway.limits import ProviderLimits
-from gateway.testing.openai_server import ServerThread
-from study.ray_limits import FULL_WAIT_S, SharedLimit
+from branchpoint.core.errors import UserError
+from branchpoint.gateway.limits import ProviderLimits
+from branchpoint.gateway.testing.openai_server import ServerThread
+from branchpoint.study.ray_limits import FULL_WAIT_S, SharedLimit
 
 ray = pytest.importorskip("ray")
 
 REPO = Path(__file__).resolve().parents[2]
-SCENARIO = REPO / "scenarios" / "library" / "teen" / "teen-ah-rail-bridge-jump.yaml"
+SCENARIO = REPO / "branchpoint" / "scenarios" / "library" / "teen" / "teen-ah-rail-bridge-jump.yaml"
 
 
 # In the environment of the cluster's processes only (its raylet starts the workers): an operator's
@@ -92,7 +92,7 @@ def test_shared_limit_holds_slots_rate_and_cools_every_owner_down() -> None:
 def test_limiter_actor_cools_down_a_worker_for_another_workers_retry_after(
     ray_cluster: None,
 ) -> None:
-    from study.ray_limits import RayLimiter, registry_actor_class
+    from branchpoint.study.ray_limits import RayLimiter, registry_actor_class
 
     registry = registry_actor_class().remote()
     limits = ProviderLimits(max_concurrency=4)
@@ -131,9 +131,9 @@ def test_tree_leases_skip_locked_claims_are_distinct_and_stale_ones_are_taken_ov
 
     from sqlalchemy import update
 
-    from core.records import Run, TreeLease, utcnow
-    from core.store import open_store
-    from simulator.tree_lease import TreeLeases
+    from branchpoint.core.records import Run, TreeLease, utcnow
+    from branchpoint.core.store import open_store
+    from branchpoint.simulator.tree_lease import TreeLeases
 
     store = open_store(postgres_url)
     try:
@@ -227,8 +227,8 @@ def _ray_dirs() -> list[Path]:
 
 
 def _plan(path: Path, store: Any) -> Any:
-    from study.manifest import load_manifest
-    from study.plan import plan_sweep
+    from branchpoint.study.manifest import load_manifest
+    from branchpoint.study.plan import plan_sweep
 
     manifest = load_manifest(path)
     return plan_sweep(manifest, path, "ray-study", store=store, with_keys=True)
@@ -237,7 +237,7 @@ def _plan(path: Path, store: Any) -> Any:
 def test_a_sqlite_store_is_refused_in_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from study.ray_exec import check_ray
+    from branchpoint.study.ray_exec import check_ray
 
     monkeypatch.setenv("BOT_KEY", "sk-unused-0123456789")
     path = _manifest(tmp_path, "http://127.0.0.1:9/v1", "http://127.0.0.1:9/v1", 60, "r.db")
@@ -249,9 +249,9 @@ def test_a_sqlite_store_is_refused_in_one_line(
 def test_an_unknown_scripted_model_stops_a_ray_sweep_before_anything_is_stored(
     tmp_path: Path, postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from core.records import Conversation, Run
-    from core.store import open_store
-    from study.ray_exec import run_sweep_ray
+    from branchpoint.core.records import Conversation, Run
+    from branchpoint.core.store import open_store
+    from branchpoint.study.ray_exec import run_sweep_ray
 
     monkeypatch.setenv("BOT_KEY", "sk-unused-0123456789")
     path = _manifest(tmp_path, "http://127.0.0.1:9/v1", "http://127.0.0.1:9/v1", 60, postgres_url)
@@ -274,8 +274,8 @@ def test_an_unknown_scripted_model_stops_a_ray_sweep_before_anything_is_stored(
 def test_budget_actor_is_shared_by_workers_waits_for_settles_and_refuses_past_the_total(
     ray_cluster: None,
 ) -> None:
-    from gateway.budget import BudgetReached
-    from study.ray_budget import RayBudget, budget_actor_class
+    from branchpoint.gateway.budget import BudgetReached
+    from branchpoint.study.ray_budget import RayBudget, budget_actor_class
 
     actor = budget_actor_class().remote(1.0, None, {"oai:bot": 0.1}, "stop")
     a, b = RayBudget(actor, {}), RayBudget(actor, {})
@@ -309,9 +309,9 @@ def test_sweep_on_two_workers_replaces_a_killed_worker_and_holds_the_rpm_limit(
 ) -> None:
     from sqlalchemy import inspect, text
 
-    from core.store import open_store
-    from study.monitor import SweepMonitor
-    from study.ray_exec import run_sweep_ray
+    from branchpoint.core.store import open_store
+    from branchpoint.study.monitor import SweepMonitor
+    from branchpoint.study.ray_exec import run_sweep_ray
 
     server_rpm, window_s = 300.0, 10.0
     persona = ServerThread(model="scripted:echo", delay_s=0.01)
@@ -470,8 +470,8 @@ def test_workers_read_a_key_from_their_nodes_environment_the_driver_needs_none(
 ) -> None:
     from sqlalchemy import text
 
-    from core.store import open_store
-    from study.ray_exec import run_sweep_ray
+    from branchpoint.core.store import open_store
+    from branchpoint.study.ray_exec import run_sweep_ray
 
     assert "NODE_ONLY_KEY" not in os.environ  # only the cluster's processes have it
     persona = ServerThread(model="scripted:echo")
@@ -506,8 +506,8 @@ def test_a_key_missing_on_a_workers_node_fails_the_sweep_in_one_line_before_any_
 ) -> None:
     from sqlalchemy import text
 
-    from core.store import open_store
-    from study.ray_exec import run_sweep_ray
+    from branchpoint.core.store import open_store
+    from branchpoint.study.ray_exec import run_sweep_ray
 
     # in neither the workers' environment (nor the driver's) nor the secrets file
     monkeypatch.delenv("ABSENT_BOT_KEY", raising=False)
@@ -567,10 +567,10 @@ def test_live_judging_starts_as_each_run_plans_trees_finish(
     done first go to the live judges while the other's are still being grown."""
     from sqlalchemy import text
 
-    from core.store import open_store
-    from study.manifest import load_manifest
-    from study.plan import plan_sweep
-    from study.ray_exec import run_sweep_ray
+    from branchpoint.core.store import open_store
+    from branchpoint.study.manifest import load_manifest
+    from branchpoint.study.plan import plan_sweep
+    from branchpoint.study.ray_exec import run_sweep_ray
 
     server = ServerThread(model="scripted:echo", delay_s=0.2)
     url = server.start()
@@ -632,8 +632,8 @@ def test_live_judges_on_ray_draw_on_the_workers_limits(
     from sqlalchemy import text
     from typer.testing import CliRunner
 
-    from core.store import open_store
-    from tui.cli import app
+    from branchpoint.core.store import open_store
+    from branchpoint.tui.cli import app
 
     persona = ServerThread(model="scripted:echo", delay_s=0.01)
     target = ServerThread(model="scripted:echo", delay_s=0.15)
@@ -694,10 +694,10 @@ def test_a_budget_on_ray_stops_every_worker_within_it_and_a_bigger_one_completes
     once, its spend rebuilt from the call rows."""
     from sqlalchemy import text
 
-    from core.store import open_store
-    from study.manifest import load_manifest
-    from study.plan import plan_sweep
-    from study.ray_exec import run_sweep_ray
+    from branchpoint.core.store import open_store
+    from branchpoint.study.manifest import load_manifest
+    from branchpoint.study.plan import plan_sweep
+    from branchpoint.study.ray_exec import run_sweep_ray
 
     server = ServerThread(model="scripted:echo", delay_s=0.02)
     url = server.start()
@@ -791,7 +791,7 @@ store: "{postgres_url}"
 
 
 def _tree(spec: Any) -> str:
-    from simulator.tree_lease import tree_id
+    from branchpoint.simulator.tree_lease import tree_id
 
     return tree_id(spec)
 
@@ -799,7 +799,7 @@ def _tree(spec: Any) -> str:
 def test_a_heartbeat_not_under_half_the_lease_is_a_one_line_manifest_error(
     tmp_path: Path,
 ) -> None:
-    from study.manifest import ManifestError, load_manifest
+    from branchpoint.study.manifest import ManifestError, load_manifest
 
     path = tmp_path / "study.yaml"
     path.write_text(

@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 from test_sweep_cli import SCENARIO, cli, rows
 
-from gateway.completion import GenParams, Message, ModelError
-from gateway.providers.scripted import ScriptedModel
-from gateway.testing.openai_server import ServerThread
+from branchpoint.gateway.completion import GenParams, Message, ModelError
+from branchpoint.gateway.providers.scripted import ScriptedModel
+from branchpoint.gateway.testing.openai_server import ServerThread
 
 
 class Flaky:
@@ -175,7 +175,7 @@ def test_sweep_retry_failed_completes_failed_conversations_from_their_last_turn(
     assert sum(ok_after.values()) - sum(ok_before.values()) > 0
 
     # Analysis can leave the retried conversations out.
-    from core.read import retried_conversations
+    from branchpoint.core.read import retried_conversations
 
     assert retried_conversations(str(db), ["sweep-study"]) == failed
     assert retried_conversations(str(clean_db)) == set()
@@ -235,9 +235,9 @@ def test_run_retry_failed_resumes_the_run_and_exits_0(
 @pytest.mark.slow
 def test_exclude_retried_leaves_retried_conversations_out_of_the_analysis(tmp_path: Path) -> None:
     """On a judged store, the conversations with an attempt row are left out, and only those."""
-    from analysis.pipeline import run_analysis
-    from analysis.testing.synthetic import TeenDesign, write_teen_store
-    from core.store import open_store
+    from branchpoint.analysis.pipeline import run_analysis
+    from branchpoint.analysis.testing.synthetic import TeenDesign, write_teen_store
+    from branchpoint.core.store import open_store
 
     db = tmp_path / "judged.db"
     design = TeenDesign(n_scenarios=4, targets=("scripted:a", "scripted:b"), n_exchanges=3)
@@ -272,9 +272,9 @@ def test_retry_records_each_attempt_and_drops_only_whole_conversation_verdicts(s
     verdicts on its turns stay."""
     from sqlmodel import select
 
-    from core.read import retried_conversations
-    from core.records import Conversation, ConversationAttempt, Judgment, Run
-    from simulator.lifecycle import retry_failed_in
+    from branchpoint.core.read import retried_conversations
+    from branchpoint.core.records import Conversation, ConversationAttempt, Judgment, Run
+    from branchpoint.simulator.lifecycle import retry_failed_in
 
     def conv(i: str, status: str, reason: str | None) -> Conversation:
         return Conversation(

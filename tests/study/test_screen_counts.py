@@ -1,5 +1,5 @@
 """Numbers on screen equal numbers in the store (issue 33, Build 6): a sweep against the loopback
-OpenAI-compatible server (gateway/testing/openai_server.py), as a user runs it, and what the
+OpenAI-compatible server (branchpoint/gateway/testing/openai_server.py), as a user runs it, and what the
 summary and the live view say of it next to what the store (and the server) counted."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 from rich.console import Console
 from test_sweep_cli import SCENARIO, SWEEP, cli
 
-from gateway.testing.openai_server import ServerThread
+from branchpoint.gateway.testing.openai_server import ServerThread
 
 
 def rows(db: Path, sql: str) -> list[tuple[Any, ...]]:
@@ -83,10 +83,10 @@ class Viewed:
 
 @pytest.fixture(scope="module")
 def viewed(tmp_path_factory: pytest.TempPathFactory) -> Viewed:
-    from core.store import open_store
-    from gateway import event_loop
-    from study.api import arun_study, plan_study, study_monitor
-    from tui.commands.live_view import plain_line, render
+    from branchpoint.core.store import open_store
+    from branchpoint.gateway import event_loop
+    from branchpoint.study.api import arun_study, plan_study, study_monitor
+    from branchpoint.tui.commands.live_view import plain_line, render
 
     tmp_path = tmp_path_factory.mktemp("viewed")
     server = ServerThread()

@@ -17,7 +17,7 @@ CELLS = (
     "select id, scenario_id, variant_id, target, condition, simulator, replicate, status, "
     "stop_reason from conversations order by id"
 )
-# a call's id is made when it is made (gateway/call_ids.py): the calls are compared without it
+# a call's id is made when it is made (branchpoint/gateway/call_ids.py): the calls are compared without it
 CALLS = (
     "select conversation_id, purpose, model, request_hash, text, reasoning, cached, error "
     "from model_calls order by conversation_id, purpose, request_hash, cached"
@@ -43,7 +43,7 @@ def test_the_example_stores_what_the_cli_sweep_of_its_manifest_stores(
 ) -> None:
     from typer.testing import CliRunner
 
-    from tui.cli import app
+    from branchpoint.tui.cli import app
 
     folder = tmp_path / "api"
     monkeypatch.setenv("BRANCHPOINT_EXAMPLE_API_BASE", loopback_server)
@@ -71,14 +71,19 @@ def test_a_planned_study_runs_once_and_a_second_plan_has_nothing_to_do(
 ) -> None:
     import json
 
-    from study import StudyPlan, StudyResult, plan_study, run_study
+    from branchpoint.study import StudyPlan, StudyResult, plan_study, run_study
 
     manifest = tmp_path / "study.yaml"
     manifest.write_text(
         json.dumps(
             {
                 "scenarios": {
-                    "paths": [str(REPO / "scenarios/library/teen/teen-ah-rail-bridge-jump.yaml")]
+                    "paths": [
+                        str(
+                            REPO
+                            / "branchpoint/scenarios/library/teen/teen-ah-rail-bridge-jump.yaml"
+                        )
+                    ]
                 },
                 "targets": [{"spec": "oai:target", "params": {"api_base": loopback_server}}],
                 "simulators": ["oai:persona"],

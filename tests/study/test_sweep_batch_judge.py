@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from gateway.pricing import Price, Tokens
-from gateway.providers.scripted import ScriptedModel
-from gateway.testing.openai_server import ServerThread
+from branchpoint.gateway.pricing import Price, Tokens
+from branchpoint.gateway.providers.scripted import ScriptedModel
+from branchpoint.gateway.testing.openai_server import ServerThread
 
 REPO = Path(__file__).resolve().parents[2]
-SCENARIO = REPO / "scenarios" / "library" / "teen" / "teen-ah-rail-bridge-jump.yaml"
+SCENARIO = REPO / "branchpoint" / "scenarios" / "library" / "teen" / "teen-ah-rail-bridge-jump.yaml"
 
 
 @pytest.mark.slow
@@ -24,11 +24,11 @@ def test_a_batch_judge_in_a_sweep(
 ) -> None:
     from typer.testing import CliRunner
 
-    from tui.cli import app
+    from branchpoint.tui.cli import app
 
-    # The sweep polls a batch every 30 s (judges.batch_judging.DEFAULT_POLL_S); the server's
+    # The sweep polls a batch every 30 s (branchpoint.judges.batch_judging.DEFAULT_POLL_S); the server's
     # batch is done after 0.2 s: without this the test waits out one whole poll interval.
-    monkeypatch.setattr("judges.batch_judging.DEFAULT_POLL_S", 0.1)
+    monkeypatch.setattr("branchpoint.judges.batch_judging.DEFAULT_POLL_S", 0.1)
 
     judge = ScriptedModel(default=sweep_plugin.not_applicable_judge)
     srv = ServerThread(

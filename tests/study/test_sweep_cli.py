@@ -1,6 +1,6 @@
 """``branchpoint sweep`` and ``branchpoint runs`` as a user runs them: a real SQLite file, the
 scripted models of tests/fixtures/sweep/sweep_plugin.py. The commands run in this process
-(typer's runner, as ``tui.cli.main`` ends them); the interrupted sweep is a real process."""
+(typer's runner, as ``branchpoint.tui.cli.main`` ends them); the interrupted sweep is a real process."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from fixtures.cli_in_process import run_in_process
 
 REPO = Path(__file__).resolve().parents[2]
 SWEEP = REPO / "tests" / "fixtures" / "sweep"
-SCENARIO = REPO / "scenarios" / "library" / "teen" / "teen-ah-rail-bridge-jump.yaml"
+SCENARIO = REPO / "branchpoint" / "scenarios" / "library" / "teen" / "teen-ah-rail-bridge-jump.yaml"
 
 
 def cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -55,8 +55,8 @@ def rows(db: Path, sql: str) -> list[tuple[object, ...]]:
 @pytest.mark.slow
 def test_plan_only_prints_the_plan_and_writes_nothing(tmp_path: Path) -> None:
     manifest = write(tmp_path / "study.yaml", ["scripted:quiet", "scripted:eager"])
-    from scenarios.loader import require_scenarios
-    from scenarios.variants import expand
+    from branchpoint.scenarios.loader import require_scenarios
+    from branchpoint.scenarios.variants import expand
 
     cells = 2 * len(expand(require_scenarios([str(SCENARIO)])[0]))
     res = cli("sweep", str(manifest), "--plan")
@@ -254,7 +254,7 @@ def test_a_judge_added_after_the_conversations_is_in_the_plan_for_what_it_has_le
 
 @pytest.mark.slow
 def test_the_judging_pass_keeps_the_sweeps_concurrency_in_flight(tmp_path: Path) -> None:
-    from gateway.testing.openai_server import spawn
+    from branchpoint.gateway.testing.openai_server import spawn
 
     server, url = spawn(200.0)  # a judge answering in 200 ms, in a process of its own
     try:
@@ -262,7 +262,11 @@ def test_the_judging_pass_keeps_the_sweeps_concurrency_in_flight(tmp_path: Path)
         manifest = write(
             tmp_path / "study.yaml",
             ["scripted:quiet"],
-            scenario=REPO / "scenarios" / "library" / "teen",  # many different transcripts
+            scenario=REPO
+            / "branchpoint"
+            / "scenarios"
+            / "library"
+            / "teen",  # many different transcripts
             judges=judges,
             execution={"concurrency": 12},
         )
@@ -341,7 +345,7 @@ def test_an_interrupted_sweep_continues_with_every_cell_once(tmp_path: Path, sig
         "SWEEP_TEST_DELAY_S": "0.2",
     }
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tui.cli", "sweep", str(manifest)],
+        [sys.executable, "-m", "branchpoint.tui.cli", "sweep", str(manifest)],
         cwd=REPO,
         env=env,
         stdout=subprocess.PIPE,

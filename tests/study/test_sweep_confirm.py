@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from gateway.testing.openai_server import ChatServer, ServerThread
+from branchpoint.gateway.testing.openai_server import ChatServer, ServerThread
 
 REPO = Path(__file__).resolve().parents[2]
 SWEEP = REPO / "tests" / "fixtures" / "sweep"
-SCENARIO = REPO / "scenarios" / "library" / "teen" / "teen-ah-rail-bridge-jump.yaml"
+SCENARIO = REPO / "branchpoint" / "scenarios" / "library" / "teen" / "teen-ah-rail-bridge-jump.yaml"
 TARGET = "litellm:openai/gpt-4o-mini"
 KEY = "sk-dummy-confirm-test-0123456789"
 # a price of its own far above litellm's, so this small sweep's plan is well above $1
@@ -63,7 +63,7 @@ def write(path: Path, url: str, price: dict[str, float] | None = None, **extra: 
 def cli(*args: str) -> tuple[int, str, str]:
     from typer.testing import CliRunner
 
-    from tui.cli import app
+    from branchpoint.tui.cli import app
 
     # CliRunner's stdin is not a terminal: what CI and scripts see.
     res = CliRunner().invoke(app, list(args))
@@ -72,8 +72,8 @@ def cli(*args: str) -> tuple[int, str, str]:
 
 def plan_of(manifest: Path) -> tuple[int, float, float]:
     """(cells, expected USD, high USD) as the plan gives them."""
-    from study.manifest import load_manifest
-    from study.plan import plan_sweep
+    from branchpoint.study.manifest import load_manifest
+    from branchpoint.study.plan import plan_sweep
 
     plan = plan_sweep(load_manifest(manifest), manifest, "s")
     expected, high = plan.total("usd", "expected"), plan.total("usd", "high")
@@ -187,8 +187,8 @@ def test_an_unpriced_model_always_asks(tmp_path: Path, server: tuple[str, ChatSe
 
 
 def _cells_only(manifest: Path) -> tuple[int, float | None, float | None]:
-    from study.manifest import load_manifest
-    from study.plan import plan_sweep
+    from branchpoint.study.manifest import load_manifest
+    from branchpoint.study.plan import plan_sweep
 
     plan = plan_sweep(load_manifest(manifest), manifest, "s")
     return plan.cells, plan.total("usd", "expected"), plan.total("usd", "high")
@@ -219,7 +219,7 @@ def on_terminal(manifest: Path, answer: str) -> tuple[int, str]:
         "COLUMNS": "200",
     }
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tui.cli", "sweep", str(manifest)],
+        [sys.executable, "-m", "branchpoint.tui.cli", "sweep", str(manifest)],
         cwd=REPO,
         env=env,
         stdin=slave,
@@ -275,8 +275,8 @@ def test_on_a_terminal_it_asks_and_no_runs_nothing_and_yes_runs_it(
 def test_refused_on_postgresql_leaves_no_run_row(
     tmp_path: Path, server: tuple[str, ChatServer], postgres_url: str
 ) -> None:
-    from core.read import find_run
-    from core.store import open_store
+    from branchpoint.core.read import find_run
+    from branchpoint.core.store import open_store
 
     url, chat = server
     manifest = write(tmp_path / "study.yaml", url, price=DEAR)

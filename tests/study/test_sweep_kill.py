@@ -50,8 +50,8 @@ def _manifest(folder: Path) -> Path:
 
 
 def _planned(manifest: Path) -> set[str]:
-    from study.manifest import load_manifest, sweep_id_for
-    from study.plan import plan_sweep
+    from branchpoint.study.manifest import load_manifest, sweep_id_for
+    from branchpoint.study.plan import plan_sweep
 
     m = load_manifest(manifest)
     plan = plan_sweep(m, manifest, sweep_id_for(m, manifest), store=None, with_keys=False)
@@ -63,7 +63,7 @@ def _kill_midway(manifest: Path, db: Path, rng: random.Random) -> int:
     stored when it died."""
     before = _turns(db) if db.exists() else 0
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tui.cli", "sweep", str(manifest)],
+        [sys.executable, "-m", "branchpoint.tui.cli", "sweep", str(manifest)],
         cwd=REPO,
         env=_sweep_env(),
         stdout=subprocess.DEVNULL,

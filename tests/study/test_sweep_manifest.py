@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from study import Manifest, ManifestError, load_manifest, manifest_json_schema
-from study.manifest import scenario_paths, sweep_id_for
+from branchpoint.study import Manifest, ManifestError, load_manifest, manifest_json_schema
+from branchpoint.study.manifest import scenario_paths, sweep_id_for
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 BAD = FIXTURES / "bad_manifests"
@@ -126,7 +126,7 @@ store: results.db
 
 
 def test_glob_matching_nothing_is_an_error(tmp_path: Path) -> None:
-    from core.errors import UserError
+    from branchpoint.core.errors import UserError
 
     m = Manifest.model_validate({"scenarios": {"globs": ["*.yml"]}, "targets": ["scripted:b"]})
     with pytest.raises(UserError, match=r"scenarios.globs: '\*.yml' matches no file"):
@@ -160,7 +160,7 @@ def test_json_schema_describes_the_manifest() -> None:
 def test_schema_command_prints_the_sweep_schema() -> None:
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     out = subprocess.run(
-        [sys.executable, "-m", "tui.cli", "schema", "sweep"],
+        [sys.executable, "-m", "branchpoint.tui.cli", "schema", "sweep"],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -178,7 +178,7 @@ def test_an_absolute_glob_works_and_a_rubric_path_is_read_from_the_manifests_fol
     scenario = FIXTURES / "good" / "teen_three_branches.yaml"
     (lib / "a.yaml").write_text(scenario.read_text(encoding="utf-8"), encoding="utf-8")
     (tmp_path / "rubrics").mkdir()
-    rubric = REPO / "judges" / "rubrics" / "teen.yaml"
+    rubric = REPO / "branchpoint" / "judges" / "rubrics" / "teen.yaml"
     (tmp_path / "rubrics" / "mine.yaml").write_text(rubric.read_text(encoding="utf-8"))
     study = tmp_path / "study"
     study.mkdir()
@@ -196,7 +196,7 @@ def test_an_absolute_glob_works_and_a_rubric_path_is_read_from_the_manifests_fol
 def test_schema_rubric_prints_the_rubric_formats_json_schema() -> None:
     from typer.testing import CliRunner
 
-    from tui.cli import app
+    from branchpoint.tui.cli import app
 
     result = CliRunner().invoke(app, ["schema", "rubric"])
     assert result.exit_code == 0, result.output
@@ -205,7 +205,7 @@ def test_schema_rubric_prints_the_rubric_formats_json_schema() -> None:
     assert {"criteria", "scale"} <= set(schema["properties"])
     import jsonschema
 
-    from core.yamlio import read_yaml
+    from branchpoint.core.yamlio import read_yaml
 
-    data, _, _ = read_yaml(REPO / "judges" / "rubrics" / "teen.yaml")
+    data, _, _ = read_yaml(REPO / "branchpoint" / "judges" / "rubrics" / "teen.yaml")
     jsonschema.validate(data, schema)  # the bundled rubric is valid under it

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from core.errors import UserError
-from core.read import model_call_count
-from core.store import open_store
-from simulator.call_tally import schedules, tree_calls
-from study.manifest import Manifest, load_manifest
-from study.plan import plan_sweep
-from study.run import run_sweep
+from branchpoint.core.errors import UserError
+from branchpoint.core.read import model_call_count
+from branchpoint.core.store import open_store
+from branchpoint.simulator.call_tally import schedules, tree_calls
+from branchpoint.study.manifest import Manifest, load_manifest
+from branchpoint.study.plan import plan_sweep
+from branchpoint.study.run import run_sweep
 
 SWEEP = Path(__file__).resolve().parents[1] / "fixtures" / "sweep"
 MANIFEST = SWEEP / "teen_scripted.yaml"
@@ -38,7 +38,7 @@ def plugin(monkeypatch: pytest.MonkeyPatch) -> object:
 def _target_calls(store: object, spec: str) -> int:
     from sqlalchemy import func, select
 
-    from core.read.schema import MODEL_CALLS
+    from branchpoint.core.read.schema import MODEL_CALLS
 
     m = MODEL_CALLS.c
     q = select(func.count()).where(m.purpose == "target", m.model == spec)
@@ -140,7 +140,7 @@ def test_low_is_a_floor_when_every_reply_is_one_word(tmp_path: Path, plugin: obj
 
 
 def tree_persona_calls(plan: object, spec: str, level: str) -> int:
-    from study.plan import SCHEDULE_OF
+    from branchpoint.study.plan import SCHEDULE_OF
 
     total = 0
     for _, run_plan in plan.runs:  # type: ignore[attr-defined]
@@ -204,7 +204,7 @@ def test_unpriced_model_is_an_error_only_with_a_budget(tmp_path: Path) -> None:
 
 def _target_and_persona_calls(plan: object, level: str) -> tuple[int, int]:
     """(target, persona) calls of the plan's trees at ``level``, counted tree by tree."""
-    from study.plan import SCHEDULE_OF
+    from branchpoint.study.plan import SCHEDULE_OF
 
     target = persona = 0
     for _, run_plan in plan.runs:  # type: ignore[attr-defined]
@@ -239,7 +239,7 @@ def test_wall_time_is_bound_by_requests_per_minute(tmp_path: Path) -> None:
 
 
 def test_wall_time_is_bound_by_calls_in_flight_and_latency(tmp_path: Path) -> None:
-    from study.timing import API_LATENCY_S
+    from branchpoint.study.timing import API_LATENCY_S
 
     manifest, path = _manifest(
         tmp_path,
@@ -256,7 +256,7 @@ def test_wall_time_is_bound_by_calls_in_flight_and_latency(tmp_path: Path) -> No
 
 
 def test_wall_time_counts_a_conversations_calls_as_serial(tmp_path: Path) -> None:
-    from study.timing import API_LATENCY_S
+    from branchpoint.study.timing import API_LATENCY_S
 
     # One group in flight, persona and target on different providers: each provider alone
     # could finish in its own calls x latency, but a conversation waits for both in turn.
@@ -277,8 +277,8 @@ def test_wall_time_counts_a_conversations_calls_as_serial(tmp_path: Path) -> Non
 def test_wall_time_adds_the_judges_after_and_shares_limits_with_live_ones(
     tmp_path: Path,
 ) -> None:
-    from study.judge_estimate import estimate_judging
-    from study.timing import API_LATENCY_S
+    from branchpoint.study.judge_estimate import estimate_judging
+    from branchpoint.study.timing import API_LATENCY_S
 
     oai = {"api_base": "http://127.0.0.1:9/v1"}
     manifest, path = _manifest(
@@ -330,7 +330,7 @@ def _factorial_scenario(tmp_path: Path) -> Path:
 
 
 def test_detectable_difference_counts_matched_pairs_per_scenario(tmp_path: Path) -> None:
-    from core.power import paired_cluster_mdd
+    from branchpoint.core.power import paired_cluster_mdd
 
     path = tmp_path / "m.yaml"
     path.write_text("x: 1\n", encoding="utf-8")
@@ -374,7 +374,7 @@ def test_detectable_difference_has_80_percent_power_by_simulation() -> None:
     import numpy as np
     from scipy import stats
 
-    from core.power import paired_cluster_mdd
+    from branchpoint.core.power import paired_cluster_mdd
 
     rng = np.random.default_rng(11)
     sims = 400
@@ -413,7 +413,7 @@ def test_readme_example_manifest_is_the_example_file_and_its_plan_is_as_printed(
     assert _readme_blocks("yaml")[0] == EXAMPLE.read_text(encoding="utf-8")
     manifest = load_manifest(EXAMPLE)
     plan = plan_sweep(manifest, EXAMPLE, "teen-study")
-    from study.judge_estimate import estimate_judging
+    from branchpoint.study.judge_estimate import estimate_judging
 
     plan.attach_judging(estimate_judging(plan))  # as `sweep` attaches it
     printed = next(b for b in _readme_blocks("") if b.startswith("sweep teen-study:"))
@@ -434,7 +434,7 @@ def test_an_unpriced_judge_with_a_budget_is_an_error_and_a_judge_price_counts(
     judged["judges"][0]["price"] = {"input_per_mtok": 3.0, "output_per_mtok": 6.0}
     plan = plan_sweep(Manifest.model_validate(judged), path, "s")
     assert plan.unpriced == []
-    from study.run import sweep_prices
+    from branchpoint.study.run import sweep_prices
 
     price = sweep_prices(plan)["litellm:openai/not-a-real-judge-xyz"]
     assert (price.input, price.output) == pytest.approx((3e-6, 6e-6))
@@ -464,7 +464,7 @@ def test_low_expected_high_are_ordered_when_max_tokens_is_below_a_typical_reply(
 def test_a_target_without_max_tokens_has_its_high_called_an_assumption(tmp_path: Path) -> None:
     # high took 600-token replies for a target with no max_tokens and the question before a
     # sweep said "may cost up to" that figure: a target's reply has no such limit.
-    from study.confirm import cost_check
+    from branchpoint.study.confirm import cost_check
 
     price = {"input_per_mtok": 500, "output_per_mtok": 2000}
     capped = {"spec": "oai:capped", "params": {"max_tokens": 50}, "price": price}

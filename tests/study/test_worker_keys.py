@@ -1,4 +1,4 @@
-"""Where a Ray worker reads its API keys (``study.worker_keys``): its environment first, else the
+"""Where a Ray worker reads its API keys (``branchpoint.study.worker_keys``): its environment first, else the
 manifest's ``execution.secrets_file`` on its node; one line for each key found nowhere, a secrets
 file open to group or others refused like ssh refuses such a key. No Ray here: the worker's side
 as a function; tests/study/test_ray_sweep.py and test_ray_keys.py run it on workers."""
@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from core.errors import UserError
-from study.manifest import ManifestError, load_manifest
-from study.worker_keys import read_secrets_file, resolve_keys, worker_key_needs
+from branchpoint.core.errors import UserError
+from branchpoint.study.manifest import ManifestError, load_manifest
+from branchpoint.study.worker_keys import read_secrets_file, resolve_keys, worker_key_needs
 
 REPO = Path(__file__).resolve().parents[2]
-SCENARIO = REPO / "scenarios" / "library" / "teen" / "teen-ah-rail-bridge-jump.yaml"
+SCENARIO = REPO / "branchpoint" / "scenarios" / "library" / "teen" / "teen-ah-rail-bridge-jump.yaml"
 KEY = "sk-fake-worker-0123456789abcdef"
 NODE = "node-a (10.0.0.7)"
 

@@ -11,19 +11,19 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _main_in_process(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """``branchpoint ARGS`` through ``tui.cli.main``, in a process that also leaves a
+    """``branchpoint ARGS`` through ``branchpoint.tui.cli.main``, in a process that also leaves a
     non-daemon thread and an exit hook behind, each writing a file when it has run."""
     code = textwrap.dedent(
         f"""
         import atexit, sys, threading, time
         sys.argv = ["branchpoint", *{list(args)!r}]
-        import tui.cli
+        import branchpoint.tui.cli
         def late():
             time.sleep(0.3)
             open({str(tmp_path / "thread")!r}, "w").write("joined")
         threading.Thread(target=late).start()
         atexit.register(lambda: open({str(tmp_path / "hook")!r}, "w").write("ran"))
-        tui.cli.main()
+        branchpoint.tui.cli.main()
         """
     )
     return subprocess.run(
@@ -34,7 +34,9 @@ def _main_in_process(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[
 def test_a_command_that_succeeds_exits_0_with_its_output_threads_and_hooks(
     tmp_path: Path,
 ) -> None:
-    scenario = REPO / "scenarios" / "library" / "teen" / "teen-ah-rail-bridge-jump.yaml"
+    scenario = (
+        REPO / "branchpoint" / "scenarios" / "library" / "teen" / "teen-ah-rail-bridge-jump.yaml"
+    )
     done = _main_in_process(tmp_path, "variants", str(scenario))
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()

@@ -25,7 +25,7 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
         "COLUMNS": "200",
     }
     return subprocess.run(
-        [sys.executable, "-m", "tui.cli", *args],
+        [sys.executable, "-m", "branchpoint.tui.cli", *args],
         cwd=REPO,
         env=env,
         capture_output=True,

@@ -9,8 +9,14 @@ from pathlib import Path
 from fixtures.cli_in_process import run_in_process as run_cli  # output and exit status only
 from fixtures.tui.helpers import small_teen_store
 
-from core.human_labels import REALISM_RUBRIC, REALISM_TURN, LabelRow, iter_labels, save_label
-from tui.commands.labels_cmds import field_columns
+from branchpoint.core.human_labels import (
+    REALISM_RUBRIC,
+    REALISM_TURN,
+    LabelRow,
+    iter_labels,
+    save_label,
+)
+from branchpoint.tui.commands.labels_cmds import field_columns
 
 
 def _labelled_store(db: Path) -> list[LabelRow]:
@@ -49,7 +55,7 @@ def test_export_then_import_gives_back_the_same_labels(tmp_path: Path) -> None:
     done = run_cli("labels", "import", str(out), "--db", str(db))
     assert done.returncode == 0, done.stderr
     assert "imported 4 labels" in done.stdout
-    from core.store import open_store
+    from branchpoint.core.store import open_store
 
     store = open_store(db)
     back = sorted(iter_labels(store), key=lambda r: (r.annotator, r.turn_index or -1))

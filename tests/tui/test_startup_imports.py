@@ -1,7 +1,7 @@
 """The TUI's first screen imports no numeric package: opening a store and the app stay light.
 
 numpy alone added about 0.2-0.4 s to the first screen on 2 cores; it came in with the judgment
-summaries' triggers, written when a store is opened (``core.read.verdict_sql`` keeps their SQL
+summaries' triggers, written when a store is opened (``branchpoint.core.read.verdict_sql`` keeps their SQL
 apart from the numpy fast path)."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from pathlib import Path
 HEAVY = ("numpy", "pandas", "scipy", "torch", "transformers", "litellm")
 PROBE = """
 import sys
-from core.store import open_store
-from tui.app.app import BranchpointApp
+from branchpoint.core.store import open_store
+from branchpoint.tui.app.app import BranchpointApp
 store = open_store(sys.argv[1])  # a new store: created, its summaries' triggers installed
 store.close()
 store = open_store(sys.argv[1], create=False)  # an existing one, as `branchpoint tui` opens it

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from fixtures.tui.helpers import drawn_text, settle, small_teen_store
 
-from tui.app.app import BranchpointApp
-from tui.app.screens.label import LabelScreen
+from branchpoint.tui.app.app import BranchpointApp
+from branchpoint.tui.app.screens.label import LabelScreen
 
 pytestmark = pytest.mark.anyio
 

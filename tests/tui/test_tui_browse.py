@@ -10,13 +10,13 @@ from fixtures.tui.helpers import hand_store, settle, small_teen_store
 from rich.text import Text
 from textual.widgets import DataTable
 
-from core.records import Judgment
-from tui.app.app import BranchpointApp
-from tui.app.filter_query import FilterError, parse_filter
-from tui.app.screens.browse import BrowseScreen
-from tui.app.screens.help import HelpScreen
-from tui.app.screens.transcript import TranscriptScreen
-from tui.app.widgets.turn_view import EVIDENCE_STYLE, FAILING_EVIDENCE_STYLE
+from branchpoint.core.records import Judgment
+from branchpoint.tui.app.app import BranchpointApp
+from branchpoint.tui.app.filter_query import FilterError, parse_filter
+from branchpoint.tui.app.screens.browse import BrowseScreen
+from branchpoint.tui.app.screens.help import HelpScreen
+from branchpoint.tui.app.screens.transcript import TranscriptScreen
+from branchpoint.tui.app.widgets.turn_view import EVIDENCE_STYLE, FAILING_EVIDENCE_STYLE
 
 pytestmark = pytest.mark.anyio
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tui.app.columns import (
+from branchpoint.tui.app.columns import (
     CELL_PADDING,
     SCROLLBAR,
     common_prefix,

@@ -8,9 +8,9 @@ import pytest
 from fixtures.tui.helpers import settle, tree_store
 from textual.widgets import SelectionList, Static
 
-from core.read.browse import shared_prefix, tree_arms
-from tui.app.app import BranchpointApp
-from tui.app.screens.compare import CompareScreen
+from branchpoint.core.read.browse import shared_prefix, tree_arms
+from branchpoint.tui.app.app import BranchpointApp
+from branchpoint.tui.app.screens.compare import CompareScreen
 
 pytestmark = pytest.mark.anyio
 
@@ -87,7 +87,7 @@ async def test_two_arms_are_aligned_at_the_fork(tree) -> None:  # type: ignore[n
 
 def test_shared_prefix_is_the_stored_fork_not_equal_text(tree) -> None:  # type: ignore[no-untyped-def]
     store, arms = tree
-    from core.read.browse import get_transcript
+    from branchpoint.core.read.browse import get_transcript
 
     transcripts = [get_transcript(store, c.id) for c in tree_arms(store, arms["open"].id)]
     turns = [t.turns for t in transcripts if t is not None]

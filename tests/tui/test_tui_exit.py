@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-import tui.app.app
-from core.store import open_store
-from tui.app.app import BranchpointApp
-from tui.cli import app as cli
+import branchpoint.tui.app.app as app_module
+from branchpoint.core.store import open_store
+from branchpoint.tui.app.app import BranchpointApp
+from branchpoint.tui.cli import app as cli
 
 
 class _Crashing(BranchpointApp):
@@ -37,6 +37,6 @@ def test_a_crash_gives_a_non_zero_exit(
 ) -> None:
     db = tmp_path / "t.db"
     open_store(db).close()
-    monkeypatch.setattr(tui.app.app, "BranchpointApp", app_class)
+    monkeypatch.setattr(app_module, "BranchpointApp", app_class)
     result = CliRunner().invoke(cli, ["tui", "--db", str(db), "--annotator", "a"])
     assert (result.exit_code == 0) is ok, result.output

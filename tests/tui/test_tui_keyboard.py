@@ -12,13 +12,13 @@ import pytest
 from fixtures.tui.helpers import hand_store, screen_text, settle, small_teen_store, tree_store
 from textual.widgets import DataTable, Input
 
-from core.records import Conversation
-from core.store import open_store
-from tui.app.app import BranchpointApp
-from tui.app.screens.browse import BrowseScreen
-from tui.app.screens.compare import CompareScreen
-from tui.app.screens.help import HelpScreen
-from tui.app.screens.label import CURRENT_MARK, LabelScreen
+from branchpoint.core.records import Conversation
+from branchpoint.core.store import open_store
+from branchpoint.tui.app.app import BranchpointApp
+from branchpoint.tui.app.screens.browse import BrowseScreen
+from branchpoint.tui.app.screens.compare import CompareScreen
+from branchpoint.tui.app.screens.help import HelpScreen
+from branchpoint.tui.app.screens.label import CURRENT_MARK, LabelScreen
 
 pytestmark = pytest.mark.anyio
 

@@ -9,9 +9,9 @@ import pytest
 from fixtures.tui.helpers import settle, small_teen_store
 from textual.widgets import DataTable, Static
 
-from core.human_labels import REALISM_RUBRIC, LabelRow, sample_queue, save_label
-from tui.app.app import BranchpointApp
-from tui.app.screens.label import LabelScreen
+from branchpoint.core.human_labels import REALISM_RUBRIC, LabelRow, sample_queue, save_label
+from branchpoint.tui.app.app import BranchpointApp
+from branchpoint.tui.app.screens.label import LabelScreen
 
 pytestmark = pytest.mark.anyio
 

@@ -11,9 +11,9 @@ from fixtures.engine.helpers import HERE, run_engine
 from fixtures.tui.helpers import settle
 from textual.widgets import DataTable
 
-from core.store import open_store
-from tui.app.app import BranchpointApp
-from tui.app.screens.live import LiveScreen
+from branchpoint.core.store import open_store
+from branchpoint.tui.app.app import BranchpointApp
+from branchpoint.tui.app.screens.live import LiveScreen
 
 pytestmark = pytest.mark.anyio
 
@@ -61,7 +61,7 @@ async def test_the_live_view_updates_as_rows_arrive(tmp_path: Path) -> None:
 async def test_the_live_view_shows_only_the_selected_run(tmp_path: Path) -> None:
     from datetime import UTC, datetime, timedelta
 
-    from core.records import Conversation, Run
+    from branchpoint.core.records import Conversation, Run
 
     db = tmp_path / "two.db"
     store = open_store(db)
@@ -109,7 +109,7 @@ async def test_following_the_latest_run_replaces_the_finished_runs_rows(tmp_path
     import sqlite3
     from datetime import UTC, datetime, timedelta
 
-    from core.records import Conversation, Run
+    from branchpoint.core.records import Conversation, Run
 
     db = tmp_path / "follow.db"
     store = open_store(db)

@@ -13,17 +13,17 @@ from pathlib import Path
 import pytest
 from fixtures.tui.helpers import HOSTILE, drawn_text, settle, small_teen_store
 
-from core.domain import ENACTMENT_RUBRIC
-from core.human_labels import REALISM_RUBRIC, REALISM_TURN
-from core.read.persona_flags import persona_flag_counts, turn_flags
-from core.read.realisation import realisation_rows
-from core.records import Conversation, Judgment, Run, Turn
-from core.store import Store, open_store
-from tui.app.app import BranchpointApp
-from tui.app.filter_query import FilterError, parse_filter
-from tui.app.screens.browse import BrowseScreen
-from tui.app.screens.transcript import TranscriptScreen
-from tui.app.widgets.turn_view import turn_header
+from branchpoint.core.domain import ENACTMENT_RUBRIC
+from branchpoint.core.human_labels import REALISM_RUBRIC, REALISM_TURN
+from branchpoint.core.read.persona_flags import persona_flag_counts, turn_flags
+from branchpoint.core.read.realisation import realisation_rows
+from branchpoint.core.records import Conversation, Judgment, Run, Turn
+from branchpoint.core.store import Store, open_store
+from branchpoint.tui.app.app import BranchpointApp
+from branchpoint.tui.app.filter_query import FilterError, parse_filter
+from branchpoint.tui.app.screens.browse import BrowseScreen
+from branchpoint.tui.app.screens.transcript import TranscriptScreen
+from branchpoint.tui.app.widgets.turn_view import turn_header
 
 pytestmark = pytest.mark.anyio
 
@@ -250,7 +250,7 @@ async def test_the_marked_option_is_shown_literally(tmp_path: Path) -> None:
 def _runs_listing(db: Path) -> str:
     env = {**os.environ, "COLUMNS": "200", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     out = subprocess.run(
-        [sys.executable, "-m", "tui.cli", "runs", "--db", str(db)],
+        [sys.executable, "-m", "branchpoint.tui.cli", "runs", "--db", str(db)],
         capture_output=True,
         text=True,
         env=env,
@@ -278,7 +278,7 @@ def test_runs_without_persona_ratings_shows_dashes(tmp_path: Path) -> None:
 
 
 async def test_the_live_view_counts_not_enacted_and_low_realism_turns(tmp_path: Path) -> None:
-    from tui.app.screens.live import LiveScreen
+    from branchpoint.tui.app.screens.live import LiveScreen
 
     store = _flag_store(tmp_path / "f.db", RATINGS)
     app = BranchpointApp(store, live_run="r1")
@@ -295,7 +295,7 @@ async def test_the_live_view_counts_not_enacted_and_low_realism_turns(tmp_path: 
 
 
 def test_the_summaries_say_nothing_of_persona_turns_without_ratings(tmp_path: Path) -> None:
-    from core.read.persona_flags import persona_flags_line
+    from branchpoint.core.read.persona_flags import persona_flags_line
 
     store = small_teen_store(tmp_path / "t.db")
     assert persona_flags_line(store, "synthetic-teen") is None

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from fixtures.tui.helpers import hand_store, settle, tree_store
 
-from core.records import Conversation, Run
-from core.store import open_store
-from tui.app.app import BranchpointApp
+from branchpoint.core.records import Conversation, Run
+from branchpoint.core.store import open_store
+from branchpoint.tui.app.app import BranchpointApp
 
 SIZES = [(80, 24), (160, 48)]
 

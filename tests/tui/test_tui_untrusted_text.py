@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from fixtures.tui.helpers import HOSTILE, hand_store, settle
 
-from tui.app.app import BranchpointApp
-from tui.app.safe_text import clean, one_line, untrusted
+from branchpoint.tui.app.app import BranchpointApp
+from branchpoint.tui.app.safe_text import clean, one_line, untrusted
 
 pytestmark = pytest.mark.anyio
 REPO = Path(__file__).resolve().parents[2]
@@ -67,7 +67,7 @@ def _run_in_pty(args: list[str], wait_for: bytes, timeout: float = 60.0) -> byte
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 48, 160, 0, 0))
     env = dict(os.environ, TERM="xterm-256color", COLUMNS="160", LINES="48", PYTHONPATH=str(REPO))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tui.cli", *args],
+        [sys.executable, "-m", "branchpoint.tui.cli", *args],
         stdin=slave,
         stdout=slave,
         stderr=slave,

@@ -1,2 +1,0 @@
-"""Test support that ships because benchmarks use it: synthetic stores with planted effects
-(``analysis.testing.synthetic``). Not part of the analysis API."""

@@ -1,0 +1,1 @@
+"""branchpoint: multi-turn safety evaluation of chatbots with vulnerable users."""

@@ -1,0 +1,1 @@
+"""Matched contrasts and their sensitivity to the simulator."""

@@ -1,0 +1,1 @@
+"""The eating-disorder study's analysis: single responses and multi-turn conversations."""

@@ -1,0 +1,35 @@
+"""Exports an outside analyst (or another tool) can use without branchpoint.
+
+* flat tables (``export_level``): ``turn`` (every message with its flags), ``judgment`` (every
+  verdict with rationale, evidence, error and raw output), ``arm`` (realisation flags per
+  conversation x branch point), as CSV, Parquet or JSON lines;
+* transcripts (``write_transcripts`` / ``load_transcripts``): one conversation a record, with its
+  messages, arm, fork and verdicts, as JSON lines or Parquet; ``TranscriptRecord`` is the schema;
+* Inspect AI eval logs (``write_inspect_logs``), browsable with ``inspect view``;
+* static HTML pages of single transcripts (``write_transcript_pages``) for the report's examples.
+
+Names are imported lazily: ``import branchpoint.analysis.export`` loads neither pandas nor inspect_ai.
+"""
+
+from __future__ import annotations
+
+from branchpoint.core.lazy import lazy_getattr
+
+_EXPORTS = {
+    "FLAT_FORMATS": "branchpoint.analysis.export.formats",
+    "read_export": "branchpoint.analysis.export.formats",
+    "LEVELS": "branchpoint.analysis.export.tables",
+    "export_level": "branchpoint.analysis.export.tables",
+    "TranscriptRecord": "branchpoint.analysis.export.transcripts",
+    "transcript_schema": "branchpoint.analysis.export.transcripts",
+    "iter_transcripts": "branchpoint.analysis.export.transcripts",
+    "write_transcripts": "branchpoint.analysis.export.transcripts",
+    "load_transcripts": "branchpoint.analysis.export.transcripts",
+    "write_inspect_logs": "branchpoint.analysis.export.inspect_logs",
+    "render_page": "branchpoint.analysis.export.pages",
+    "write_transcript_pages": "branchpoint.analysis.export.pages",
+}
+
+__all__ = sorted(_EXPORTS)
+
+__getattr__ = lazy_getattr(__name__, _EXPORTS)

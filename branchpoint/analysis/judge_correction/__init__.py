@@ -1,0 +1,1 @@
+"""Judge-corrected estimates (PPI++) from blind human labels."""

@@ -1,0 +1,1 @@
+"""Outcome tables: failure rates with scenario-clustered intervals, reasoning traces."""

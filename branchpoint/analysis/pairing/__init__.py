@@ -1,0 +1,1 @@
+"""Pairing apart from statistics: forks, matched pairs and realised branches."""

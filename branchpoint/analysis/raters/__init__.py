@@ -1,0 +1,1 @@
+"""Raters: agreement between judges and people, persona realism."""

@@ -1,0 +1,1 @@
+"""The Markdown and HTML report: sections, plots and the writer."""

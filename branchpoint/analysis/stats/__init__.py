@@ -1,0 +1,1 @@
+"""Statistics: paired and scenario-level tests, intervals, corrections, the cluster bootstrap."""

@@ -1,0 +1,1 @@
+"""Tidy tables of the store and the rule that keeps versions apart."""

@@ -1,0 +1,49 @@
+"""Model access for every layer above it: the async gateway (routing to providers, per-provider
+limits, retries that honour Retry-After, the content-addressed cache, budgets, token and cost
+accounting), the provider registry, structured output on any server, and the loopback
+OpenAI-compatible servers that tests and benchmarks run (``branchpoint.gateway.testing``).
+
+The engine (``simulator``) and the judges both call models through it; it knows nothing of
+scenarios, conversations or rubrics. Names are imported lazily so ``import gateway`` stays fast.
+"""
+
+from __future__ import annotations
+
+from branchpoint.core.lazy import lazy_getattr
+
+_EXPORTS = {
+    "Gateway": "branchpoint.gateway.gateway",
+    "ProviderLimits": "branchpoint.gateway.limits",
+    "LimitsFile": "branchpoint.gateway.limits",
+    "load_limits": "branchpoint.gateway.limits",
+    "CallLayout": "branchpoint.gateway.call_layout",
+    "TurnsRef": "branchpoint.gateway.call_layout",
+    "Completion": "branchpoint.gateway.completion",
+    "Message": "branchpoint.gateway.completion",
+    "GenParams": "branchpoint.gateway.completion",
+    "ModelError": "branchpoint.gateway.completion",
+    # structured output on any OpenAI-compatible server, and reading JSON out of model text
+    "extract_json": "branchpoint.gateway.structured",
+    "ScriptedModel": "branchpoint.gateway.providers.scripted",
+    "parse_spec": "branchpoint.gateway.specs",
+    "params_from": "branchpoint.gateway.specs",
+    "split_reasoning": "branchpoint.gateway.thinking",
+    # providers: one module per spec prefix, each declaring a ProviderKind
+    "ProviderKind": "branchpoint.gateway.providers.base",
+    "register_provider": "branchpoint.gateway.providers.registry",
+    "Price": "branchpoint.gateway.pricing",
+    "Tokens": "branchpoint.gateway.pricing",
+    "price_of": "branchpoint.gateway.pricing",
+    "BATCH_FACTOR": "branchpoint.gateway.pricing",
+    "batch_price_of": "branchpoint.gateway.pricing",
+    # OpenAI-compatible batch APIs (/files + /batches): many calls in one job, at a lower price
+    "BatchAPI": "branchpoint.gateway.batch",
+    "BatchJob": "branchpoint.gateway.batch",
+    "BatchResult": "branchpoint.gateway.batch",
+    "BatchTarget": "branchpoint.gateway.batch",
+    "batch_target": "branchpoint.gateway.batch",
+}
+
+__all__ = sorted(_EXPORTS)
+
+__getattr__ = lazy_getattr(__name__, _EXPORTS)

@@ -1,0 +1,83 @@
+"""What crosses the model gateway: messages in, a completion out. Providers speak only these."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Role = Literal["system", "user", "assistant"]
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    role: Role
+    content: str
+
+
+class GenParams(BaseModel):
+    """Generation settings. ``api_base`` and ``extra`` go to the provider; keys never live here."""
+
+    model_config = ConfigDict(extra="forbid")
+    temperature: float | None = None
+    top_p: float | None = None
+    max_tokens: int | None = None
+    seed: int | None = None
+    stop: list[str] | None = None
+    # JSON schema for structured output: HTTP providers climb branchpoint/gateway/structured.py's ladder
+    # (``extra.structured`` pins a mode), local ones decode guided by it; callers still validate.
+    json_schema: dict[str, Any] | None = None
+    api_base: str | None = None
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+    def merged(self, other: GenParams | dict[str, Any] | None) -> GenParams:
+        """These params overridden by the fields set in ``other``."""
+        if other is None:
+            return self
+        data = other.model_dump(exclude_unset=True) if isinstance(other, GenParams) else other
+        return self.model_copy(update=data)
+
+
+class Completion(BaseModel):
+    text: str
+    reasoning: str | None = None
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost: float | None = None
+    latency_s: float = 0.0
+    finish_reason: str | None = None
+    request_id: str | None = None
+    model: str = ""
+    cached: bool = False
+    attempts: int = 1
+    # How structured output was asked for (json_schema, json_object or prompt; None when it was
+    # not, or the provider has no such modes), and the modes the server refused on the way.
+    structured: str | None = None
+    structured_refused: list[str] = Field(default_factory=list)
+
+
+class ModelError(Exception):
+    """A call that failed for good (after retries); ``reason`` is one line, safe to store.
+
+    HTTP providers add the ``status`` and the start of the body (``detail``, redacted), and set
+    ``refused`` when the server refused the request's structured-output shape: a request to send
+    differently, never to retry as it was.
+    """
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        retryable: bool = False,
+        retry_after: float | None = None,
+        status: int | None = None,
+        detail: str = "",
+        refused: bool = False,
+    ):
+        super().__init__(reason)
+        self.reason = reason
+        self.retryable = retryable
+        self.retry_after = retry_after
+        self.status = status
+        self.detail = detail
+        self.refused = refused

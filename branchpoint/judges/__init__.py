@@ -1,0 +1,54 @@
+"""Judges: rubric files, the LLM judge, the heuristic judge, panels, and the judging runner.
+
+    from branchpoint.judges import load_rubric, judge_run
+    rubric = load_rubric("teen")                     # or "ed", or a path to a rubric YAML
+    summary = judge_run(run_id, db="branchpoint.db", rubric=rubric, judges=["embedded"])
+
+Names are imported lazily so that ``import judges`` stays light (no jinja2, no gateway).
+"""
+
+from __future__ import annotations
+
+from branchpoint.core.lazy import lazy_getattr
+
+_EXPORTS = {
+    "Rubric": "branchpoint.judges.rubric",
+    "Criterion": "branchpoint.judges.rubric",
+    "Patterns": "branchpoint.judges.rubric",
+    "rubric_json_schema": "branchpoint.judges.rubric",
+    "SCALES": "branchpoint.core.scales",
+    "load_rubric": "branchpoint.judges.loading",
+    "REASONING_RUBRIC": "branchpoint.judges.reasoning_criterion",
+    "reasoning_view": "branchpoint.judges.reasoning_criterion",
+    "load_rubric_file": "branchpoint.judges.loading",
+    "bundled_rubrics": "branchpoint.judges.loading",
+    "LLMJudge": "branchpoint.judges.llm_judge",
+    "PROMPT_VERSION": "branchpoint.judges.llm_judge",
+    "HeuristicJudge": "branchpoint.judges.heuristic",
+    "Panel": "branchpoint.judges.panel",
+    "CriterionVerdict": "branchpoint.judges.verdicts",
+    "JudgingUnit": "branchpoint.judges.verdicts",
+    "TranscriptTurn": "branchpoint.judges.verdicts",
+    "ed_safety_score": "branchpoint.judges.scoring",
+    "judge_run": "branchpoint.judges.runner",
+    "ajudge_run": "branchpoint.judges.runner",
+    "make_judge": "branchpoint.judges.runner",
+    "JudgeSummary": "branchpoint.judges.runner",
+    "judge_by_scenario_rubric": "branchpoint.judges.scenario_rubrics",
+    "ajudge_by_scenario_rubric": "branchpoint.judges.scenario_rubrics",
+    "build_kora_rubric": "branchpoint.judges.kora_rubric",
+    # judge --batch: a model judge's calls through its provider's batch API
+    "BatchJudging": "branchpoint.judges.batch_judging",
+    # the persona's own turns: manipulation checks and realism (issue 36)
+    "rate_personas": "branchpoint.judges.persona_checks",
+    "arate_personas": "branchpoint.judges.persona_checks",
+    "persona_judge_run": "branchpoint.judges.persona_checks",
+    "make_persona_rater": "branchpoint.judges.persona_checks",
+    "HeuristicPersonaRater": "branchpoint.judges.persona_checks",
+    "LLMPersonaRater": "branchpoint.judges.persona_checks",
+    "PersonaSummary": "branchpoint.judges.persona_checks",
+}
+
+__all__ = sorted(_EXPORTS)
+
+__getattr__ = lazy_getattr(__name__, _EXPORTS)

@@ -1,0 +1,134 @@
+"""For each matched contrast a sweep plans, the smallest difference in failure rate it can detect.
+
+A contrast is what ``branchpoint.analysis.contrasts.matched`` tests: a branch point's option against its baseline,
+over pairs of arms of one tree that differ in that choice only (same scenario, target, condition,
+simulator, replicate and every other choice), pooled over targets and simulators, never over
+conditions, with scenarios as the independent unit. The pairs are counted here from the planned
+trees, per scenario, and ``branchpoint.core.power.paired_cluster_mdd`` turns them into the minimal detectable
+difference at 80% power, two-sided alpha 0.05, at the manifest's stated base rate
+(``plan.base_rate``); its assumptions are in that module and in the printed line.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from branchpoint.core.power import ALPHA, POWER, paired_cluster_mdd
+
+if TYPE_CHECKING:
+    from branchpoint.simulator.plan import TreeSpec
+
+ContrastKey = tuple[str, str, str]  # branch point, baseline, option
+
+
+@dataclass
+class ContrastPairs:
+    """Planned pairs of one contrast: (condition, scenario) -> pairs, and the same per target."""
+
+    key: ContrastKey
+    pairs: Counter[tuple[str, str]] = field(default_factory=Counter)
+    per_target: Counter[tuple[str, str, str]] = field(default_factory=Counter)
+
+    @property
+    def label(self) -> str:
+        bp, baseline, option = self.key
+        return f"{bp}: {baseline} → {option}"
+
+    def scenarios(self) -> int:
+        return len({s for _, s in self.pairs})
+
+    def sizes(self) -> dict[str, list[int]]:
+        """Condition -> pairs in each scenario."""
+        out: dict[str, list[int]] = {}
+        for (condition, _), n in sorted(self.pairs.items()):
+            out.setdefault(condition, []).append(n)
+        return out
+
+    def target_sizes(self) -> dict[tuple[str, str], list[int]]:
+        out: dict[tuple[str, str], list[int]] = {}
+        for (target, condition, _), n in sorted(self.per_target.items()):
+            out.setdefault((target, condition), []).append(n)
+        return out
+
+
+def tree_pairs(tree: TreeSpec) -> dict[ContrastKey, int]:
+    """Matched pairs in one tree, per contrast."""
+    out: Counter[ContrastKey] = Counter()
+    for bp in tree.scenario.branch_points:
+
+        def option(choices: dict[str, object], bp_id: str = bp.id, base: str = bp.baseline) -> str:
+            # As the engine and analysis: an arm without a choice holds the baseline.
+            chosen = choices.get(bp_id)
+            return base if chosen is None else str(chosen)
+
+        def rest(choices: dict[str, object], bp_id: str = bp.id) -> str:
+            return repr(sorted((k, str(v)) for k, v in choices.items() if k != bp_id))
+
+        baselines = {rest(a.choices) for a in tree.arms if option(a.choices) == bp.baseline}
+        for arm in tree.arms:
+            opt = option(arm.choices)
+            if opt != bp.baseline and rest(arm.choices) in baselines:
+                out[(bp.id, bp.baseline, opt)] += 1
+    return dict(out)
+
+
+def count_pairs(trees: list[TreeSpec], into: dict[ContrastKey, ContrastPairs]) -> None:
+    # A tree's pairs depend on its scenario and its arms' choices only: the replicates,
+    # targets and conditions of one scenario's variant set are counted once.
+    known: dict[tuple[str, tuple[str, ...]], dict[ContrastKey, int]] = {}
+    for tree in trees:
+        shape = (tree.scenario_hash, tuple(a.variant_id for a in tree.arms))
+        pairs = known.get(shape)
+        if pairs is None:
+            pairs = known[shape] = tree_pairs(tree)
+        for key, n in pairs.items():
+            entry = into.setdefault(key, ContrastPairs(key))
+            entry.pairs[(tree.condition, tree.scenario.id)] += n
+            entry.per_target[(tree.target, tree.condition, tree.scenario.id)] += n
+
+
+def _weakest(base_rate: float, groups: list[list[int]]) -> float | None:
+    """The largest MDD over the separately tested groups (None if any has no test)."""
+    mdds = [paired_cluster_mdd(base_rate, sizes) for sizes in groups]
+    if not mdds or any(m is None for m in mdds):
+        return None
+    return max(m for m in mdds if m is not None)
+
+
+def _points(mdd: float | None, scenarios: int) -> str:
+    if mdd is None:
+        return "no test (1 scenario)" if scenarios < 2 else "none (too few)"
+    return f"+{100 * mdd:.1f} points"
+
+
+def lines(contrasts: dict[ContrastKey, ContrastPairs], base_rate: float, targets: int) -> list[str]:
+    """The plan's lines: one a contrast, with the assumptions stated once."""
+    if not contrasts:
+        return [
+            "detectable differences: no branch point in these scenarios (profile contrasts, as in "
+            "the ED study, are not estimated)"
+        ]
+    out = [
+        f"smallest detectable difference in failure rate ({POWER:.0%} power, two-sided alpha "
+        f"{ALPHA:g}, base rate {base_rate:.0%}), per condition, pooled over targets:",
+        "  scenario-level paired t-test as analysis runs it; assumes independent arms (no "
+        "within-pair correlation: conservative), the same effect in every scenario, every pair "
+        "realised",
+        f"  {'contrast':44}{'scenarios':>10}{'pairs':>8}{'pooled':>22}"
+        + (f"{'per target':>22}" if targets > 1 else ""),
+    ]
+    for key in sorted(contrasts):
+        c = contrasts[key]
+        sizes = c.sizes()
+        k = c.scenarios()
+        pairs = max(sum(v) for v in sizes.values())
+        row = f"  {c.label[:43]:44}{k:>10}{pairs:>8}"
+        # 22: the widest cell ("no test (1 scenario)") keeps a space before it
+        row += f"{_points(_weakest(base_rate, list(sizes.values())), k):>22}"
+        if targets > 1:
+            per = _weakest(base_rate, list(c.target_sizes().values()))
+            row += f"{_points(per, k):>22}"
+        out.append(row)
+    return out

@@ -1,0 +1,138 @@
+"""The manifest's checks beyond its schema: every path, glob, rubric and variant it names.
+
+They run with the schema check, on the parsed YAML (so a schema error elsewhere in the file does
+not hide them), and each problem is one positioned line of the manifest; a scenario or rubric
+file it names that has errors of its own adds those files' lines. Everything here is known before
+any model is called: a misspelt rubric or variant fails ``--plan``, not the judging after the
+conversations ran.
+"""
+
+from __future__ import annotations
+
+import glob as globbing
+from pathlib import Path
+from typing import Any
+
+from branchpoint.core.yamlio import LoadError, Loc, PosMap, error_at
+
+
+def glob_matches(pattern: str, base: Path) -> list[str]:
+    """The files ``pattern`` matches, sorted: relative to ``base``, or absolute as written."""
+    where = pattern if Path(pattern).is_absolute() else str(base / pattern)
+    return sorted(globbing.glob(where, recursive=True))
+
+
+def resolve_path(text: str, base: Path) -> Path:
+    """A path of the manifest: absolute as written, else relative to the manifest's folder."""
+    path = Path(text).expanduser()
+    return path if path.is_absolute() else base / path
+
+
+def rubric_reference(name: str, base: Path) -> str:
+    """What the judges load for a manifest's rubric: a bundled name as is, a path made absolute
+    (relative to the manifest's folder, as its scenario paths are)."""
+    from branchpoint.judges.loading import bundled_rubrics
+
+    return name if name in bundled_rubrics() else str(resolve_path(name, base))
+
+
+def manifest_problems(data: Any, pos: PosMap, path: str | Path) -> list[LoadError]:
+    """Every problem of the names in ``data`` (a parsed manifest), in file order."""
+    if not isinstance(data, dict):
+        return []  # the schema check says what the document should be
+    shown = str(path)
+    base = Path(path).resolve().parent
+    out: list[LoadError] = []
+
+    def at(loc: Loc, message: str) -> None:
+        out.append(error_at(pos, loc, shown, message, at_key=False))
+
+    selection = data.get("scenarios")
+    sources: list[str] = []
+    if isinstance(selection, dict):
+        sources = _scenario_sources(selection, base, at)
+    complete = not out  # every path and glob names files: the variant filters can be checked
+    judges = data.get("judges")
+    if isinstance(judges, list):
+        for i, judge in enumerate(judges):
+            rubrics = judge.get("rubrics") if isinstance(judge, dict) else None
+            for j, name in enumerate(rubrics if isinstance(rubrics, list) else []):
+                if isinstance(name, str):
+                    out += _rubric_problems(name, base, ("judges", i, "rubrics", j), at)
+    if sources and complete and isinstance(selection, dict):
+        out += _variant_problems(selection, sources, at)
+    return sorted(set(out), key=lambda e: (e.path != shown, e.path, e.line, e.col, e.field))
+
+
+def _scenario_sources(selection: dict[str, Any], base: Path, at: Any) -> list[str]:
+    """The scenario files and folders the selection names; a line for each that names none."""
+    found: list[str] = []
+    paths = selection.get("paths")
+    for i, text in enumerate(paths if isinstance(paths, list) else []):
+        if not isinstance(text, str):
+            continue
+        if not text.strip():
+            at(("scenarios", "paths", i), "is empty (expected a scenario file or folder)")
+        elif not resolve_path(text, base).exists():
+            at(
+                ("scenarios", "paths", i),
+                f"no such file or folder {text!r} (expected a scenario file or folder; a "
+                f"relative path is read from the manifest's folder {base})",
+            )
+        else:
+            found.append(str(resolve_path(text, base)))
+    globs = selection.get("globs")
+    for i, pattern in enumerate(globs if isinstance(globs, list) else []):
+        if not isinstance(pattern, str):
+            continue
+        if not pattern.strip():
+            at(("scenarios", "globs", i), "is empty (expected a pattern such as 'teen/*.yaml')")
+            continue
+        matches = glob_matches(pattern, base)
+        if not matches:
+            where = "" if Path(pattern).is_absolute() else f" under {base}"
+            at(("scenarios", "globs", i), f"{pattern!r} matches no file{where} (expected a pattern "
+               "that matches scenario files)")  # fmt: skip
+        found += matches
+    return found
+
+
+def _rubric_problems(name: str, base: Path, loc: Loc, at: Any) -> list[LoadError]:
+    from branchpoint.judges.loading import bundled_rubrics, load_rubric_file
+
+    ref = rubric_reference(name, base)
+    if ref == name and not Path(ref).is_absolute():  # bundled
+        return []
+    if not Path(ref).is_file():
+        at(
+            loc,
+            f"rubric {name!r} is no bundled rubric and no file (expected one of: "
+            f"{', '.join(bundled_rubrics())}, or a rubric YAML path relative to the manifest)",
+        )
+        return []
+    _, errors = load_rubric_file(ref)
+    return list(errors)
+
+
+def _variant_problems(selection: dict[str, Any], sources: list[str], at: Any) -> list[LoadError]:
+    """The named scenarios' own errors, or a line for each variant filter that keeps nothing."""
+    from branchpoint.scenarios.loader import load_scenarios
+    from branchpoint.scenarios.variants import expand
+
+    scenarios, errors = load_scenarios(sources)
+    if errors:
+        return list(errors)
+    if not scenarios:
+        at(("scenarios",), "the paths and globs name no scenario (expected scenario files)")
+        return []
+    known = {v.id for s in scenarios for v in expand(s)}
+    for field in ("variants", "exclude_variants"):
+        ids = selection.get(field)
+        for i, vid in enumerate(ids if isinstance(ids, list) else []):
+            if isinstance(vid, str) and vid not in known:
+                at(
+                    ("scenarios", field, i),
+                    f"no variant {vid!r} in these scenarios (expected a variant id; see "
+                    "`branchpoint variants FILE`)",
+                )
+    return []

@@ -1,0 +1,468 @@
+"""``branchpoint export``, ``analyze`` and ``report``: tables, headline statistics and reports.
+
+Heavy packages (pandas, scipy, matplotlib) are imported inside the commands so that
+``branchpoint --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from branchpoint.core.errors import UserError
+from branchpoint.tui.commands.options import DbOption
+
+RunArg = Annotated[
+    str | None, typer.Argument(help="Run id to analyse (see `branchpoint show`); or give --all.")
+]
+AllOpt = Annotated[bool, typer.Option("--all", help="Analyse every run in the store together.")]
+BootOpt = Annotated[
+    int,
+    typer.Option(
+        "--n-boot", min=0, help="Bootstrap replicates for the intervals (0: no intervals)."
+    ),
+]
+SeedOpt = Annotated[
+    int, typer.Option("--seed", help="Seed of the bootstrap, for reproducible intervals.")
+]
+BaselineOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--baseline",
+        help="BRANCH_POINT=OPTION: the baseline option of a branch point, when the scenario file "
+        "is not at hand (default: from the scenario file, else the option most arms share). Repeatable.",
+    ),
+]
+
+ExcludeRetriedOpt = Annotated[
+    bool,
+    typer.Option(
+        "--exclude-retried",
+        help="Leave out the conversations that `--retry-failed` ran again (their verdicts too).",
+    ),
+]
+
+
+def _runs(run: str | None, all_runs: bool) -> str | None:
+    if run is None and not all_runs:
+        raise UserError("give a RUN id or --all")
+    if run is not None and all_runs:
+        raise UserError("give either a RUN id or --all, not both")
+    return run
+
+
+def _store(db: str | None) -> Any:
+    from branchpoint.core.store import open_store
+
+    return open_store(db, create=False)
+
+
+def _baselines(items: list[str] | None) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items or []:
+        if "=" not in item or not item.split("=", 1)[0] or not item.split("=", 1)[1]:
+            raise UserError(
+                f"--baseline {item!r}: expected BRANCH_POINT=OPTION, e.g. limit=accept_limit"
+            )
+        k, v = item.split("=", 1)
+        out[k.strip()] = v.strip()
+    return out
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("export")
+    def export(
+        run: RunArg = None,
+        all_runs: AllOpt = False,
+        fmt: Annotated[
+            str,
+            typer.Option(
+                "--format",
+                help="csv, parquet or jsonl; for --level transcript jsonl or parquet; inspect: "
+                "Inspect AI eval logs into the --out folder (needs branchpoint[inspect]).",
+            ),
+        ] = "csv",
+        out: Annotated[
+            Path | None, typer.Option("--out", help="File to write (a folder for inspect).")
+        ] = None,
+        level: Annotated[
+            str,
+            typer.Option(
+                "--level",
+                help="judgment: one row per judgment (verdict, rationale, evidence, error, raw "
+                "output); turn: one row per message (text, role, exchange, fork, shared-prefix "
+                "flag, fired branch points, events); arm: one row per conversation x branch "
+                "point (realised or not); transcript: one record per conversation (messages, "
+                "arm, fork, verdicts); conversation: per conversation x criterion counts; "
+                "realisation: per branch point x option x target x condition x simulator, how "
+                "many arms realised their option (n of N); corrected: judge-corrected failure "
+                "rates (PPI++) per judge x target x condition x criterion and per target, beside "
+                "the judge-only and people-only rates and the judge's sensitivity and specificity, and "
+                "the judge-corrected matched contrasts in a second file beside it, named "
+                "<out>_contrasts (e.g. corrected_contrasts.csv).",
+            ),
+        ] = "judgment",
+        rubric: Annotated[str | None, typer.Option("--rubric", help="Only this rubric id.")] = None,
+        judge: Annotated[str | None, typer.Option("--judge", help="Only this judge spec.")] = None,
+        db: DbOption = None,
+    ) -> None:
+        """Write the store's data for other tools: tidy tables (judgments, turns, arms, counts),
+        whole transcripts, or Inspect AI eval logs. Every table is joined with its conversation
+        and one column per variant choice. No API keys are in these files."""
+        selected = _runs(run, all_runs)
+        flat = ("judgment", "turn", "arm")
+        levels = (*flat, "transcript", "conversation", "realisation", "corrected")
+        if level not in levels:
+            raise UserError(f"--level {level!r}: expected {', '.join(levels)}")
+        formats = ("csv", "parquet", "jsonl", "inspect")
+        if fmt not in formats:
+            raise UserError(f"--format {fmt!r}: expected csv, parquet, jsonl or inspect")
+        if out is None:
+            raise UserError("--out FILE is required (a folder for --format inspect)")
+        if fmt == "inspect":
+            if level not in ("judgment", "transcript"):  # the default, or what a log holds
+                raise UserError(
+                    f"--level {level}: --format inspect writes whole conversations (leave out "
+                    "--level)"
+                )
+            _export_inspect(db, selected, out, rubric=rubric, judge=judge)
+            return
+        if level == "transcript" and fmt == "csv":
+            raise UserError("--level transcript: expected --format jsonl or parquet (not csv)")
+        store = _store(db)
+        if out.parent and not out.parent.exists():
+            raise UserError(f"{out.parent}: no such directory")
+        if level in flat:
+            from branchpoint.analysis.export import export_level
+
+            n = export_level(store, level, out, fmt, selected, rubric=rubric, judge=judge)
+        elif level == "transcript":
+            from branchpoint.analysis.export import write_transcripts
+
+            n = write_transcripts(store, out, fmt, selected, rubric=rubric, judge=judge)
+            typer.echo(f"wrote {n} transcripts to {out}")
+            return
+        elif level == "corrected":
+            from branchpoint.analysis.judge_correction.contrasts import judge_corrected_contrasts
+            from branchpoint.analysis.judge_correction.estimators import judge_corrected
+
+            corrected = judge_corrected(store, selected)
+            for note in corrected.notes:
+                typer.echo(note)
+            _write_table(corrected.table, out, fmt)
+            n = len(corrected.table)
+            contrasts = judge_corrected_contrasts(store, selected)
+            for note in contrasts.notes:
+                if note not in corrected.notes:
+                    typer.echo(note)
+            side = out.with_name(f"{out.stem}_contrasts{out.suffix}")
+            _write_table(contrasts.table, side, fmt)
+            typer.echo(f"wrote {len(contrasts.table)} corrected contrast rows to {side}")
+        elif level == "realisation":
+            from branchpoint.analysis.pairing.realisation import realisation_table
+
+            table = realisation_table(store, selected)
+            _write_table(table, out, fmt)
+            n = len(table)
+        else:
+            from branchpoint.analysis.tables.judgments import conversation_criterion_table
+
+            table = conversation_criterion_table(store, selected, rubric=rubric, judge=judge)
+            _write_table(table, out, fmt)
+            n = len(table)
+        typer.echo(f"wrote {n} rows to {out}")
+
+    @app.command("analyze")
+    def analyze(
+        run: RunArg = None,
+        all_runs: AllOpt = False,
+        n_boot: BootOpt = 2000,
+        seed: SeedOpt = 0,
+        baseline: BaselineOpt = None,
+        db: DbOption = None,
+        exclude_retried: ExcludeRetriedOpt = False,
+        fmt: Annotated[
+            str,
+            typer.Option(
+                "--format",
+                help="text: headline tables (one block per row where a table is wider than the "
+                "terminal); json: every analysis table as records, for scripts.",
+            ),
+        ] = "text",
+    ) -> None:
+        """Print the headline findings: failure rates with intervals, the largest matched contrasts
+        (paired differences, McNemar and Wilcoxon with Holm), the prompt-condition contrast, ED
+        safety scores and error-verdict counts."""
+        selected = _runs(run, all_runs)
+        if fmt not in ("text", "json"):
+            raise UserError(f"--format {fmt!r}: expected text or json")
+        from rich.console import Console
+
+        from branchpoint.analysis.report.write import headline_tables, run_analysis
+
+        console = Console()
+        err = Console(stderr=True)
+        with err.status("analysing ..."):
+            a = run_analysis(
+                _store(db),
+                selected,
+                n_boot=n_boot,
+                seed=seed,
+                baselines=_baselines(baseline),
+                examples=0,
+                exclude_retried=exclude_retried,
+            )
+        from branchpoint.analysis.judge_correction.contrasts import (
+            TITLE as CONTRAST_TITLE,
+        )
+        from branchpoint.analysis.judge_correction.contrasts import (
+            contrast_display,
+            judge_corrected_contrasts,
+            summary_line,
+        )
+        from branchpoint.analysis.judge_correction.estimators import ALL, judge_corrected
+        from branchpoint.analysis.judge_correction.section import TITLE, display_table
+
+        corrected = judge_corrected(_store(db), selected, exclude=a.excluded)
+        contrasts = judge_corrected_contrasts(
+            _store(db), selected, baselines=_baselines(baseline), exclude=a.excluded
+        )
+        if fmt == "json":
+            typer.echo(analysis_json(a, corrected, contrasts))
+            return
+        copies = (
+            f" ({a.n_copied_conversations} arms that never forked counted once)"
+            if a.n_copied_conversations
+            else ""
+        )
+        console.print(
+            _text(
+                f"{a.n_conversations} conversations{copies}, "
+                f"{a.n_judgments - a.n_errors} distinct ratings"
+                + (f" and {a.n_errors} error verdicts" if a.n_errors else "")
+                + (f" (runs: {', '.join(a.runs)})" if a.runs else " (all runs)")
+            )  # fmt: skip
+        )
+        tables = headline_tables(a)
+        if not tables:
+            console.print(_text("no judged conversations to summarise"))
+        for caption, frame in tables:
+            _print_table(console, caption, frame)
+        from branchpoint.analysis.report.sections import printed_notes
+
+        for note in printed_notes(a):  # the report's notes, same text (e.g. an unsuitable judge)
+            console.print(_text("note: " + note))
+        if corrected.empty:
+            console.print(_text(f"{TITLE}: {corrected.notes[0]}"))
+        else:
+            per_target = corrected.table[corrected.table["condition"] == ALL]
+            shown = display_table(per_target)[
+                [
+                    "judge",
+                    "target",
+                    "labelled",
+                    "judge only",
+                    "corrected",
+                    "sensitivity",
+                    "specificity",
+                ]
+            ]  # per target; every cell in `report` and `export --level corrected`
+            _print_table(console, f"{TITLE} (PPI++, per target)", shown)
+            line = summary_line(contrasts)
+            if line is not None:
+                console.print(_text(f"{CONTRAST_TITLE}: {line}"))
+            else:
+                pooled = contrasts.table[contrasts.table["criterion_id"] == ALL]
+                cols = ["judge", "contrast", "condition", "labelled (option/baseline)",
+                        "judge only", "corrected"]  # fmt: skip
+                _print_table(
+                    console,
+                    f"{CONTRAST_TITLE} (all criteria; points, option minus baseline)",
+                    contrast_display(pooled)[cols],
+                )  # per criterion: `report` and `export --level corrected`
+
+    @app.command("report")
+    def report(
+        run: RunArg = None,
+        all_runs: AllOpt = False,
+        out: Annotated[
+            Path,
+            typer.Option("--out", help="Directory for report.md, report.html and the PNG plots."),
+        ] = Path("report"),
+        n_boot: BootOpt = 2000,
+        seed: SeedOpt = 0,
+        baseline: BaselineOpt = None,
+        db: DbOption = None,
+        exclude_retried: ExcludeRetriedOpt = False,
+        judge: Annotated[
+            str | None,
+            typer.Option(
+                "--judge",
+                help="Judge spec whose verdicts the plots show (default: the judge with the most "
+                "non-error ratings). Tables list every judge apart.",
+            ),
+        ] = None,
+    ) -> None:
+        """Write report.md and a self-contained report.html (plots embedded, all text escaped):
+        headline findings first, then failure rates, criterion heatmap, matched contrasts, the
+        condition contrast, simulator sensitivity, ED safety scores, judge agreement and reasoning."""
+        selected = _runs(run, all_runs)
+        from rich.console import Console
+
+        from branchpoint.analysis.report.write import run_analysis, write_report
+
+        err = Console(stderr=True)
+        if out.exists() and not out.is_dir():
+            raise UserError(f"--out {out}: exists and is not a directory")
+        with err.status("analysing and plotting ..."):
+            store = _store(db)
+            analysis = run_analysis(
+                store,
+                selected,
+                n_boot=n_boot,
+                seed=seed,
+                baselines=_baselines(baseline),
+                exclude_retried=exclude_retried,
+                judge=judge,
+            )
+            files = write_report(
+                store,
+                out,
+                selected,
+                n_boot=n_boot,
+                seed=seed,
+                baselines=_baselines(baseline),
+                analysis=analysis,
+            )
+        for name in files.missing_plots:
+            typer.echo(f"no data for plot {name} (the report says so)")
+        typer.echo(f"report: {files.html}")
+        typer.echo(f"report: {files.markdown}")
+
+
+def _write_table(table: Any, out: Path, fmt: str) -> None:
+    """A summary table (counts, realisation n of N) as csv, parquet or JSON lines."""
+    if fmt == "jsonl":
+        table.to_json(out, orient="records", lines=True, force_ascii=False)
+        return
+    from branchpoint.analysis.tables.judgments import export_table
+
+    export_table(table, out, fmt)
+
+
+def _export_inspect(
+    db: str | None, runs: str | None, out: Path, *, rubric: str | None, judge: str | None
+) -> None:
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out}: exists and is not a folder (inspect writes one log a file)")
+    from branchpoint.analysis.export import write_inspect_logs
+
+    logs = write_inspect_logs(_store(db), out, runs, rubric=rubric, judge=judge)
+    typer.echo(
+        f"wrote {len(logs)} Inspect logs to {out} (browse them: inspect view --log-dir {out})"
+    )
+
+
+def _text(s: str) -> Any:
+    from rich.text import Text
+
+    return Text(s)  # a Text is never parsed for markup
+
+
+def analysis_json(a: Any, corrected: Any = None, contrasts: Any = None) -> str:
+    """Every table of an analysis as JSON records (NaN as null), with its counts and notes, and
+    the judge-corrected rates and contrasts when given."""
+    import json
+
+    from branchpoint.analysis.report.sections import printed_notes
+
+    def records(frame: Any) -> Any:
+        if frame is None or getattr(frame, "empty", True):
+            return []
+        return json.loads(frame.to_json(orient="records", date_format="iso"))
+
+    def contrast(result: Any) -> Any:
+        if result is None:
+            return None
+        return {
+            "contrasts": records(result.contrasts),
+            "per_target": records(result.per_target),
+            "target_share": records(result.target_share),
+            "friedman": records(result.friedman),
+            "notes": list(result.notes),
+        }
+
+    out = {
+        "runs": a.runs,
+        "n_conversations": a.n_conversations,
+        "n_copied_conversations": a.n_copied_conversations,
+        "n_ratings": a.n_judgments,
+        "unit_of_analysis": "judged chatbot turn, each counted once however many arms carry it",
+        "rates": records(a.rates),
+        "rates_target_condition": records(a.rates_target_condition),
+        "rates_condition": records(a.rates_condition),
+        "rates_condition_conversation": records(a.rates_condition_conversation),
+        "rates_risk_area": records(a.rates_risk_area),
+        "errors": records(a.errors),
+        "contrasts": contrast(a.contrasts),
+        "condition": contrast(a.condition),
+        "simulators": contrast(a.simulators),
+        "simulator_conclusions": records(a.simulator_conclusions),
+        "agreement": None
+        if a.agreement is None
+        else {"pairs": records(a.agreement.pairs), "alpha_all": records(a.agreement.alpha_all)},
+        "plotted_judge": a.primary_judge,
+        "judge_corrected": None
+        if corrected is None
+        else {
+            "rates": records(corrected.table),
+            "notes": list(corrected.notes),
+            "contrasts": [] if contrasts is None else records(contrasts.table),
+            "contrast_notes": [] if contrasts is None else list(contrasts.notes),
+        },
+        "notes": printed_notes(a),
+    }
+    return json.dumps(out, indent=1, default=str)
+
+
+def _print_table(console: Any, caption: str, frame: Any) -> None:
+    """A table when it fits the terminal; otherwise one block per row ("column: value" lines),
+    since a table squeezed into 80 columns breaks every cell into unreadable pieces."""
+    from rich.measure import Measurement
+
+    table = _rich_table(caption, frame)
+    natural = Measurement.get(console, console.options.update_width(100_000), table).maximum
+    if natural <= console.width:
+        console.print(table)
+        return
+    from rich.text import Text
+
+    console.print(Text(caption, style="bold"))
+    cols = [str(c) for c in frame.columns]
+    width = min(max((len(c) for c in cols), default=0), 28)
+    for i, row in enumerate(frame.head(40).itertuples(index=False)):
+        if i:
+            console.print(Text(""))
+        for col, value in zip(cols, row):
+            console.print(Text(f"  {col:<{width}}  {_printable(value)}"))
+
+
+def _rich_table(caption: str, frame: Any) -> Any:
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title=Text(caption), title_justify="left")
+    for col in frame.columns:
+        table.add_column(Text(str(col)))
+    for row in frame.head(40).itertuples(index=False):
+        table.add_row(*[Text(_printable(v)) for v in row])
+    return table
+
+
+def _printable(v: Any) -> str:
+    """Model or user text shown literally: control characters (terminal escapes) made visible."""
+    from branchpoint.core.untrusted import visible
+
+    return visible(v, multiline=False)
