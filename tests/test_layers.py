@@ -98,7 +98,7 @@ def test_an_upward_import_breaks_the_contract(tmp_path: Path) -> None:
     output = result.stdout + result.stderr
     assert result.returncode != 0, output
     assert f"{LAYERS_CONTRACT} BROKEN" in output
-    assert "core is not allowed to import tui" in output
+    assert "branchpoint.core is not allowed to import branchpoint.tui" in output
     assert "branchpoint.core.errors -> branchpoint.tui.cli" in output
 
 

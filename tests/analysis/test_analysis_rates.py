@@ -172,7 +172,7 @@ def test_fast_reader_equals_sql_group_by_on_interleaved_rows_and_two_judges(
 ) -> None:
     import shutil
 
-    from branchpoint.analysis import tables
+    from branchpoint.analysis.tables import judgments as tables
 
     path = tmp_path / "shuffled.db"
     shutil.copy(teen_db[0], path)

@@ -321,7 +321,7 @@ def test_the_jackknife_equals_leaving_each_scenario_out_by_hand() -> None:
     scenario left out, lambda tuned again each time or fixed."""
     import math
 
-    from branchpoint.analysis import judge_correction as jc
+    from branchpoint.analysis.judge_correction import estimators as jc
 
     rng = np.random.default_rng(0)
 

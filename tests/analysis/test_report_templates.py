@@ -29,20 +29,22 @@ HOSTILE = (
 
 
 def test_the_templates_ship_as_package_data() -> None:
-    folder = resources.files("analysis").joinpath("templates")
+    folder = resources.files("branchpoint.analysis").joinpath("templates")
     for name in TEMPLATES:
         assert folder.joinpath(name).is_file(), name
     # A non-editable install copies them: setuptools finds branchpoint/analysis/templates (namespace
     # packages are on) and the package data of every package includes *.j2.
     setup = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
     assert setup["packages"]["find"].get("namespaces", True)
-    assert "analysis*" in setup["packages"]["find"]["include"]
+    assert "branchpoint*" in setup["packages"]["find"]["include"]
     assert "*.j2" in setup["package-data"]["*"]
 
 
 def test_the_templates_mark_nothing_safe() -> None:
     for name in TEMPLATES:
-        text = resources.files("analysis").joinpath("templates", name).read_text("utf-8")
+        text = (
+            resources.files("branchpoint.analysis").joinpath("templates", name).read_text("utf-8")
+        )
         assert "|safe" not in text.replace(" ", "") and "Markup" not in text, name
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from branchpoint.analysis import tables
+from branchpoint.analysis.tables import judgments as tables
 from branchpoint.analysis.tables.judgments import (
     CONVERSATION_COLUMNS,
     choice_columns,
