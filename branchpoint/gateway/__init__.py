@@ -9,6 +9,8 @@ scenarios, conversations or rubrics. Names are imported lazily so ``import gatew
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from branchpoint.core.lazy import lazy_getattr
 
 _EXPORTS = {
@@ -47,3 +49,18 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 __getattr__ = lazy_getattr(__name__, _EXPORTS)
+
+
+if TYPE_CHECKING:  # for type checkers and editors: the names the lazy map serves
+    from branchpoint.gateway.batch import BatchAPI, BatchJob, BatchResult, BatchTarget, batch_target
+    from branchpoint.gateway.call_layout import CallLayout, TurnsRef
+    from branchpoint.gateway.completion import Completion, GenParams, Message, ModelError
+    from branchpoint.gateway.gateway import Gateway
+    from branchpoint.gateway.limits import LimitsFile, ProviderLimits, load_limits
+    from branchpoint.gateway.pricing import BATCH_FACTOR, Price, Tokens, batch_price_of, price_of
+    from branchpoint.gateway.providers.base import ProviderKind
+    from branchpoint.gateway.providers.registry import register_provider
+    from branchpoint.gateway.providers.scripted import ScriptedModel
+    from branchpoint.gateway.specs import params_from, parse_spec
+    from branchpoint.gateway.structured import extract_json
+    from branchpoint.gateway.thinking import split_reasoning
