@@ -9,7 +9,19 @@ scenarios, conversations or rubrics. Names are imported lazily so ``import gatew
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
+
+# No network at run time, from any entry point (the command line, the Python API, a notebook):
+# every module that imports litellm, transformers or torch is in this package, so this runs
+# before they load. litellm otherwise downloads its price map from GitHub at import (three tries,
+# seconds of waits) and reports telemetry; the hub would be asked about model files that are local.
+# setdefault: a lab that wants the live price map or the hub sets these itself.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+os.environ.setdefault("LITELLM_TELEMETRY", "False")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from branchpoint.core.lazy import lazy_getattr
 
