@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from fixtures.typed_user_script import run_mypy_on_user_script
 
 import branchpoint
 
@@ -85,60 +86,6 @@ def test_importing_branchpoint_loads_no_heavy_library() -> None:
     ).stdout.splitlines()
     assert out[0] == "[]", out
     assert out[1] == "['branchpoint', 'branchpoint.core', 'branchpoint.core.lazy']", out
-
-
-USER_SCRIPT = """\
-from branchpoint import arun_study, judge_run, open_store, plan_study, run_study
-
-plan = plan_study("study.yaml")
-reveal_type(plan)
-result = run_study(plan)
-reveal_type(result)
-reveal_type(arun_study)
-reveal_type(open_store)
-summary = judge_run("run-1", db="results.db", judges=["heuristic"])
-reveal_type(summary)
-judge_run("run-1", judgse=["heuristic"])  # type: ignore[call-arg]
-ok: bool = result.ok
-lines: list[str] = plan.lines()
-"""
-
-
-def run_mypy_on_user_script(folder: Path, env: dict[str, str], python: str) -> str:
-    """mypy on a notebook-like script that calls the front door; ``--disallow-any-expr`` makes
-    any expression of type Any in it an error, and ``--warn-unused-ignores`` fails the run if the
-    misspelt keyword is not caught. Returns mypy's output (it must pass)."""
-    script = folder / "user_script.py"
-    script.write_text(USER_SCRIPT, encoding="utf-8")
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "mypy",
-            "--python-executable",
-            python,
-            "--no-incremental",
-            "--follow-imports=silent",
-            "--disallow-any-expr",
-            "--warn-unused-ignores",
-            "--config-file",
-            os.devnull,
-            str(script),
-        ],
-        cwd=folder,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    output = result.stdout + result.stderr
-    assert result.returncode == 0, output
-    assert 'Revealed type is "branchpoint.study.api.StudyPlan"' in output, output
-    assert 'Revealed type is "branchpoint.study.api.StudyResult"' in output, output
-    assert "def (plan: branchpoint.study.api.StudyPlan" in output, output
-    assert "branchpoint.core.store.Store" in output, output
-    assert 'Revealed type is "branchpoint.judges.runner.JudgeSummary"' in output, output
-    return output
 
 
 @pytest.mark.slow
