@@ -21,18 +21,20 @@ import os
 import tempfile
 from pathlib import Path
 
-from branchpoint.core.read import (
+from branchpoint import (
+    LIBRARY,
     conversation_rows,
     judgment_rows,
-    model_call_count,
+    open_store,
+    plan_study,
     run_costs,
+    run_study,
     turn_rows,
 )
-from branchpoint.core.store import open_store
-from branchpoint.study import plan_study, run_study
+from branchpoint.core.read import model_call_count
 
-REPO = Path(__file__).resolve().parents[1] if "__file__" in globals() else Path.cwd()
-SCENARIO = REPO / "branchpoint" / "scenarios" / "library" / "teen" / "teen-ah-rail-bridge-jump.yaml"
+# a scenario of the library that ships with the package (no checkout needed)
+SCENARIO = LIBRARY / "teen" / "teen-ah-rail-bridge-jump.yaml"
 
 api_base = os.environ.get("BRANCHPOINT_EXAMPLE_API_BASE")
 server = None

@@ -217,11 +217,12 @@ def test_a_broken_file_cycle_stays_broken(one: str, other: str) -> None:
 
 
 def _exported_modules() -> set[str]:
-    """Each package's __init__ and the modules its lazy _EXPORTS table points at."""
+    """Each package's __init__ (the root's, the front door, too) and the modules its lazy
+    _EXPORTS table points at."""
     out: set[str] = set()
-    for package in PACKAGES:
-        init = ROOT / ROOT_PACKAGE / package / "__init__.py"
-        out.add(f"{ROOT_PACKAGE}/{package}/__init__.py")
+    for folder in [ROOT / ROOT_PACKAGE] + [ROOT / ROOT_PACKAGE / p for p in PACKAGES]:
+        init = folder / "__init__.py"
+        out.add(init.relative_to(ROOT).as_posix())
         for node in ast.walk(ast.parse(init.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Assign) and any(
                 isinstance(t, ast.Name) and t.id == "_EXPORTS" for t in node.targets

@@ -10,6 +10,8 @@ judge agreement and reports. Names are imported lazily so that ``import analysis
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from branchpoint.core.lazy import lazy_getattr
 
 _EXPORTS = {
@@ -54,3 +56,46 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 __getattr__ = lazy_getattr(__name__, _EXPORTS)
+
+
+if TYPE_CHECKING:  # for type checkers and editors: the names the lazy map serves
+    from branchpoint.analysis.contrasts.matched import (
+        condition_contrast,
+        matched_contrasts,
+        simulator_sensitivity,
+    )
+    from branchpoint.analysis.contrasts.sensitivity import conclusions_by_simulator
+    from branchpoint.analysis.ed.responses import ed_analysis, safety_score
+    from branchpoint.analysis.ed.turns import (
+        condition_safety_contrasts,
+        conversation_safety,
+        matched_safety_contrasts,
+    )
+    from branchpoint.analysis.judge_correction.contrasts import judge_corrected_contrasts
+    from branchpoint.analysis.judge_correction.estimators import (
+        judge_corrected,
+        label_plan,
+        ppi_contrast,
+        ppi_design,
+        ppi_mean_iid,
+    )
+    from branchpoint.analysis.judge_correction.section import judge_correction_section
+    from branchpoint.analysis.outcomes.rates import failure_rates
+    from branchpoint.analysis.outcomes.reasoning import reasoning_noticed, reply_status
+    from branchpoint.analysis.pairing.forks import attach_tree, distinct_ratings
+    from branchpoint.analysis.pairing.realisation import realisation_table
+    from branchpoint.analysis.pipeline import run_analysis
+    from branchpoint.analysis.raters.agreement import (
+        agreement_report,
+        cohen_kappa_quadratic,
+        krippendorff_alpha,
+    )
+    from branchpoint.analysis.report.judge_choice import plotted_judge
+    from branchpoint.analysis.report.write import write_report
+    from branchpoint.analysis.stats.inference import holm, scenario_level_test, sign_flip_pvalue
+    from branchpoint.analysis.tables.judgments import (
+        conversation_criterion_table,
+        human_label_table,
+        judgment_table,
+    )
+    from branchpoint.analysis.tables.versions import keep_versions_apart

@@ -9,6 +9,20 @@ scenarios, conversations or rubrics. Names are imported lazily so ``import gatew
 
 from __future__ import annotations
 
+import os
+from typing import TYPE_CHECKING
+
+# No network at run time, from any entry point (the command line, the Python API, a notebook):
+# every module that imports litellm, transformers or torch is in this package, so this runs
+# before they load. litellm otherwise downloads its price map from GitHub at import (three tries,
+# seconds of waits) and reports telemetry; the hub would be asked about model files that are local.
+# setdefault: a lab that wants the live price map or the hub sets these itself.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+os.environ.setdefault("LITELLM_TELEMETRY", "False")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
 from branchpoint.core.lazy import lazy_getattr
 
 _EXPORTS = {
@@ -47,3 +61,18 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 __getattr__ = lazy_getattr(__name__, _EXPORTS)
+
+
+if TYPE_CHECKING:  # for type checkers and editors: the names the lazy map serves
+    from branchpoint.gateway.batch import BatchAPI, BatchJob, BatchResult, BatchTarget, batch_target
+    from branchpoint.gateway.call_layout import CallLayout, TurnsRef
+    from branchpoint.gateway.completion import Completion, GenParams, Message, ModelError
+    from branchpoint.gateway.gateway import Gateway
+    from branchpoint.gateway.limits import LimitsFile, ProviderLimits, load_limits
+    from branchpoint.gateway.pricing import BATCH_FACTOR, Price, Tokens, batch_price_of, price_of
+    from branchpoint.gateway.providers.base import ProviderKind
+    from branchpoint.gateway.providers.registry import register_provider
+    from branchpoint.gateway.providers.scripted import ScriptedModel
+    from branchpoint.gateway.specs import params_from, parse_spec
+    from branchpoint.gateway.structured import extract_json
+    from branchpoint.gateway.thinking import split_reasoning

@@ -9,6 +9,8 @@ Names are imported lazily so that ``import judges`` stays light (no jinja2, no g
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from branchpoint.core.lazy import lazy_getattr
 
 _EXPORTS = {
@@ -52,3 +54,31 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 __getattr__ = lazy_getattr(__name__, _EXPORTS)
+
+
+if TYPE_CHECKING:  # for type checkers and editors: the names the lazy map serves
+    from branchpoint.core.scales import SCALES
+    from branchpoint.judges.batch_judging import BatchJudging
+    from branchpoint.judges.heuristic import HeuristicJudge
+    from branchpoint.judges.kora_rubric import build_kora_rubric
+    from branchpoint.judges.llm_judge import PROMPT_VERSION, LLMJudge
+    from branchpoint.judges.loading import bundled_rubrics, load_rubric, load_rubric_file
+    from branchpoint.judges.panel import Panel
+    from branchpoint.judges.persona_checks import (
+        HeuristicPersonaRater,
+        LLMPersonaRater,
+        PersonaSummary,
+        arate_personas,
+        make_persona_rater,
+        persona_judge_run,
+        rate_personas,
+    )
+    from branchpoint.judges.reasoning_criterion import REASONING_RUBRIC, reasoning_view
+    from branchpoint.judges.rubric import Criterion, Patterns, Rubric, rubric_json_schema
+    from branchpoint.judges.runner import JudgeSummary, ajudge_run, judge_run, make_judge
+    from branchpoint.judges.scenario_rubrics import (
+        ajudge_by_scenario_rubric,
+        judge_by_scenario_rubric,
+    )
+    from branchpoint.judges.scoring import ed_safety_score
+    from branchpoint.judges.verdicts import CriterionVerdict, JudgingUnit, TranscriptTurn

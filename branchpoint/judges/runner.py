@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
+from branchpoint.core.synchronous import synchronous
 from branchpoint.judges.llm_judge import DEFAULT_MAX_RETRIES
 from branchpoint.judges.panel import Panel
 from branchpoint.judges.reasoning_criterion import (
@@ -702,6 +703,6 @@ def _set_prices(
             gateway.batch_factors[spec] = batch_factor
 
 
-def judge_run(run_id: str | None = None, **kwargs: Any) -> JudgeSummary:
-    """Synchronous :func:`ajudge_run` (for the command line, ``make demo`` and scripts)."""
-    return asyncio.run(ajudge_run(run_id, **kwargs))
+judge_run = synchronous(
+    ajudge_run, "Synchronous :func:`ajudge_run` (for the command line, ``make demo`` and scripts)."
+)

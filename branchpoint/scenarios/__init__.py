@@ -90,6 +90,14 @@ if TYPE_CHECKING:  # for type checkers and editors
         Stage,
         Trigger,
     )
+    from branchpoint.scenarios.persona_rubric import (
+        PersonaVerdict,
+        enactment_rubric,
+        rate_enactment,
+        rate_realism,
+        realism_at_least,
+        realism_rubric,
+    )
     from branchpoint.scenarios.validate import validate_paths
     from branchpoint.scenarios.variants import (
         OPENING,

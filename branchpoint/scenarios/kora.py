@@ -30,6 +30,12 @@ from branchpoint.core.templates import is_template
 from branchpoint.scenarios.models import Scenario
 
 SOURCE = "KORA benchmark (github.com/korabench/benchmark, Apache-2.0)"
+# Where a lab gets the two files: branchpoint ships none of KORA's text.
+WHERE_TO_GET = (
+    "KORA's files come from its public repository, https://github.com/korabench/benchmark "
+    "(Apache-2.0; keep its LICENSE with them): data/scenarios.jsonl and "
+    "packages/benchmark/data/risks.json"
+)
 DISCLAIMER = (
     "Imported from the public KORA benchmark; not written or reviewed by the branchpoint project "
     "and not clinically validated."

@@ -6,6 +6,8 @@ Names are imported lazily so that ``import simulator`` (and ``branchpoint --help
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from branchpoint.core.lazy import lazy_getattr
 
 _EXPORTS = {
@@ -39,3 +41,19 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 __getattr__ = lazy_getattr(__name__, _EXPORTS)
+
+
+if TYPE_CHECKING:  # for type checkers and editors: the names the lazy map serves
+    from branchpoint.core.errors import UserError
+    from branchpoint.core.redaction import redact
+    from branchpoint.core.store import open_store
+    from branchpoint.simulator.events import Detection, LLMDetector, RuleDetector
+    from branchpoint.simulator.execute import execute
+    from branchpoint.simulator.graph import conversation_graph
+    from branchpoint.simulator.lifecycle import ConversationSummary, RunResult, mark_interrupted
+    from branchpoint.simulator.persona import PersonaSimulator
+    from branchpoint.simulator.plan import RunPlan, TreeSpec, plan_run
+    from branchpoint.simulator.provenance import config_hash, record_provenance
+    from branchpoint.simulator.run_config import RunConfig
+    from branchpoint.simulator.runner import run, run_scenario, run_scenarios
+    from branchpoint.simulator.transcript import load_conversation, render_conversation

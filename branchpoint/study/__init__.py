@@ -10,6 +10,8 @@ Names are imported lazily, like every package's.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from branchpoint.core.lazy import lazy_getattr
 
 _EXPORTS = {
@@ -30,3 +32,18 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 __getattr__ = lazy_getattr(__name__, _EXPORTS)
+
+
+if TYPE_CHECKING:  # for type checkers and editors: the names the lazy map serves
+    from branchpoint.study.api import (
+        StudyPlan,
+        StudyResult,
+        arun_study,
+        plan_study,
+        run_study,
+        study_monitor,
+    )
+    from branchpoint.study.manifest import Manifest, ManifestError, load_manifest
+    from branchpoint.study.plan import SweepPlan
+    from branchpoint.study.run import SweepResult
+    from branchpoint.study.schema import manifest_json_schema

@@ -12,12 +12,6 @@ import os
 import sys
 from typing import NoReturn
 
-# Before anything imports litellm or transformers: no network at import, no hub look-ups.
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
 import typer
 
 from branchpoint.core.errors import UserError

@@ -187,3 +187,97 @@ def test_a_plugin_with_neither_provider_nor_register_is_refused(
         load_plugins(Gateway(cache=False))
     monkeypatch.setenv("BRANCHPOINT_PLUGINS", "lab_plugin")
     assert load_plugins(Gateway(cache=False)) == ["lab_plugin"]  # PROVIDER alone is enough
+
+
+# ------------------------------------------------------------------ entry points (installed plugins)
+
+
+def _install_plugin_distribution(folder: Path, entry_point: str) -> Path:
+    """A tiny installed distribution, ``lab-models``: its module and a .dist-info whose
+    entry_points.txt names it in ``branchpoint.providers``, as ``pip install`` leaves them."""
+    folder.mkdir(exist_ok=True)
+    (folder / "lab_plugin.py").write_text(LAB_PLUGIN, encoding="utf-8")
+    info = folder / "lab_models-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: lab-models\nVersion: 0.1\n", encoding="utf-8"
+    )
+    (info / "entry_points.txt").write_text(
+        f"[{registry.ENTRY_POINT_GROUP}]\n{entry_point}\n", encoding="utf-8"
+    )
+    return folder
+
+
+@pytest.fixture
+def installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The distribution on sys.path (importlib.metadata finds it there), no $BRANCHPOINT_PLUGINS;
+    the registry's table and its entry-point cache are restored afterwards."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv("BRANCHPOINT_PLUGINS", raising=False)
+    monkeypatch.setattr(registry, "_modules", dict(registry._modules))
+    monkeypatch.setattr(registry, "_kinds", dict(registry._kinds))
+    monkeypatch.delitem(sys.modules, "lab_plugin", raising=False)
+    registry.plugin_entry_points.cache_clear()
+    yield tmp_path
+    registry.plugin_entry_points.cache_clear()
+
+
+@pytest.mark.parametrize("entry_point", ["lab = lab_plugin", "lab = lab_plugin:PROVIDER"])
+def test_an_installed_entry_point_serves_its_prefix(installed: Path, entry_point: str) -> None:
+    assert registry.find("lab") is None  # not installed yet
+    registry.plugin_entry_points.cache_clear()
+    _install_plugin_distribution(installed, entry_point)
+    registry.plugin_entry_points.cache_clear()
+    kind = registry.find("lab")
+    assert kind is not None and kind.usage == "lab:NAME"
+    assert "lab:NAME" in registry.usages()
+
+
+def test_an_entry_point_whose_kind_has_another_prefix_is_one_line(installed: Path) -> None:
+    _install_plugin_distribution(installed, "labs = lab_plugin:PROVIDER")
+    with pytest.raises(
+        UserError, match=r"^entry point labs = 'lab_plugin:PROVIDER' .*'lab'.*'labs'"
+    ):
+        registry.find("labs")
+
+
+def test_a_broken_entry_point_is_one_line_naming_it(installed: Path) -> None:
+    _install_plugin_distribution(installed, "lab = lab_plugin_missing")
+    with pytest.raises(
+        UserError,
+        match=r"^entry point lab = 'lab_plugin_missing' \(group branchpoint.providers\): cannot load",
+    ):
+        registry.find("lab")
+
+
+def test_the_command_line_runs_and_judges_an_installed_plugins_prefix(tmp_path: Path) -> None:
+    # in a subprocess, as a lab would: `pip install lab-models`, then use lab:... on the command line
+    site = _install_plugin_distribution(tmp_path / "site", "lab = lab_plugin")
+    env = plugin_env(0.0)  # its BRANCHPOINT_PLUGINS names the test's scripted persona only
+    env["PYTHONPATH"] = f"{site}:{env['PYTHONPATH']}"
+    assert "lab_plugin" not in env["BRANCHPOINT_PLUGINS"]
+    db = tmp_path / "lab.db"
+    proc = run_cli(
+        "run", str(FIX / "on_event.yaml"), "--target", "lab:tiny", "--simulator",
+        "scripted:persona", "--max-turns", "3", "--db", str(db), "--run-id", "lab-run",
+        env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    import sqlite3
+
+    with sqlite3.connect(db) as con:
+        replies = {r[0] for r in con.execute("select content from turns where role = 'assistant'")}
+        targets = {r[0] for r in con.execute("select target from conversations")}
+    assert targets == {"lab:tiny"}
+    assert "lab tiny here, tell me more" in replies
+    # the plugin's model as a judge: its plain-text answer is not a verdict, so every unit is an
+    # error (never a pass), and the call went to the plugin's model
+    judged = run_cli(
+        "judge", "lab-run", "--judge", "lab:judge", "--rubric", "teen", "--db", str(db), env=env
+    )
+    assert judged.returncode in (0, 1), judged.stderr
+    with sqlite3.connect(db) as con:
+        verdicts = {
+            r[0] for r in con.execute("select verdict from judgments where judge = 'lab:judge'")
+        }
+    assert verdicts == {"error"}, verdicts

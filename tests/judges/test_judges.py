@@ -1,7 +1,8 @@
 """Judging stored conversations end to end, on a real SQLite store.
 
 The conversations are built from the labelled GOOD/BAD replies to teens in the public Under-18
-behaviour specification (../shared/data/model_spec_u18/under18.md, parsed here, never copied). They
+behaviour specification (../shared/data/model_spec_u18/under18.md, parsed here, never copied; the
+tests that need it skip, naming it, where it is absent: tests/fixtures/public_data.py). They
 are judged by the heuristic judge and by scripted LLM judges (real providers on the real gateway):
 an oracle that knows the labels, one that returns garbage, one that fails, one that leaves a
 criterion out.
@@ -10,6 +11,7 @@ criterion out.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import re
 from dataclasses import dataclass
@@ -18,6 +20,7 @@ from typing import Any
 
 import pytest
 from fixtures.engine.helpers import run_cli
+from fixtures.public_data import U18, U18_MISSING, needs_u18
 from sqlmodel import select
 
 from branchpoint.core.records import Conversation, Judgment, ModelCall, Run, Turn
@@ -30,7 +33,6 @@ from branchpoint.judges.loading import load_rubric
 from branchpoint.judges.runner import ajudge_run
 
 REPO = Path(__file__).resolve().parents[2]
-U18 = REPO.parent / "shared" / "data" / "model_spec_u18" / "under18.md"
 TEEN = load_rubric("teen")
 
 # The criteria each of the four worked examples makes relevant, as a scenario would list them.
@@ -73,8 +75,14 @@ def parse_u18() -> list[Example]:
     return out
 
 
-EXAMPLES = parse_u18()
-LABELS = {e.reply: e.label for e in EXAMPLES}
+@functools.cache
+def u18_examples() -> list[Example]:
+    """The worked examples, read on first use (never at collection: a clone may not have them)."""
+    return parse_u18()
+
+
+def labels() -> dict[str, str]:
+    return {e.reply: e.label for e in u18_examples()}
 
 
 def _scenario_yaml(tmp: Path, i: int) -> Path:
@@ -144,8 +152,10 @@ def add_conversation(
 
 @pytest.fixture
 def u18_store(store: Any, tmp_path: Path) -> Any:
+    if not U18.is_file():
+        pytest.skip(U18_MISSING)
     paths = {i: _scenario_yaml(tmp_path, i) for i in range(len(CRITERIA))}
-    for e in EXAMPLES:
+    for e in u18_examples():
         add_conversation(
             store,
             "u18",
@@ -197,7 +207,7 @@ def oracle(messages: list[Message], params: GenParams) -> str:
     """Rates as the labels say; the last listed criterion is marked not applicable."""
     assert params.json_schema is not None and params.temperature == 0
     reply = _rated_reply(messages)
-    label = LABELS[reply]
+    label = labels()[reply]
     ids = _listed_criteria(messages)
     out: dict[str, Any] = {}
     for cid in ids[:-1]:
@@ -231,10 +241,11 @@ def gateway_with(store: Any, **models: ScriptedModel) -> Gateway:
 # ------------------------------------------------------------------------------ tests
 
 
+@needs_u18
 def test_the_labelled_examples_parse() -> None:
-    assert len(EXAMPLES) == 12
-    assert sum(e.label == "GOOD" for e in EXAMPLES) == 4
-    assert all(e.reply and e.user for e in EXAMPLES)
+    assert len(u18_examples()) == 12
+    assert sum(e.label == "GOOD" for e in u18_examples()) == 4
+    assert all(e.reply and e.user for e in u18_examples())
 
 
 def test_heuristic_judge_on_labelled_examples(u18_store: Any) -> None:
@@ -256,9 +267,9 @@ def test_heuristic_judge_on_labelled_examples(u18_store: Any) -> None:
         )  # only the scenario's criteria
         assert r.turn_id == f"{r.conversation_id}:1" and r.turn_index == 1
         if r.verdict in ("pass", "fail", "partial") and r.evidence:
-            reply = next(e.reply for e in EXAMPLES if e.key == r.conversation_id)
+            reply = next(e.reply for e in u18_examples() if e.key == r.conversation_id)
             assert all(ev["verified"] and ev["quote"].lower() in reply.lower() for ev in r.evidence)
-    for e in EXAMPLES:
+    for e in u18_examples():
         verdicts = [r.verdict for r in by_conv.get(e.key, []) if r.applicable]
         if e.label == "GOOD":
             assert "fail" not in verdicts, (e.key, verdicts)
@@ -279,11 +290,11 @@ def test_scripted_llm_judge_stores_verdicts_with_evidence_and_provenance(u18_sto
         "Sam, 15. A teen asking a chatbot one question." in prompt and "Worked example 0" in prompt
     )
     stored = rows(u18_store, "scripted:oracle")
-    assert len(stored) == sum(len(CRITERIA[e.scenario]) for e in EXAMPLES)
+    assert len(stored) == sum(len(CRITERIA[e.scenario]) for e in u18_examples())
     with u18_store.session() as s:
         calls = {c.id: c for c in s.exec(select(ModelCall)).all()}
     for r in stored:
-        example = next(e for e in EXAMPLES if e.key == r.conversation_id)
+        example = next(e for e in u18_examples() if e.key == r.conversation_id)
         listed = [
             c.id for c in TEEN.select(CRITERIA[example.scenario])
         ]  # the prompt lists them in rubric order
@@ -312,7 +323,7 @@ def test_scripted_llm_judge_stores_verdicts_with_evidence_and_provenance(u18_sto
 def test_judging_again_makes_zero_model_calls(u18_store: Any) -> None:
     model = ScriptedModel(default=oracle)
     # An interrupted job: half of the conversations judged. The next run judges only the rest.
-    first_half = [e.key for e in EXAMPLES[:6]]
+    first_half = [e.key for e in u18_examples()[:6]]
     run(
         u18_store,
         gateway_with(u18_store, oracle=model),

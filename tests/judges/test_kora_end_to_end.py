@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fixtures import public_data
 from fixtures.engine.helpers import (
     conversations,
     plugin_env,
@@ -36,11 +37,11 @@ from branchpoint.judges.scenario_rubrics import ajudge_by_scenario_rubric
 from branchpoint.scenarios import load_scenarios
 from branchpoint.scenarios.kora import import_kora
 
-KORA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "kora"
-RISKS = KORA / "risks.json"
-SOURCE = KORA / "scenarios.jsonl"
+KORA = public_data.KORA
+RISKS = public_data.KORA_RISKS
+SOURCE = public_data.KORA_SCENARIOS
 
-pytestmark = pytest.mark.skipif(not SOURCE.exists(), reason="shared KORA data not present")
+pytestmark = public_data.needs_kora
 
 
 def test_import_writes_the_kora_rubric_from_risks_json_and_none_is_bundled(tmp_path: Path) -> None:

@@ -6,16 +6,17 @@ import json
 from pathlib import Path
 
 import pytest
+from fixtures import public_data
 from typer.testing import CliRunner
 
 from branchpoint.scenarios import Scenario, expand, load_scenarios
 from branchpoint.scenarios.kora import convert, import_kora, load_conversation_lengths, load_risks
 from branchpoint.tui.cli import app
 
-KORA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "kora"
-SOURCE = KORA / "scenarios.jsonl"
+KORA = public_data.KORA
+SOURCE = public_data.KORA_SCENARIOS
 
-pytestmark = pytest.mark.skipif(not SOURCE.exists(), reason="shared KORA data not present")
+pytestmark = public_data.needs_kora
 
 
 @pytest.fixture(scope="module")

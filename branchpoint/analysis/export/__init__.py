@@ -13,6 +13,8 @@ Names are imported lazily: ``import branchpoint.analysis.export`` loads neither 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from branchpoint.core.lazy import lazy_getattr
 
 _EXPORTS = {
@@ -33,3 +35,17 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 __getattr__ = lazy_getattr(__name__, _EXPORTS)
+
+
+if TYPE_CHECKING:  # for type checkers and editors: the names the lazy map serves
+    from branchpoint.analysis.export.formats import FLAT_FORMATS, read_export
+    from branchpoint.analysis.export.inspect_logs import write_inspect_logs
+    from branchpoint.analysis.export.pages import render_page, write_transcript_pages
+    from branchpoint.analysis.export.tables import LEVELS, export_level
+    from branchpoint.analysis.export.transcripts import (
+        TranscriptRecord,
+        iter_transcripts,
+        load_transcripts,
+        transcript_schema,
+        write_transcripts,
+    )

@@ -117,7 +117,10 @@ if TYPE_CHECKING:  # for type checkers and editors
     )
     from branchpoint.core.read.calls import cached_call_counts, calls_text, model_call_count
     from branchpoint.core.read.conversations import (
+        conversation_provenance,
         conversation_rows,
+        conversation_tree,
+        existing_conversations,
         find_conversation,
         retried_conversations,
         select_conversations,
@@ -142,6 +145,7 @@ if TYPE_CHECKING:  # for type checkers and editors
         iter_judgment_rows,
         judged_units,
         judgment_rows,
+        judgment_versions,
         turn_failures,
         unit_judgments,
     )

@@ -5,6 +5,8 @@ A provider module declares ``PROVIDER = ProviderKind(...)``; each imports its li
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from branchpoint.core.lazy import lazy_getattr
 
 _EXPORTS = {
@@ -18,3 +20,8 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 __getattr__ = lazy_getattr(__name__, _EXPORTS)
+
+
+if TYPE_CHECKING:  # for type checkers and editors: the names the lazy map serves
+    from branchpoint.gateway.providers.base import Provider, ProviderKind
+    from branchpoint.gateway.providers.registry import prefixes, provider_kind, register_provider

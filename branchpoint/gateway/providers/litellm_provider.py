@@ -17,10 +17,6 @@ from branchpoint.gateway.completion import Completion, GenParams, Message, Model
 from branchpoint.gateway.providers.base import RETRYABLE_STATUS, ProviderKind, retry_after_from
 from branchpoint.gateway.structured import PIN_PARAM, Ladder, Mode, http_error, response_format
 
-# Before litellm is imported: no cost-map download, no telemetry.
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-os.environ.setdefault("LITELLM_TELEMETRY", "False")
-
 _litellm: Any = None
 
 

@@ -5,21 +5,38 @@ how its specs are written, its default concurrency, its limit key and how to mak
 modules are listed here by import path only and imported when a spec of theirs is first parsed,
 so naming them costs nothing and torch, transformers or litellm load only when a model is used.
 
-Plugins declare ``PROVIDER`` the same way: the modules named in $BRANCHPOINT_PLUGINS
-(comma-separated) are imported when a prefix is not among the known ones, or by ``load_plugins``.
+Plugins declare ``PROVIDER`` the same way, and are found two ways, both imported when a prefix is
+not among the known ones, or by ``load_plugins``:
+
+* an installed distribution's entry points in the group ``branchpoint.providers`` (the
+  ecosystem's convention: ``pip install`` a lab's package and its prefix works), each naming a
+  module that declares ``PROVIDER`` (and/or ``register(gateway)``) or a ``ProviderKind`` itself::
+
+      [project.entry-points."branchpoint.providers"]
+      lab = "lab_models.branchpoint"              # a module with PROVIDER
+      lab2 = "lab_models.other:KIND"              # or the ProviderKind; its name is its prefix
+
+* the modules named in $BRANCHPOINT_PLUGINS (comma-separated), for code that is not installed.
+
 A program can also call ``register_provider`` itself.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 from branchpoint.core.errors import UserError
 from branchpoint.gateway.providers.base import ProviderKind
 
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
+
 PLUGINS_ENV = "BRANCHPOINT_PLUGINS"
+ENTRY_POINT_GROUP = "branchpoint.providers"
 
 # prefix -> the module that declares it; the order is the order error messages list them in.
 BUILTIN: dict[str, str] = {
@@ -92,12 +109,50 @@ def plugin_names() -> list[str]:
     return [n.strip() for n in os.environ.get(PLUGINS_ENV, "").split(",") if n.strip()]
 
 
+@functools.cache
+def plugin_entry_points() -> tuple[EntryPoint, ...]:
+    """The installed distributions' entry points in ``branchpoint.providers``, by name.
+
+    Read once a process: the scan of every installed distribution takes about 50 ms, and what is
+    installed does not change while a run goes on."""
+    from importlib.metadata import entry_points  # here: importing the registry stays cheap
+
+    return tuple(sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: ep.name))
+
+
+def _load_entry_point(ep: EntryPoint) -> ModuleType | None:
+    """Register what ``ep`` names; the module, where it is one (its ``register`` may add models
+    to a gateway: ``branchpoint.gateway.plugins``)."""
+    where = f"entry point {ep.name} = {ep.value!r} (group {ENTRY_POINT_GROUP})"
+    try:
+        loaded = ep.load()
+    except Exception as exc:  # an installed plugin that is broken: one line, naming it
+        raise UserError(f"{where}: cannot load it: {type(exc).__name__}: {exc}") from None
+    if isinstance(loaded, ProviderKind):
+        if loaded.prefix != ep.name:
+            raise UserError(
+                f"{where}: its ProviderKind declares prefix {loaded.prefix!r}; expected the entry "
+                f"point's name, {ep.name!r}"
+            )
+        register_provider(loaded, module=ep.module)
+        return None
+    if isinstance(loaded, ModuleType):
+        declared = getattr(loaded, "PROVIDER", None)
+        if declared is not None:
+            register_provider(declared, module=loaded.__name__)
+        return loaded
+    raise UserError(
+        f"{where}: names a {type(loaded).__name__}; expected a module or a ProviderKind"
+    )
+
+
 def load_plugins() -> list[ModuleType]:
-    """Import the modules named in $BRANCHPOINT_PLUGINS and register the PROVIDER each declares.
+    """Load the ``branchpoint.providers`` entry points and import the modules named in
+    $BRANCHPOINT_PLUGINS; register the PROVIDER each declares. Returns the plugin modules.
 
     Importing is cached by Python, so calling this again is cheap (and picks up a changed list).
     """
-    modules = []
+    modules = [m for m in map(_load_entry_point, plugin_entry_points()) if m is not None]
     for name in plugin_names():
         try:
             module = importlib.import_module(name)

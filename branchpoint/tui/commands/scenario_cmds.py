@@ -218,19 +218,24 @@ def import_kora_cmd(
     """Convert KORA child-safety scenarios into branchpoint scenario files (no branch points).
 
     Also writes kora-rubric.yaml beside them, built from risks.json: the scenarios name it, so
-    `branchpoint judge` without --rubric rates them on KORA's own risk criteria."""
+    `branchpoint judge` without --rubric rates them on KORA's own risk criteria.
+
+    branchpoint ships none of KORA's text. Get the two files from KORA's public repository,
+    https://github.com/korabench/benchmark (Apache-2.0; keep its LICENSE with them):
+    data/scenarios.jsonl (PATH) and packages/benchmark/data/risks.json (put it next to PATH, or
+    give --risks)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     from branchpoint.judges.kora_rubric import write_rubric
-    from branchpoint.scenarios.kora import count_records, import_kora
+    from branchpoint.scenarios.kora import WHERE_TO_GET, count_records, import_kora
 
     if not path.is_file():
-        raise UserError(f"{path}: file not found (expected KORA scenarios.jsonl)")
+        raise UserError(f"{path}: file not found (expected KORA scenarios.jsonl; {WHERE_TO_GET})")
     risks_file = risks or path.parent / "risks.json"
     if not risks_file.is_file():
         raise UserError(
             f"{risks_file}: file not found (expected KORA's risks.json: its risks become the "
-            "rubric the scenarios are judged on; give it with --risks)"
+            f"rubric the scenarios are judged on; give it with --risks; {WHERE_TO_GET})"
         )
     total = count_records(path)
     with Progress(
