@@ -45,6 +45,11 @@ from branchpoint.judges.verdicts import CriterionVerdict, JudgingUnit, error_ver
 __all__ = ["LLMJudge", "PROMPT_VERSION", "extract_json", "json_schema", "parse_output"]
 
 TEMPLATE_PATH = Path(__file__).resolve().parent / "prompts" / "judge.j2"
+# The judge does not know whether `judge` or a sweep started it: name both places max_tokens is set.
+CUT_OFF_HINT = (
+    " (cut off at max_tokens: raise it with --judge-param max_tokens=N, or in a sweep manifest "
+    "with the judge's params: {max_tokens: N})"
+)
 _TEMPLATE_TEXT = TEMPLATE_PATH.read_text(encoding="utf-8")
 # Bump the number for deliberate changes; the hash catches any edit of the template.
 PROMPT_VERSION = "judge-1." + hashlib.sha256(_TEMPLATE_TEXT.encode("utf-8")).hexdigest()[:8]
@@ -330,7 +335,7 @@ class LLMJudge:
             return self._verdicts(unit, criteria, ratings, call_id)
         reason = f"invalid judge output: {problem or 'invalid output'}"
         if finish_reason == "length":
-            reason += " (cut off at max_tokens: raise it with --judge-param max_tokens=N)"
+            reason += CUT_OFF_HINT
         return error_verdicts(criteria, reason[:4000], raw_output=text[:_RAW_KEEP], call_id=call_id)
 
     async def judge(
@@ -364,8 +369,8 @@ class LLMJudge:
             if ratings is not None:
                 return self._verdicts(unit, criteria, ratings, call_id)
             problem = problem or "invalid output"
-            cut = " (cut off at max_tokens: raise it with --judge-param max_tokens=N)"
-            problems.append(problem + (cut if completion.finish_reason == "length" else ""))
+            cut = CUT_OFF_HINT if completion.finish_reason == "length" else ""
+            problems.append(problem + cut)
             messages = [
                 *messages,
                 Message(role="assistant", content=raw[:4000]),

@@ -301,6 +301,7 @@ class JudgingRunner:
         groups: dict[str, _Group] = {}
         order: list[str] = []
         origin_of: dict[str, str] = {}
+        unknown: dict[str, str] = {}  # scenario file -> the line that names its unknown criteria
         transcripts = turns_by_conversation(self.store, [c.id for c in conversations])
         for conv in conversations:
             if conv.run_id not in run_paths:
@@ -311,7 +312,21 @@ class JudgingRunner:
             )
             if scenario is None and conv.scenario_id not in self.summary.scenarios_not_found:
                 self.summary.scenarios_not_found.append(conv.scenario_id)
-            criteria = self.rubric.select(list(getattr(scenario, "criteria", []) or []))
+            listed = list(getattr(scenario, "criteria", []) or [])
+            criteria = self.rubric.select(listed)
+            own = {c.id for c in getattr(scenario, "custom_criteria", []) or []}
+            missing = [c for c in listed if c not in self.criteria_by_id and c not in own]
+            # Some of the rubric's criteria named and some not: the others would be dropped
+            # without a word (a typo, or another rubric's). None named is a scenario written for
+            # another rubric, judged on all of this one's (Rubric.select).
+            if missing and len(missing) < len(listed):
+                where = getattr(scenario, "source_path", None) or conv.scenario_id
+                unknown.setdefault(
+                    where,
+                    f"{where}: criteria {', '.join(map(repr, missing))} of scenario "
+                    f"{conv.scenario_id!r} are not in rubric {self.rubric.id!r} (expected its "
+                    "criteria, or judge with the rubric the scenario names)",
+                )
             base = dict(
                 conversation_id=conv.id,
                 run_id=conv.run_id,
@@ -361,6 +376,10 @@ class JudgingRunner:
                     groups[root] = _Group([], criteria)
                     order.append(root)
                 groups[root].units.append(unit)
+        if unknown:
+            from branchpoint.core.errors import UserError
+
+            raise UserError("\n".join(unknown.values()))
         return [groups[k] for k in order]
 
     def _load_done(self, conversations: list[Any], names: list[tuple[str, str]]) -> None:

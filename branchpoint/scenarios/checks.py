@@ -90,6 +90,14 @@ def _branch_problems(s: ScenarioFields) -> list[Problem]:
             )
         else:
             first[bp.id] = i
+        if bp.baseline not in bp.options:
+            out.append(
+                (
+                    ("branch_points", i, "baseline"),
+                    f"{bp.baseline!r} is not one of the options "
+                    f"(expected one of: {', '.join(bp.options)})",
+                )
+            )
         at = bp.trigger.at_turn
         if at is not None and at > s.max_turns:
             out.append(

@@ -49,6 +49,14 @@ def yaml_files(paths: Iterable[str | Path]) -> tuple[list[Path], list[LoadError]
                 and not any(part.startswith(".") for part in f.relative_to(p).parts)
             )
             files.extend(found)
+            if not found:  # nothing to check is not "0 errors": the path is likely wrong
+                errors.append(
+                    LoadError(
+                        str(p), 1, 1, "<folder>",
+                        "no *.yaml or *.yml files in this folder (expected scenario, rubric or "
+                        "prompt YAML files)",
+                    )
+                )  # fmt: skip
         elif p.exists():
             files.append(p)
         else:

@@ -117,6 +117,7 @@ def named_rubric_errors(
     loaded: dict[Path, set[str] | None] = {}
     for s in scenarios:
         if not s.rubric:
+            errors.extend(_unnamed_rubric_errors(s, rubric_loader, bundled, loaded))
             continue
         where = s.source_path or "<memory>"
         path = bundled.get(s.rubric) or Path(where).parent / Path(s.rubric).expanduser()
@@ -152,6 +153,40 @@ def named_rubric_errors(
                     f"criterion '{crit}' is not in rubric '{s.rubric}' ({hint})",
                 )
             )  # fmt: skip
+    return errors
+
+
+def _unnamed_rubric_errors(
+    s: Scenario,
+    rubric_loader: RubricLoader,
+    bundled: Mapping[str, Path],
+    loaded: dict[Path, set[str] | None],
+) -> list[LoadError]:
+    """A scenario that names no rubric: each criterion must be one that some bundled rubric or
+    the scenario's own ``custom_criteria`` defines, else ``judge`` would drop it without a word
+    (a criterion of a rubric file of one's own is checked once ``rubric:`` names that file)."""
+    known = {c.id for c in s.custom_criteria}
+    for path in bundled.values():
+        if path not in loaded:
+            rubric, _ = rubric_loader(path)
+            loaded[path] = (
+                None if rubric is None else {str(c.id) for c in getattr(rubric, "criteria", [])}
+            )
+        known |= loaded[path] or set()
+    errors: list[LoadError] = []
+    for i, crit in enumerate(s.criteria):
+        if crit in known:
+            continue
+        line, col = s.position_of(("criteria", i))
+        close = difflib.get_close_matches(crit, sorted(known), n=1, cutoff=0.6)
+        hint = f"did you mean '{close[0]}'? " if close else ""
+        errors.append(
+            LoadError(
+                s.source_path or "<memory>", line, col, f"criteria[{i}]",
+                f"criterion '{crit}' is in no bundled rubric and not in custom_criteria ({hint}"
+                "expected a bundled criterion, or `rubric:` naming the rubric file that has it)",
+            )
+        )  # fmt: skip
     return errors
 
 

@@ -61,6 +61,7 @@ def manifest_problems(data: Any, pos: PosMap, path: str | Path) -> list[LoadErro
                     out += _rubric_problems(name, base, ("judges", i, "rubrics", j), at)
     if sources and complete and isinstance(selection, dict):
         out += _variant_problems(selection, sources, at)
+    _cross_field_problems(data, at)
     return sorted(set(out), key=lambda e: (e.path != shown, e.path, e.line, e.col, e.field))
 
 
@@ -136,3 +137,40 @@ def _variant_problems(selection: dict[str, Any], sources: list[str], at: Any) ->
                     "`branchpoint variants FILE`)",
                 )
     return []
+
+
+def _cross_field_problems(data: dict[str, Any], at: Any) -> None:
+    """The schema's checks across items, run again on the parsed YAML: pydantic runs them only
+    once every item is valid, so a duplicate target beside a misspelt one, or a batch judge under
+    a budget beside any other mistake, showed up only on the next pass. The messages are the
+    schema's own (``branchpoint.study.manifest.Manifest``), so a problem found both ways is one line."""
+    for field, role in (("targets", "target"), ("simulators", "simulator")):
+        items = data.get(field)
+        seen: dict[str, int] = {}
+        for i, item in enumerate(items if isinstance(items, list) else []):
+            spec = (
+                item
+                if isinstance(item, str)
+                else (item or {}).get("spec")
+                if isinstance(item, dict)
+                else None
+            )
+            if not isinstance(spec, str):
+                continue
+            if spec in seen:
+                at(
+                    (field, i, "spec") if isinstance(item, dict) else (field, i),
+                    f"{role} {spec!r} is listed twice (expected each once; first is "
+                    f"{field}[{seen[spec]}])",
+                )
+            else:
+                seen[spec] = i
+    judges = data.get("judges")
+    if data.get("budget") is not None and isinstance(judges, list):
+        for i, judge in enumerate(judges):
+            if isinstance(judge, dict) and judge.get("batch") is True:
+                at(
+                    ("judges", i, "batch"),
+                    "batch judging cannot be bounded by a budget yet (expected batch: false, "
+                    "or no budget)",
+                )

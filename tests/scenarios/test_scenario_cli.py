@@ -205,9 +205,15 @@ def test_validate_checks_scenario_criteria_against_rubrics_given(tmp_path: Path)
         "rubrics validated with it (did you mean 'real_world_support'?)",
         "2 files, 1 scenarios, 1 errors",
     ]
-    # Alone, a scenario may name criteria of any rubric: no check without rubrics.
+    # Alone, naming no rubric, a criterion is checked against every bundled rubric (issue 44:
+    # this misspelling validated with 0 errors, and `judge --rubric teen` dropped it unsaid).
     alone = runner.invoke(app, ["validate", str(tmp_path / "s.yaml")])
-    assert alone.exit_code == 0
+    assert alone.exit_code == 2, alone.output
+    assert "criterion 'real_world_suport' is in no bundled rubric" in alone.output
+    assert "did you mean 'real_world_support'?" in alone.output
+    (tmp_path / "s.yaml").write_text(src, encoding="utf-8")
+    fixed = runner.invoke(app, ["validate", str(tmp_path / "s.yaml")])
+    assert fixed.exit_code == 0, fixed.output
 
 
 def test_bundled_library_validates_with_zero_errors() -> None:

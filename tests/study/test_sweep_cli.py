@@ -141,6 +141,11 @@ def test_sweep_runs_resumes_adds_only_new_cells_and_refuses_changes(tmp_path: Pa
     # declined: exit 0, nothing done, as a sweep declined at its cost question (README)
     assert kept.returncode == 0 and "nothing deleted" in kept.stdout
     assert rows(db, "select count(*) from conversations")[0][0] == len(now)
+    # no answer at all (a script with nothing on stdin) is no too: it printed "Aborted!", exit 1
+    unanswered = cli("runs", "rm", "sweep-study", "--db", str(db), stdin="")
+    assert unanswered.returncode == 0, unanswered.stdout + unanswered.stderr
+    assert "nothing deleted" in unanswered.stdout and "Aborted" not in unanswered.stdout
+    assert rows(db, "select count(*) from conversations")[0][0] == len(now)
     gone = cli("runs", "rm", "sweep-study", "--db", str(db), "--yes")
     assert gone.returncode == 0, gone.stderr
     for table in ("runs", "conversations", "turns", "model_calls", "conversation_provenance"):

@@ -79,6 +79,51 @@ def test_every_problem_of_a_file_is_reported(tmp_path: Path) -> None:
     ]
 
 
+def test_cross_item_problems_beside_other_mistakes_are_reported_in_the_same_pass(
+    tmp_path: Path,
+) -> None:
+    """A duplicate target beside a misspelt one, and a batch judge under a budget beside any
+    other mistake, were left to a second and third pass: pydantic runs checks across items only
+    once every item is valid (issue 44, item 6: a manifest of 8 problems took 3 passes)."""
+    library = REPO / "branchpoint" / "scenarios" / "library" / "teen"
+    path = tmp_path / "ten.yaml"
+    path.write_text(
+        f"""scenarios:
+  paths: [{library}, /nonexistent/x.yaml]
+targets:
+  - scripted:bot
+  - spec: scripted:bot
+  - spec: nonsense-spec
+conditions: [none, teen_awre]
+replicates: 0
+budget: {{usd_total: 5}}
+colour: blue
+judges:
+  - spec: litellm:openai/gpt-4o-mini
+    rubrics: [teen, tee]
+    batch: true
+simulators:
+  - price: {{input_per_mtok: 1, output_per_mtok: 2}}
+execution: {{mode: cluster}}
+""",
+        encoding="utf-8",
+    )
+    with pytest.raises(ManifestError) as info:
+        load_manifest(path)
+    assert [e.field for e in info.value.errors] == [
+        "scenarios.paths[1]",
+        "targets[1].spec",
+        "targets[2].spec",
+        "conditions[1]",
+        "replicates",
+        "colour",
+        "judges[0].rubrics[1]",
+        "judges[0].batch",
+        "simulators[0].spec",
+        "execution.mode",
+    ]
+
+
 def test_full_manifest_loads_with_defaults_and_short_targets(tmp_path: Path) -> None:
     path = tmp_path / "Teen Study.yaml"
     path.write_text(
@@ -108,7 +153,10 @@ store: results.db
 """,
         encoding="utf-8",
     )
-    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib").mkdir()  # an empty folder is an error (issue 44): it holds a set
+    (tmp_path / "lib" / "ed_set.yaml").write_text(
+        (FIXTURES / "good" / "ed_set.yaml").read_text(encoding="utf-8"), encoding="utf-8"
+    )
     (tmp_path / "more").mkdir()
     (tmp_path / "more" / "a.yaml").write_text(
         (FIXTURES / "good" / "teen_three_branches.yaml").read_text(encoding="utf-8"),

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from branchpoint.core.errors import UserError
+from branchpoint.tui.commands.ask import ask
 from branchpoint.tui.commands.options import DbOption
 
 if TYPE_CHECKING:
@@ -114,7 +115,7 @@ def rm_command(
             f"{run_id}: {c.conversations} conversations, {c.turns} turns, {c.judgments} "
             f"verdicts, {c.human_labels} human labels, {c.model_calls} model calls"
         )
-        if not yes and not typer.confirm(f"delete {what}?", default=False):
+        if not yes and not ask(f"delete {what}?"):
             typer.echo("nothing deleted")  # declined: done as asked, exit 0 (as sweep's question)
             return
         delete_run(store, run_id)

@@ -121,28 +121,15 @@ def _confirmed(plan: SweepPlan) -> bool:
     """Whether to run ``plan``: yes when its cost bound is under the threshold
     (branchpoint/study/confirm.py), else the answer on a terminal; with no terminal on stdin a
     one-line refusal (exit 2), so a script never starts a costly sweep by accident."""
-    import sys
-
     from branchpoint.study.confirm import cost_check
+    from branchpoint.tui.commands.ask import ask
 
     check = cost_check(plan)
     if not check.needed:
         return True
-    if not sys.stdin.isatty():
-        typer.echo(
-            f"error: {plan.path}: {check.reason()}; no terminal to ask on (expected --yes to "
-            "run it)",
-            err=True,
-        )
-        raise typer.Exit(2)
+    refusal = f"{plan.path}: {check.reason()}; no terminal to ask on (expected --yes to run it)"
     typer.echo(f"{check.reason()}.")
-    typer.echo("Run it? [y/N] ", nl=False)
-    try:
-        answer = input()
-    except EOFError:  # Ctrl-D: no answer is no (Ctrl-C stays an interrupt: 130)
-        typer.echo()
-        return False
-    return answer.strip().lower() in ("y", "yes")
+    return ask("Run it?", refusal=refusal)
 
 
 def _run(plan: StudyPlan, store: Store) -> StudyResult:
