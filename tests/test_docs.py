@@ -122,6 +122,7 @@ def manifest_here(tmp_path: Path, api_base: str | None = None) -> Path:
     return path
 
 
+@pytest.mark.slow  # imports the study layer and plans: about 2.5 s on a quiet 2-core machine
 def test_the_readme_manifest_is_fifteen_lines_and_plans(tmp_path: Path) -> None:
     from branchpoint.study import plan_study
 
