@@ -308,6 +308,17 @@ def exports(package: str) -> dict[str, str]:
     return {n: getattr(getattr(module, n), "__module__", module.__name__) for n in sorted(names)}
 
 
+def _home(package: str, export: str, source: str) -> str | None:
+    """The layer package that documents ``export`` when it is not ``package`` itself: the one
+    its defining module belongs to, if that package exports it too (the root package exports
+    names of every layer; a layer may export a name of a lower one)."""
+    parts = source.split(".")
+    home = parts[1] if len(parts) > 2 and parts[0] == "branchpoint" else None
+    if home is None or home == package or home not in PACKAGES:
+        return None
+    return home if exports(home).get(export) == source else None
+
+
 def api_markdown(package: str) -> str:
     name = f"branchpoint.{package}" if package else "branchpoint"
     module = importlib.import_module(name)
@@ -321,12 +332,10 @@ def api_markdown(package: str) -> str:
     ]
     if doc:
         lines += [_text(doc.split("\n\n", 1)[0].replace("\n", " ")), ""]
-    here = f"{name}."
-    again = {n: s for n, s in exports(package).items() if not s.startswith(here) and package}
-    if again:  # one object, one section: a name this package re-exports is documented at home
-        lines += ["Also exported here, documented in the package that defines it:", ""]
-        for export, source in again.items():
-            home = source.split(".")[1]
+    again = {n: home for n, s in exports(package).items() if (home := _home(package, n, s))}
+    if again:  # one object, one section: a name exported again is documented where it lives
+        lines += ["Also exported here, documented in its own package:", ""]
+        for export, home in again.items():
             lines.append(f"- `{export}`: [`branchpoint.{home}`]({home}.md)")
         lines.append("")
     for export, source in exports(package).items():
