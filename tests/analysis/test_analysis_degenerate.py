@@ -100,7 +100,7 @@ def test_the_rule_keeps_its_size_under_a_two_point_null(s: int) -> None:
     """Each scenario's effect +0.5 or -0.5 with equal chance (a true null): enumerate all 2^S.
 
     (Above 6 scenarios the t-test's size under this extreme discrete null oscillates between 2%
-    and 9% with S, a limitation stated in the README; at 6 it is 3.1%.)"""
+    and 9% with S, a limitation stated in docs/methods/contrasts.md; at 6 it is 3.1%.)"""
     patterns = np.array(list(itertools.product([-0.5, 0.5], repeat=s)))
     rejected = 0
     t_rejected = 0

@@ -3,7 +3,7 @@
 The run (``fixtures/engine/judged_run.py``) has a help contrast of +66.7 points after the fork, per
 protocol; the whole-transcript figure an export without the fork tree gives is diluted, and an
 export without realisation flags would count scenario c's unrealised pair as a zero effect.
-Nothing below imports branchpoint's analysis: the recipe is what the README tells an analyst.
+Nothing below imports branchpoint's analysis: the recipe is what docs/guides/exports.md tells an analyst.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def per_protocol_post_fork(
     option: str,
     criterion: str,
 ) -> float:
-    """The README's recipe, in plain pandas."""
+    """The exports guide's recipe, in plain pandas."""
     choice = f"choice:{branch_point}"
     choices = [c for c in turns.columns if c.startswith("choice:")]
     conv = turns.drop_duplicates("conversation_id")[["conversation_id", *PAIR_KEYS, *choices]]

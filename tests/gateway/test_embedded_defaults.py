@@ -1,4 +1,4 @@
-"""The embedded model's defaults that size the README's quickstart (issue 37): replies of at most
+"""The embedded model's defaults that size the embedded quickstart (docs/getting-started.md) (issue 37): replies of at most
 ``REPLY_TOKENS`` new tokens whatever is asked (schema-guided answers exempt), and torch threads
 that leave the cores other work holds (spinning threads on a busy core were 3-7x slower).
 Nothing here loads the weights."""

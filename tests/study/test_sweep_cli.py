@@ -138,7 +138,7 @@ def test_sweep_runs_resumes_adds_only_new_cells_and_refuses_changes(tmp_path: Pa
     ]
 
     kept = cli("runs", "rm", "sweep-study", "--db", str(db), stdin="n\n")
-    # declined: exit 0, nothing done, as a sweep declined at its cost question (README)
+    # declined: exit 0, nothing done, as a sweep declined at its cost question (docs/operations/budgets.md)
     assert kept.returncode == 0 and "nothing deleted" in kept.stdout
     assert rows(db, "select count(*) from conversations")[0][0] == len(now)
     # no answer at all (a script with nothing on stdin) is no too: it printed "Aborted!", exit 1

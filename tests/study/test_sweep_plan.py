@@ -397,27 +397,25 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "teen-study.yaml"
 
 
-def _readme_blocks(fence: str) -> list[str]:
-    """The README's code blocks opened by ```FENCE in its sweep section."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    start = text.index("## Sweeps: a study from one manifest")
-    section = text[start : text.index("\n## ", start + 1)]
-    parts = section.split(f"```{fence}\n")[1:]
+def _sweeps_page_blocks(fence: str) -> list[str]:
+    """The code blocks opened by ```FENCE in the docs' sweeps guide."""
+    text = (ROOT / "docs" / "guides" / "sweeps.md").read_text(encoding="utf-8")
+    parts = text.split(f"```{fence}\n")[1:]
     return [p.split("```", 1)[0] for p in parts]
 
 
-def test_readme_example_manifest_is_the_example_file_and_its_plan_is_as_printed() -> None:
-    """The README's manifest is examples/teen-study.yaml, it loads, and its --plan output in the
-    README is what the plan prints (after changing the plan, paste
-    `branchpoint sweep examples/teen-study.yaml --plan` into the README)."""
-    assert _readme_blocks("yaml")[0] == EXAMPLE.read_text(encoding="utf-8")
+def test_docs_example_manifest_is_the_example_file_and_its_plan_is_as_printed() -> None:
+    """The sweeps guide's manifest is examples/teen-study.yaml, it loads, and its --plan output in
+    the guide is what the plan prints (after changing the plan, paste
+    `branchpoint sweep examples/teen-study.yaml --plan` into docs/guides/sweeps.md)."""
+    assert _sweeps_page_blocks("yaml")[0] == EXAMPLE.read_text(encoding="utf-8")
     manifest = load_manifest(EXAMPLE)
     plan = plan_sweep(manifest, EXAMPLE, "teen-study")
     from branchpoint.study.judge_estimate import estimate_judging
 
     plan.attach_judging(estimate_judging(plan))  # as `sweep` attaches it
-    printed = next(b for b in _readme_blocks("") if b.startswith("sweep teen-study:"))
-    assert printed.splitlines() == plan.lines(), "paste the new --plan output into the README"
+    printed = next(b for b in _sweeps_page_blocks("") if b.startswith("sweep teen-study:"))
+    assert printed.splitlines() == plan.lines(), "paste the new --plan output into the guide"
 
 
 def test_an_unpriced_judge_with_a_budget_is_an_error_and_a_judge_price_counts(

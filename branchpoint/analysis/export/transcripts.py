@@ -2,7 +2,7 @@
 verdicts, as JSON lines or Parquet.
 
 ``TranscriptRecord`` is the documented schema: ``TranscriptRecord.model_json_schema()`` is what
-``branchpoint schema transcript`` prints and the README describes, and ``load_transcripts`` reads
+``branchpoint schema transcript`` prints and docs/guides/exports.md describes, and ``load_transcripts`` reads
 a file back into these models (a round trip gives the store's values). In JSON lines each record is
 one line of nested JSON. In Parquet each record is one row: the scalar fields are columns of their
 own, and the nested ones (``choices``, ``fork``, ``messages``, ``verdicts``, ``realisation``) are
@@ -135,7 +135,7 @@ class TranscriptRecord(_Record):
 
 
 def transcript_schema() -> dict[str, Any]:
-    """The JSON schema of one record (what the README documents)."""
+    """The JSON schema of one record (what docs/guides/exports.md documents)."""
     return TranscriptRecord.model_json_schema()
 
 

@@ -7,7 +7,7 @@ use). The defaults curb the small model's tendency to loop: a repetition penalty
 (the target's or the persona's) is at most ``REPLY_TOKENS`` new tokens, whatever is asked.
 
 Why 48: the model makes about 3-16 tokens a second on 2 CPU cores (busy to quiet) and a reply
-almost always runs to its limit, so the length sets the time of a run. The README's quickstart
+almost always runs to its limit, so the length sets the time of a run. The embedded quickstart
 run makes 19 calls, 11 of them one after another. On a busy 2-core machine it took 28 minutes at
 120 tokens (and the persona's 96) with two torch threads, 3 min 6 s at 64 with one thread (load
 4) and 1 min 39 s at 48 (load 3.4-4.5; about 35 words: a chat message; issue 37). Real models

@@ -490,7 +490,19 @@ def _print_summary(result: RunResult) -> None:
     )
     if result.persona_flags:  # the realism gate rated its persona turns
         console.print(Text(result.persona_flags))
-    console.print(Text(f"see one with: branchpoint show CONVERSATION_ID --db {db}"))
+    if rows:
+        import shlex
+
+        # a real id the reader can paste: a completed arm that forked shows the most (its shared
+        # prefix, the fork and what followed), else any completed one, else the first
+        _, example = min(
+            enumerate(rows),
+            key=lambda ic: (ic[1].status != "completed", ic[1].fork_turn is None, ic[0]),
+        )
+        console.print(
+            Text(f"see one with: branchpoint show {example.id} --db {shlex.quote(db)}"),
+            soft_wrap=True,
+        )
 
 
 def show_command(

@@ -83,10 +83,12 @@ def schema(
 ) -> None:
     """Print the JSON Schema of a format, for editors (YAML language server).
 
-    Point a scenario file at the bundled copy with a comment near its top:
+    Write it beside your scenario files and point each at it with a comment on its first line
+    (the bundled library's files point at the bundled copy, ../../schema/scenario.schema.json):
 
     \b
-        # yaml-language-server: $schema=../../schema/scenario.schema.json
+        branchpoint schema scenario > scenario.schema.json
+        # yaml-language-server: $schema=scenario.schema.json
     """
     from branchpoint.scenarios.schema import dumps, model_schema, write_scenario_schema
 

@@ -1,5 +1,5 @@
-"""The README's authoring example validates, runs and judges exactly as written: it is taken
-from README.md itself, so the example and the program cannot drift apart."""
+"""The docs' authoring example validates, runs and judges exactly as written: it is taken from
+docs/guides/authoring-scenarios.md itself, so the example and the program cannot drift apart."""
 
 from __future__ import annotations
 
@@ -10,17 +10,17 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parents[2]
+PAGE = ROOT / "docs" / "guides" / "authoring-scenarios.md"
 
 
 def authoring_example() -> str:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## Authoring a scenario", 1)[1]
-    match = re.search(r"```yaml\n(.*?)```", section, re.S)
-    assert match, "README.md: no yaml block under 'Authoring a scenario'"
+    page = PAGE.read_text(encoding="utf-8")
+    match = re.search(r"```yaml\n(.*?)```", page, re.S)
+    assert match, f"{PAGE}: no yaml block"
     return match.group(1)
 
 
-def test_the_readme_authoring_example_validates_runs_and_judges(tmp_path: Path) -> None:
+def test_the_docs_authoring_example_validates_runs_and_judges(tmp_path: Path) -> None:
     from branchpoint.tui.cli import app
 
     text = authoring_example()
@@ -52,16 +52,16 @@ def test_the_readme_authoring_example_validates_runs_and_judges(tmp_path: Path) 
     with sqlite3.connect(db) as conn:
         (n_conversations,) = conn.execute("SELECT count(*) FROM conversations").fetchone()
         rubrics = {r for (r,) in conn.execute("SELECT DISTINCT rubric_id FROM judgments")}
-    assert n_conversations == 3  # the baseline and the two single deviations the README names
+    assert n_conversations == 3  # the baseline and the two single deviations the page names
     assert rubrics == {"teen"}
 
 
-def test_the_readme_quotes_the_error_that_validate_gives(tmp_path: Path) -> None:
+def test_the_docs_quote_the_error_that_validate_gives(tmp_path: Path) -> None:
     from branchpoint.tui.cli import app
 
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    quoted = re.search(r"`(teen-exam-hopeless\.yaml:\d+:\d+: [^`]+)`", readme)
-    assert quoted, "README.md should quote validate's error on the example"
+    page = PAGE.read_text(encoding="utf-8")
+    quoted = re.search(r"`(teen-exam-hopeless\.yaml:\d+:\d+: [^`]+)`", page)
+    assert quoted, f"{PAGE} should quote validate's error on the example"
     path = tmp_path / "teen-exam-hopeless.yaml"
     path.write_text(authoring_example().replace("{at_turn: 4}", "{at_turn: 24}"), encoding="utf-8")
     result = CliRunner().invoke(app, ["validate", str(path)], env={"COLUMNS": "300"})
