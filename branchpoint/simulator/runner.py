@@ -173,6 +173,7 @@ def make_gateway(config: RunConfig, store: Store) -> Gateway:
         limits=config.limits,
         default_concurrency=config.concurrency,
         write_behind=True,
+        timeout_s=config.timeout_s,
     )
 
 
