@@ -293,7 +293,8 @@ class Gateway:
 
         def settle(failure: BaseException | None) -> None:
             usd = reservation.upper_usd if failure is not None else (completion.cost or 0.0)
-            loop.call_soon_threadsafe(budget.settle, reservation, usd)
+            if not loop.is_closed():  # closed: the run is over, nobody waits on this budget
+                loop.call_soon_threadsafe(budget.settle, reservation, usd)
 
         return settle
 
@@ -380,7 +381,7 @@ class Gateway:
                 if reservation is not None and self.budget is not None and perhaps_billed:
                     # its bound stays spent, in memory as in the store
                     self.budget.settle(reservation, reservation.upper_usd)
-            if reservation is not None and self.budget is not None:
+            if unbilled and reservation is not None and self.budget is not None:
                 # an error answer: released in the store, then in memory (never the other way:
                 # memory must not lend out what the store still counts)
                 if row is not None:

@@ -12,6 +12,7 @@ Without it a failed conversation stays failed: the engine skips finished ones.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -162,6 +163,26 @@ def mark_interrupted(
             s.add(run_row)
         s.commit()
     return len(rows)
+
+
+def mark_stopped(store: Store, run_id: str, exc: BaseException) -> None:
+    """Record why a run or sweep stopped early: interrupted (a signal, a cancel) or failed. Where
+    the store itself failed (gone, full), nothing can be recorded: what stopped the run is what
+    the command reports, and the re-run's start marks the conversations left running
+    interrupted."""
+    import asyncio
+
+    from sqlalchemy.exc import DBAPIError
+
+    stopped = isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt))
+    why = str(exc.args[0]) if exc.args else type(exc).__name__
+    with contextlib.suppress(DBAPIError):
+        mark_interrupted(
+            store,
+            run_id,
+            f"{'interrupted' if stopped else 'failed'}: {why}"[:2000],
+            run_status="interrupted" if stopped else "failed",
+        )
 
 
 def retry_failed_in(session: Any, run_id: str) -> int:

@@ -36,6 +36,7 @@ from branchpoint.simulator.lifecycle import (
     begin_run,
     complete_run,
     mark_interrupted,
+    mark_stopped,
     stored_turns,
     summaries,
 )
@@ -212,14 +213,7 @@ async def _execute_held(
         else:
             calls = (await execute(plan, store, gateway, progress=progress)).calls
     except BaseException as exc:
-        stopped = isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt))
-        why = str(exc.args[0]) if exc.args else type(exc).__name__
-        mark_interrupted(
-            store,
-            plan.run_id,
-            f"{'interrupted' if stopped else 'failed'}: {why}"[:2000],
-            run_status="interrupted" if stopped else "failed",
-        )
+        mark_stopped(store, plan.run_id, exc)
         raise
     result.calls = calls
     complete_run(store, plan.run_id)

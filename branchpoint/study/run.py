@@ -102,7 +102,7 @@ async def run_sweep(
     provider limiters, when judges must share them too (``SharedLimiters``)."""
     from branchpoint.simulator.execute import Progress, execute
     from branchpoint.simulator.lease import RunLease
-    from branchpoint.simulator.lifecycle import stored_turns
+    from branchpoint.simulator.lifecycle import mark_stopped, stored_turns
     from branchpoint.simulator.runner import check_scripted_models, load_plugins
 
     own_gateway = gateway is None
@@ -140,7 +140,7 @@ async def run_sweep(
             try:
                 await asyncio.gather(*(one(p) for _, p in plan.runs))
             except BaseException as exc:
-                _mark_stopped(store, plan.sweep_id, exc)
+                mark_stopped(store, plan.sweep_id, exc)
                 raise
             finally:
                 heartbeat.cancel()
@@ -237,20 +237,6 @@ def _begin(store: Store, plan: SweepPlan, *, retry_failed: bool = False) -> int:
         s.add(row)
         s.commit()
     return retried
-
-
-def _mark_stopped(store: Store, sweep_id: str, exc: BaseException) -> None:
-    """Record why a sweep stopped early: interrupted (a signal, a cancel) or failed."""
-    from branchpoint.simulator.lifecycle import mark_interrupted
-
-    stopped = isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt))
-    why = str(exc.args[0]) if exc.args else type(exc).__name__
-    mark_interrupted(
-        store,
-        sweep_id,
-        f"{'interrupted' if stopped else 'failed'}: {why}"[:2000],
-        run_status="interrupted" if stopped else "failed",
-    )
 
 
 def _finish(store: Store, plan: SweepPlan, result: SweepResult) -> None:
