@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -290,10 +291,13 @@ class Gateway:
         if reservation is None or budget is None:
             return None
         loop = asyncio.get_running_loop()
+        loop_thread = threading.get_ident()
 
         def settle(failure: BaseException | None) -> None:
             usd = reservation.upper_usd if failure is not None else (completion.cost or 0.0)
-            if not loop.is_closed():  # closed: the run is over, nobody waits on this budget
+            if threading.get_ident() == loop_thread:
+                budget.settle(reservation, usd)  # committed in line (no writer thread)
+            elif not loop.is_closed():  # closed: the run is over, nobody waits on this budget
                 loop.call_soon_threadsafe(budget.settle, reservation, usd)
 
         return settle

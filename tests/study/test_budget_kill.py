@@ -289,3 +289,12 @@ def test_the_ledger_stays_within_the_budget_on_postgresql(
     tmp_path: Path, postgres_url: str, kind: str, kills: int
 ) -> None:
     _killed_three_times_then_finished(tmp_path, postgres_url, ray=False, kind=kind, kills=kills)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kills", [0, KILLS])
+def test_the_ledger_stays_within_the_budget_on_ray(
+    tmp_path: Path, postgres_url: str, kills: int
+) -> None:
+    pytest.importorskip("ray")
+    _killed_three_times_then_finished(tmp_path, postgres_url, ray=True, kind="faults", kills=kills)
