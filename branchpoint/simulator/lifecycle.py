@@ -66,17 +66,39 @@ class RunResult(BaseModel):
         return sum(self.calls.values())
 
 
+def new_run_row(run_id: str, config: RunConfig) -> dict[str, Any]:
+    """The Run row of a run that has none yet (``RunLease.create_or_claim`` adds its owner)."""
+    record = _redacted_config(config)
+    return {
+        "id": run_id,
+        "kind": "run",
+        "status": "running",
+        "config": record,
+        "branchpoint_version": record["versions"].get("branchpoint", ""),
+    }
+
+
 def begin_run(
-    store: Store, run_id: str, config: RunConfig, owner: str, *, retry_failed: bool = False
+    store: Store,
+    run_id: str,
+    config: RunConfig,
+    owner: str,
+    *,
+    retry_failed: bool = False,
+    created: bool = False,
 ) -> RunResult:
     """Create the Run row, or record a resume of it; returns the result to fill in.
 
     ``config.resume`` demands that the run exists. ``owner`` is the lease holder's tag.
     ``retry_failed``: the run's failed conversations run again (``retry_failed_in``).
+    ``created``: the lease wrote the Run row just now (``RunLease.create_or_claim``): nothing
+    to resume.
     """
     from branchpoint.core.store import redact_url
 
     result = RunResult(run_id=run_id, db=redact_url(store.url))
+    if created:
+        return result
     with store.session() as s:
         existing = s.get(Run, run_id)
         if existing is None and config.resume:

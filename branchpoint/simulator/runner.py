@@ -37,6 +37,7 @@ from branchpoint.simulator.lifecycle import (
     complete_run,
     mark_interrupted,
     mark_stopped,
+    new_run_row,
     stored_turns,
     summaries,
 )
@@ -145,9 +146,19 @@ async def _run_plan(
         load_plugins(gateway)
         check_scripted_models([plan], gateway)
         lease = RunLease(store, plan.run_id)
-        claimed = lease.claim()  # before anything is changed: another live process may run it
+        # before anything is changed: another live process may run it. A new run's row is
+        # written with its owner in one statement, so two processes starting it at once cannot
+        # both run it; a resume must find the row (begin_run says so where there is none).
+        created = False
+        if config.resume or retry_failed:
+            claimed = lease.claim()
+        else:
+            created = lease.create_or_claim(new_run_row(plan.run_id, config))
+            claimed = True  # held either way
         try:
-            result = begin_run(store, plan.run_id, config, lease.owner, retry_failed=retry_failed)
+            result = begin_run(
+                store, plan.run_id, config, lease.owner, retry_failed=retry_failed, created=created
+            )
             record_provenance(store, plan, config)
             if not claimed:
                 lease.held()

@@ -11,6 +11,7 @@ loopback server, SQLite and PostgreSQL; the delay is the lease's test-only hook.
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -117,3 +118,47 @@ def test_the_same_sweep_started_twice_on_a_new_sqlite_file_runs_once(tmp_path: P
     """Both processes create the new store's tables at once: the second's CREATE TABLE finds
     the first's ("table schema_info already exists") and looks again."""
     _twice(tmp_path, str(tmp_path / "new.db"), 0.0, made=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("delay_s", [0.0, 1.0])
+def test_the_same_run_started_twice_runs_once(tmp_path: Path, delay_s: float) -> None:
+    """`branchpoint run --run-id ID` started twice at once: the same one owner as a sweep."""
+    engine = REPO / "tests" / "fixtures" / "engine"
+    db = str(tmp_path / "r.db")
+    env = {
+        **os.environ,
+        "BRANCHPOINT_PLUGINS": "engine_plugin",
+        "PYTHONPATH": os.pathsep.join([str(engine), str(REPO)]),
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        "ENGINE_TEST_DELAY_S": "0.2",  # the winner is still running when the loser claims
+        CLAIM_DELAY_ENV: str(delay_s),
+    }
+    command = [
+        sys.executable, "-m", "branchpoint.tui.cli", "run", str(engine / "on_event.yaml"),
+        "--target", "scripted:slowbot", "--simulator", "scripted:persona", "--max-turns", "4",
+        "--run-id", "twice", "--db", db,
+    ]  # fmt: skip
+    procs = [
+        subprocess.Popen(
+            command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(2)
+    ]
+    outs = [p.communicate(timeout=300) for p in procs]
+    codes = [p.returncode for p in procs]
+    said = [f"exit {c}\n{o}{e}" for c, (o, e) in zip(codes, outs, strict=True)]
+    assert sorted(codes) == [0, 2], said
+    loser = outs[codes.index(2)][1]
+    assert "Traceback" not in loser, said
+    errors = [ln for ln in loser.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith("error: run twice is being run by "), said
+    with sqlite3.connect(db) as con:
+        statuses = dict(con.execute("select status, count(*) from conversations group by status"))
+        # a request made twice for one conversation: a call paid twice
+        twice = con.execute(
+            "select count(*) from (select conversation_id, request_hash from model_calls "
+            "group by conversation_id, request_hash having count(*) > 1) as paired"
+        ).fetchone()[0]
+    assert set(statuses) == {"completed"}, statuses
+    assert twice == 0
