@@ -108,7 +108,8 @@ try:
     print(conversations.groupby(["target", "conversation_status"]).size().to_string())
     print(f"{len(turns)} turns, {model_call_count(store)} model calls, {len(verdicts)} verdicts")
     calls, usd = run_costs(store).get(plan.sweep_id, (0, 0.0))
-    print(f"the sweep's calls: {calls}, ${usd:.4f} (a loopback server's models have no price)")
+    # None where a call has no price known: a loopback server's models have none
+    print(f"the sweep's calls: {calls}, " + ("unpriced" if usd is None else f"${usd:.4f}"))
 finally:
     store.close()
     if server is not None:

@@ -157,12 +157,12 @@ class ModelCall(SQLModel, table=True):
 class SpendReservation(SQLModel, table=True):
     """A priced call's upper-bound cost, committed before the call is sent (a write-ahead intent).
 
-    Written by the gateway only where a budget applies; deleted in the transaction that stores
-    the call's row (``ModelCall.cost`` then holds what it cost). One still here belongs to a call
-    in flight, or to one whose process died after sending it: its answer is lost but the
-    provider may have billed it, so a budget rebuilt from the store counts it at ``upper_usd``
-    for good (``branchpoint.gateway.budget.spend_of_run``), unless the call's row turns up (``call_id``).
-    Schema 7."""
+    Written by the gateway only where a budget applies, one per attempt; a successful attempt's
+    is deleted in the transaction that stores the call's row (``ModelCall.cost`` then holds what
+    it cost), an error answer's (not billed) at once. One still here belongs to an attempt in
+    flight, or to one that may have been billed with no answer stored (a timeout, a cut
+    connection, a process that died after sending it), so a budget rebuilt from the store counts
+    it at ``upper_usd`` for good (``branchpoint.gateway.budget.spend_of_run``). Schema 7."""
 
     __tablename__ = "spend_reservations"
     id: str = Field(primary_key=True)  # the call id and the attempt: CALL_ID:N

@@ -7,6 +7,7 @@ newer branchpoint, and upgrades an older one through ``branchpoint.core.migratio
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -14,7 +15,15 @@ from pathlib import Path
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
 from sqlalchemy.engine.interfaces import DBAPIConnection
-from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
+from sqlalchemy.exc import (
+    ArgumentError,
+    DatabaseError,
+    DBAPIError,
+    IntegrityError,
+    NoSuchModuleError,
+    OperationalError,
+    ProgrammingError,
+)
 from sqlalchemy.pool import ConnectionPoolEntry
 from sqlmodel import Session, SQLModel, create_engine, select
 
@@ -23,6 +32,9 @@ from branchpoint.core.errors import StoreError
 from branchpoint.core.records import SCHEMA_VERSION, SchemaInfo
 
 DEFAULT_DB = "branchpoint.db"
+# tries at creating a new store's tables while another process creates them too
+_CREATE_TRIES = 5
+_opened: list[str] = []  # the URL of the store this process opened last (failure lines name it)
 
 
 def resolve_url(db: str | os.PathLike[str] | None) -> str:
@@ -94,18 +106,78 @@ def open_store(db: str | os.PathLike[str] | None = None, *, create: bool = True)
             ) from None
     store = Store(url, engine)
     try:
-        _prepare(store)
+        _prepare_beside_other_creators(store)
     except OperationalError as exc:
         store.close()
         raise StoreError(
             f"{redact_url(url)}: cannot open the store: {_first_line(exc.orig or exc)}"
         ) from None
+    except DatabaseError as exc:
+        store.close()
+        if type(exc) is not DatabaseError:  # an integrity or programming error: a bug, not input
+            raise
+        raise StoreError(not_a_store(url, exc)) from None
+    _opened[:] = [url]
     return store
+
+
+def not_a_store(url: str, exc: DatabaseError) -> str:
+    """One line for a file that is not a readable store (a text file, a truncated database)."""
+    return (
+        f"{redact_url(url)}: not a readable branchpoint store ({_first_line(exc.orig or exc)}); "
+        "expected a store made by branchpoint (or a new path)"
+    )
+
+
+def store_failure(exc: BaseException) -> tuple[str, int] | None:
+    """The one line and the exit status for a command that ``exc`` ended, when it is the store's
+    failure: 2 where the file is not a readable store (``malformed``, ``not a database``), 1
+    where the store went away or could not write (connection lost, disk full); None otherwise.
+    Looks through exception groups and the chain of causes (a handler that failed against the
+    same dead store raises a second error whose context is the first)."""
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [exc]
+    while pending:
+        current = pending.pop(0)
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, DBAPIError):
+            reason = _first_line(current.orig or current)
+            if type(current) is DatabaseError:
+                url = _opened[0] if _opened else "the store"
+                return f"error: {not_a_store(url, current)}", 2
+            if isinstance(current, OperationalError) or current.connection_invalidated:
+                return (
+                    f"store unavailable: {reason}; run the same command again to continue",
+                    1,
+                )
+            return None  # an integrity or programming error: a bug, shown in full
+        if isinstance(current, BaseExceptionGroup):
+            pending.extend(current.exceptions)
+        pending.extend([current.__cause__, current.__context__])
+    return None
 
 
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _prepare_beside_other_creators(store: Store) -> None:
+    """``_prepare``, tolerating a process that creates the same new store at the same moment:
+    its ``CREATE TABLE`` (or schema row) lands between this one's look and its own, which then
+    fails with "already exists"; looked at again, the tables are there."""
+    for tries in range(1, _CREATE_TRIES + 1):
+        try:
+            _prepare(store)
+            return
+        except (OperationalError, IntegrityError, ProgrammingError) as exc:
+            said = str(exc.orig or exc).lower()
+            raced = "already exists" in said or "duplicate" in said or "unique" in said
+            if not raced or tries == _CREATE_TRIES:
+                raise
+            time.sleep(0.05 * tries)
 
 
 def _prepare(store: Store) -> None:

@@ -13,12 +13,15 @@ raises ``BudgetReached``, and from then on no call of that scope is dispatched: 
 reached before it is exceeded, and calls already in flight finish.
 
 With a store, a reservation is also durable before its call is sent: the gateway commits a
-``spend_reservations`` row (the call's bound) and awaits that commit, and deletes the row in the
-transaction that stores the call's row with its cost. The spend a sweep starts from
-(``spend_of_run``) is its calls' recorded cost plus the bound of every reservation left unsettled:
-a call that a killed process had sent (its answer lost, perhaps billed) or whose row was still in
-the write-behind buffer counts at its bound, so a crash never lowers the spend below what the
-provider can have billed.
+``spend_reservations`` row (the attempt's bound) and awaits that commit. The store changes first
+and memory follows, so that the store never counts more than memory: an answered attempt's row
+is deleted in the transaction that stores the call's row with its cost, and memory settles once
+that has committed; an error answer's row (not billed) is deleted, then memory releases it; a
+timeout's or a cut connection's (perhaps billed) stays, and memory counts its bound as spent.
+The spend a sweep starts from (``spend_of_run``) is its calls' recorded cost plus the bound of
+every reservation row left: a call that a killed process had sent (its answer lost, perhaps
+billed) or whose row was still in the write-behind buffer counts at its bound, so a crash never
+lowers the spend below what the provider can have billed (docs/operations/ledger-and-store.md).
 """
 
 from __future__ import annotations

@@ -61,7 +61,8 @@ class ModelError(Exception):
 
     HTTP providers add the ``status`` and the start of the body (``detail``, redacted), and set
     ``refused`` when the server refused the request's structured-output shape: a request to send
-    differently, never to retry as it was.
+    differently, never to retry as it was. ``unsent`` when the request never reached the server
+    (a connection refused): like an error answer, it was not billed.
     """
 
     def __init__(
@@ -73,6 +74,7 @@ class ModelError(Exception):
         status: int | None = None,
         detail: str = "",
         refused: bool = False,
+        unsent: bool = False,
     ):
         super().__init__(reason)
         self.reason = reason
@@ -81,3 +83,4 @@ class ModelError(Exception):
         self.status = status
         self.detail = detail
         self.refused = refused
+        self.unsent = unsent

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import random
+import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import bindparam, delete, insert
@@ -30,6 +32,7 @@ from branchpoint.gateway.call_ids import new_call_id
 from branchpoint.gateway.call_layout import SHORT, CallLayout
 from branchpoint.gateway.completion import Completion, GenParams, Message, ModelError
 from branchpoint.gateway.limits import (
+    DEFAULT_TIMEOUT_S,
     CallLimiter,
     LimiterFactory,
     LimiterState,
@@ -56,6 +59,20 @@ _RESERVATIONS = SpendReservation.__table__  # type: ignore[attr-defined]
 _INSERT_RESERVATION = insert(_RESERVATIONS)
 _SETTLE_RESERVATION = delete(_RESERVATIONS).where(_RESERVATIONS.c.id == bindparam("reservation_id"))
 
+
+@dataclass
+class _Ledger:
+    """One call's place in the budget's ledger: its id and run, and, once an attempt succeeded,
+    that attempt's reservation (in memory) and reservation row (in the store). The row is deleted
+    in the call row's transaction; memory settles only once that transaction has committed, so
+    memory never holds less than the store (``docs/operations/ledger-and-store.md``)."""
+
+    call_id: str
+    run_id: str | None
+    reservation: Reservation | None = None
+    row: str | None = None
+
+
 __all__ = ["Gateway", "ProviderLimits", "redact"]
 
 # the output tokens a budget reserves for a call without max_tokens
@@ -79,7 +96,7 @@ class Gateway:
         max_attempts: int = 4,
         backoff_s: float = 0.5,
         max_backoff_s: float = 60.0,
-        timeout_s: float | None = 600.0,
+        timeout_s: float | None = DEFAULT_TIMEOUT_S,
         write_behind: bool = False,
         default_concurrency: int | None = None,
         limiter_factory: LimiterFactory | None = None,
@@ -191,7 +208,7 @@ class Gateway:
         use_cache = self.cache is not None and cacheable(params)
 
         earlier: list[str] = []  # why the attempts before the last failed
-        held: list[str] = []  # this call's reservation rows, settled with its row
+        ledger = _Ledger(call_id, run_id)
 
         def record(
             completion: Completion,
@@ -200,7 +217,8 @@ class Gateway:
         ) -> None:
             self._record(
                 call_id, parsed, params, key, messages, purpose, run_id, conversation_id,
-                completion, error, layout, committed, earlier, held=held,
+                completion, error, layout, committed, earlier,
+                held=[ledger.row] if ledger.row is not None else None,
             )  # fmt: skip
 
         if use_cache:
@@ -225,7 +243,7 @@ class Gateway:
         try:
             completion, attempts, error = await self._call_with_retries(
                 parsed, provider, messages, params, earlier,
-                conversation_id=conversation_id, ledger=(call_id, run_id, held),
+                conversation_id=conversation_id, ledger=ledger,
             )  # fmt: skip
         except BaseException:  # cancelled: release anyone waiting on this request
             if future is not None and not future.done():
@@ -255,8 +273,34 @@ class Gateway:
         if use_cache and self.cache is not None:
             # with a store, this call's row is the cache entry (branchpoint.gateway.cache)
             committed = self.cache.put(key, parsed.raw, completion)
+        settle = self._settle_after_commit(ledger, completion)
+        if settle is not None:
+            committed = _both(committed, settle) if committed is not None else settle
         record(completion, None, committed)
+        if self.store is None and settle is not None:
+            settle(None)  # nothing to commit: settled now
         return completion, call_id
+
+    def _settle_after_commit(
+        self, ledger: _Ledger, completion: Completion
+    ) -> Callable[[BaseException | None], None] | None:
+        """What settles a successful call's reservation in memory once its row (which deletes
+        the reservation row) has committed: at its cost, or at its bound where the commit failed
+        (the reservation row is then still in the store). Told on the writer's thread."""
+        reservation, budget = ledger.reservation, self.budget
+        if reservation is None or budget is None:
+            return None
+        loop = asyncio.get_running_loop()
+        loop_thread = threading.get_ident()
+
+        def settle(failure: BaseException | None) -> None:
+            usd = reservation.upper_usd if failure is not None else (completion.cost or 0.0)
+            if threading.get_ident() == loop_thread:
+                budget.settle(reservation, usd)  # committed in line (no writer thread)
+            elif not loop.is_closed():  # closed: the run is over, nobody waits on this budget
+                loop.call_soon_threadsafe(budget.settle, reservation, usd)
+
+        return settle
 
     async def _call_with_retries(
         self,
@@ -267,17 +311,28 @@ class Gateway:
         earlier: list[str],
         *,
         conversation_id: str | None = None,
-        ledger: tuple[str, str | None, list[str]] | None = None,
+        ledger: _Ledger | None = None,
     ) -> tuple[Completion | None, int, str | None]:
         """Raises BudgetReached (before sending an attempt) when the budget would not cover it.
         Appends each failed attempt's reason but the last one's to ``earlier``. ``ledger``: the
-        call's id, its run and the list its durable reservations' ids are added to."""
+        call's place in the budget's ledger; a successful attempt's reservation is left there,
+        to be settled once the call's row commits.
+
+        A failed attempt's reservation is settled here, in the store before memory: an error
+        answer (an HTTP status, or a connection refused) was not billed, so its row is deleted
+        and then memory releases it; any other failure (a timeout, a connection cut, an answer
+        that could not be read, a cancellation) may have been billed, so its row stays in the
+        store and memory counts it as spent at its bound. No row outlives its call otherwise,
+        so a budget stop or a cancellation between attempts leaves nothing behind."""
         limiter = self._limiter(spec, params, provider)
         price = self.prices.get(spec.raw)
         attempt = 0
         while True:
             attempt += 1
             reservation: Reservation | None = None
+            row: str | None = None  # the attempt's reservation row, once committed
+            unbilled = False  # an error answer: nothing was billed
+            sent = False
             await limiter.acquire()
             outcome: Outcome = "error"
             retry_after: float | None = None
@@ -290,8 +345,11 @@ class Gateway:
                         target, self._upper_usd(price, messages, params)
                     )
                     if ledger is not None:
-                        await self._write_ahead(ledger, attempt, target, reservation.upper_usd)
+                        row = await self._write_ahead(
+                            ledger, attempt, target, reservation.upper_usd
+                        )
                 started = time.perf_counter()
+                sent = True
                 async with asyncio.timeout(self.timeout_s):
                     completion = await provider.complete(spec.model, messages, params)
                 completion = split_reasoning(completion)  # <think> blocks, any provider
@@ -299,9 +357,15 @@ class Gateway:
                 if completion.cost is None and price is not None:
                     completion.cost = Tokens(completion.tokens_in, completion.tokens_out).usd(price)
                 outcome, used = "ok", completion.tokens_in + completion.tokens_out
+                if reservation is not None and self.budget is not None:
+                    if ledger is not None:  # settled once the call's row has committed
+                        ledger.reservation, ledger.row = reservation, row
+                    else:
+                        self.budget.settle(reservation, completion.cost or 0.0)
                 return completion, attempt, None
             except ModelError as exc:
                 error, retryable, retry_after = exc.reason, exc.retryable, exc.retry_after
+                unbilled = exc.unsent or (exc.status is not None and exc.status >= 400)
                 if exc.status == 429:
                     outcome = "throttled"
             except TimeoutError:
@@ -311,16 +375,22 @@ class Gateway:
             except Exception as exc:
                 from branchpoint.gateway.budget import BudgetReached
 
-                if isinstance(exc, BudgetReached):
-                    raise
+                if isinstance(exc, BudgetReached) or not sent:
+                    raise  # the budget, or the store that could not take the reservation
                 # a provider bug or an unmapped library error: record, do not retry
                 error, retryable, retry_after = f"{type(exc).__name__}: {exc}", False, None
             finally:
                 limiter.release(outcome, retry_after=retry_after, tokens=used)
-                if reservation is not None and self.budget is not None:
-                    # a failed attempt is settled at 0: what it was billed, if anything, is unknown
-                    cost = (completion.cost or 0.0) if outcome == "ok" else 0.0
-                    self.budget.settle(reservation, cost)
+                perhaps_billed = outcome != "ok" and not unbilled
+                if reservation is not None and self.budget is not None and perhaps_billed:
+                    # its bound stays spent, in memory as in the store
+                    self.budget.settle(reservation, reservation.upper_usd)
+            if unbilled and reservation is not None and self.budget is not None:
+                # an error answer: released in the store, then in memory (never the other way:
+                # memory must not lend out what the store still counts)
+                if row is not None:
+                    await self._release(row)
+                self.budget.settle(reservation, 0.0)
             error = redact_text(" ".join(str(error).split()))[:2000]
             if not retryable or attempt >= self.max_attempts:
                 if attempt > 1:
@@ -334,32 +404,44 @@ class Gateway:
             await asyncio.sleep(self._delay(attempt, retry_after))
 
     async def _write_ahead(
-        self, ledger: tuple[str, str | None, list[str]], attempt: int, target: str, usd: float
-    ) -> None:
+        self, ledger: _Ledger, attempt: int, target: str, usd: float
+    ) -> str | None:
         """Commit the reservation of ``attempt`` before it is sent: a process killed while the
         call is out leaves it in the store, where the spend rebuilt on restart counts it. Only
-        priced calls of a run with a store (the spend of a run is what a budget rebuilds)."""
-        call_id, run_id, held = ledger
-        if usd <= 0 or run_id is None or self.store is None:
-            return
-        reservation_id = f"{call_id}:{attempt}"
+        priced calls of a run with a store (the spend of a run is what a budget rebuilds).
+        Returns the row's id, or None where none is written."""
+        if usd <= 0 or ledger.run_id is None or self.store is None:
+            return None
+        reservation_id = f"{ledger.call_id}:{attempt}"
         row = {
             "id": reservation_id,
-            "call_id": call_id,
-            "run_id": run_id,
+            "call_id": ledger.call_id,
+            "run_id": ledger.run_id,
             "target": target,
             "upper_usd": usd,
             "created_at": utcnow(),
         }
-        held.append(reservation_id)  # settled with the call's row, whether or not this commit lands
         if self.writer is not None:
             # awaited: other calls' reservations share its commit, none leaves before its own
             from branchpoint.gateway.write_behind import RANK_RESERVATION
 
             await self.writer.write([(RANK_RESERVATION, _INSERT_RESERVATION, [row])])
-            return
+            return reservation_id
         with self.store.engine.begin() as conn:
             conn.execute(_INSERT_RESERVATION, [row])
+        return reservation_id
+
+    async def _release(self, reservation_id: str) -> None:
+        """Delete the reservation row of an attempt known to be unbilled, and wait for it."""
+        assert self.store is not None
+        rows = [{"reservation_id": reservation_id}]
+        if self.writer is not None:
+            from branchpoint.gateway.write_behind import RANK_SETTLE
+
+            await self.writer.write([(RANK_SETTLE, _SETTLE_RESERVATION, rows)])
+            return
+        with self.store.engine.begin() as conn:
+            conn.execute(_SETTLE_RESERVATION, rows)
 
     def _upper_usd(self, price: Price | None, messages: list[Message], params: GenParams) -> float:
         """A bound on one attempt's cost: a generous token count of the prompt (2 characters a
@@ -607,3 +689,15 @@ def _secret(name: str) -> bool:
     from branchpoint.core.redaction import is_secret_key
 
     return is_secret_key(name) or name in {"api_key", "headers", "extra_headers"}
+
+
+def _both(
+    first: Callable[[BaseException | None], None], then: Callable[[BaseException | None], None]
+) -> Callable[[BaseException | None], None]:
+    def told(outcome: BaseException | None) -> None:
+        try:
+            first(outcome)
+        finally:
+            then(outcome)
+
+    return told

@@ -21,6 +21,12 @@ from typing import Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+# Seconds one attempt may take by default. A chat reply of 1,000 tokens at 20 tokens a second
+# takes 50 s, so this leaves it room twice over, while a hung endpoint holds a conversation at
+# most about 8 minutes (4 attempts and their back-off) rather than 40 at 600 s an attempt.
+# Reasoning models that think for minutes need more: --timeout / execution.timeout_s.
+DEFAULT_TIMEOUT_S = 120.0
+
 
 class ProviderLimits(BaseModel):
     """How hard one provider may be driven: calls in flight, requests and tokens per minute

@@ -639,8 +639,12 @@ async def ajudge_run(
     batch_poll_s: float | None = None,
     price: tuple[float, float] | None = None,
     batch_factor: float | None = None,
+    timeout_s: float | None = None,
 ) -> JudgeSummary:
     """Judge the conversations of ``run_id`` (or of every run with ``all_runs``); see the module doc.
+
+    ``timeout_s``: seconds one attempt of a judge's call may take (default
+    ``branchpoint.gateway.limits.DEFAULT_TIMEOUT_S``), where this makes its own gateway.
 
     ``batch``: model judges go through their providers' batch APIs (``branchpoint/judges/batch_judging.py``),
     polled every ``batch_poll_s`` seconds. ``price`` (USD per million input, output tokens) is
@@ -662,10 +666,14 @@ async def ajudge_run(
     own_gateway = gateway is None
     if gateway is None:
         from branchpoint.gateway.gateway import Gateway
-        from branchpoint.gateway.plugins import load_plugins
 
         # Re-judging errors must really ask again: a cached copy of a bad answer would only repeat it.
-        gateway = Gateway(store=store, cache=not retry_errors)
+        from branchpoint.gateway.limits import DEFAULT_TIMEOUT_S
+        from branchpoint.gateway.plugins import load_plugins
+
+        gateway = Gateway(
+            store=store, cache=not retry_errors, timeout_s=timeout_s or DEFAULT_TIMEOUT_S
+        )
         load_plugins(gateway)  # a judge may be a plugin's model, as a target may
     try:
         built = [

@@ -5,7 +5,9 @@ run writes its owner tag (``host:pid:token``) and refreshes a heartbeat every ``
 Another process may take the run over only when the lease is free, when its heartbeat is older than
 ``STALE_S``, or when its owner ran on this host and that process no longer exists (a ``kill -9``
 can then be resumed at once). Taking over is a compare-and-swap on the owner column, so two
-processes that race for a free run cannot both win.
+processes that race for a free run cannot both win; a new run's row is written with its owner in
+one statement that does nothing where the row exists (``create_or_claim``), so two processes
+that start the same new run at once cannot both own it either.
 """
 
 from __future__ import annotations
@@ -15,7 +17,10 @@ import contextlib
 import os
 import secrets
 import socket
+import time
+from collections.abc import Mapping
 from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy import update
 from sqlmodel import col
@@ -26,6 +31,9 @@ from branchpoint.core.store import Store, redact_url
 
 HEARTBEAT_S = 10.0
 STALE_S = 60.0
+# tests only: seconds to wait after the lease is taken, before the run's bookkeeping starts (the
+# window two processes starting the same run at once would race in)
+CLAIM_DELAY_ENV = "BRANCHPOINT_TEST_CLAIM_DELAY_S"
 
 
 _HELD: set[str] = set()  # leases held by this process right now
@@ -99,6 +107,24 @@ class RunLease:
         self.held()
         return True
 
+    def create_or_claim(self, row: Mapping[str, Any]) -> bool:
+        """Take the run: write its row (``row``: the Run's columns) owned by this process where
+        there is none, else ``claim`` it (UserError when another live process holds it).
+        Returns True when this process created the row.
+
+        The insert does nothing where the row exists (ON CONFLICT DO NOTHING), so of two
+        processes that start the same new run at once one creates it and the other finds it
+        owned and is refused: there is no moment when the run exists without its owner."""
+        if _insert_if_absent(self.store, {**row, "owner": self.owner, "heartbeat_at": utcnow()}):
+            self.held()
+            created = True
+        elif self.claim():
+            created = False
+        else:  # removed between the insert and the claim
+            raise UserError(f"run {self.run_id}: removed by another process just now; try again")
+        _test_delay()
+        return created
+
     def held(self) -> None:
         _HELD.add(self.owner)
 
@@ -128,3 +154,24 @@ class RunLease:
                 .values(owner=None, heartbeat_at=None)
             )
             s.commit()
+
+
+def _insert_if_absent(store: Store, values: Mapping[str, Any]) -> bool:
+    """Insert a Run row unless one with its id exists; whether this statement inserted it."""
+    table = Run.__table__  # type: ignore[attr-defined]
+    if store.engine.dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as dialect_insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert as dialect_insert
+    row = Run(**values)  # the model's defaults (created_at, ...) filled in
+    columns = {c.name: getattr(row, c.name) for c in table.columns}
+    statement = dialect_insert(table).values(columns).on_conflict_do_nothing(index_elements=["id"])
+    with store.engine.begin() as conn:
+        return bool(conn.execute(statement).rowcount == 1)
+
+
+def _test_delay() -> None:
+    """Tests only: hold the lease a while before the run's bookkeeping (``CLAIM_DELAY_ENV``)."""
+    delay = os.environ.get(CLAIM_DELAY_ENV)
+    if delay:
+        time.sleep(float(delay))

@@ -12,6 +12,7 @@ Without it a failed conversation stays failed: the engine skips finished ones.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -65,17 +66,39 @@ class RunResult(BaseModel):
         return sum(self.calls.values())
 
 
+def new_run_row(run_id: str, config: RunConfig) -> dict[str, Any]:
+    """The Run row of a run that has none yet (``RunLease.create_or_claim`` adds its owner)."""
+    record = _redacted_config(config)
+    return {
+        "id": run_id,
+        "kind": "run",
+        "status": "running",
+        "config": record,
+        "branchpoint_version": record["versions"].get("branchpoint", ""),
+    }
+
+
 def begin_run(
-    store: Store, run_id: str, config: RunConfig, owner: str, *, retry_failed: bool = False
+    store: Store,
+    run_id: str,
+    config: RunConfig,
+    owner: str,
+    *,
+    retry_failed: bool = False,
+    created: bool = False,
 ) -> RunResult:
     """Create the Run row, or record a resume of it; returns the result to fill in.
 
     ``config.resume`` demands that the run exists. ``owner`` is the lease holder's tag.
     ``retry_failed``: the run's failed conversations run again (``retry_failed_in``).
+    ``created``: the lease wrote the Run row just now (``RunLease.create_or_claim``): nothing
+    to resume.
     """
     from branchpoint.core.store import redact_url
 
     result = RunResult(run_id=run_id, db=redact_url(store.url))
+    if created:
+        return result
     with store.session() as s:
         existing = s.get(Run, run_id)
         if existing is None and config.resume:
@@ -162,6 +185,26 @@ def mark_interrupted(
             s.add(run_row)
         s.commit()
     return len(rows)
+
+
+def mark_stopped(store: Store, run_id: str, exc: BaseException) -> None:
+    """Record why a run or sweep stopped early: interrupted (a signal, a cancel) or failed. Where
+    the store itself failed (gone, full), nothing can be recorded: what stopped the run is what
+    the command reports, and the re-run's start marks the conversations left running
+    interrupted."""
+    import asyncio
+
+    from sqlalchemy.exc import DBAPIError
+
+    stopped = isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt))
+    why = str(exc.args[0]) if exc.args else type(exc).__name__
+    with contextlib.suppress(DBAPIError):
+        mark_interrupted(
+            store,
+            run_id,
+            f"{'interrupted' if stopped else 'failed'}: {why}"[:2000],
+            run_status="interrupted" if stopped else "failed",
+        )
 
 
 def retry_failed_in(session: Any, run_id: str) -> int:

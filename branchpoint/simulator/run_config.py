@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 
-from branchpoint.gateway.limits import ProviderLimits
+from branchpoint.gateway.limits import DEFAULT_TIMEOUT_S, ProviderLimits
 
 
 class RunConfig(BaseModel):
@@ -43,6 +43,8 @@ class RunConfig(BaseModel):
         default_factory=dict,
         description="Per-provider limits by limit key (branchpoint.gateway.limits).",
     )
+    # seconds one attempt of a model call may take (branchpoint.gateway.limits.DEFAULT_TIMEOUT_S)
+    timeout_s: float = Field(DEFAULT_TIMEOUT_S, gt=0)
     seed: int = 0
     persona_retries: int = Field(2, ge=0)
     # Issue 36: a persona turn the offline realism rater puts below this level is regenerated

@@ -36,6 +36,8 @@ from branchpoint.simulator.lifecycle import (
     begin_run,
     complete_run,
     mark_interrupted,
+    mark_stopped,
+    new_run_row,
     stored_turns,
     summaries,
 )
@@ -144,9 +146,19 @@ async def _run_plan(
         load_plugins(gateway)
         check_scripted_models([plan], gateway)
         lease = RunLease(store, plan.run_id)
-        claimed = lease.claim()  # before anything is changed: another live process may run it
+        # before anything is changed: another live process may run it. A new run's row is
+        # written with its owner in one statement, so two processes starting it at once cannot
+        # both run it; a resume must find the row (begin_run says so where there is none).
+        created = False
+        if config.resume or retry_failed:
+            claimed = lease.claim()
+        else:
+            created = lease.create_or_claim(new_run_row(plan.run_id, config))
+            claimed = True  # held either way
         try:
-            result = begin_run(store, plan.run_id, config, lease.owner, retry_failed=retry_failed)
+            result = begin_run(
+                store, plan.run_id, config, lease.owner, retry_failed=retry_failed, created=created
+            )
             record_provenance(store, plan, config)
             if not claimed:
                 lease.held()
@@ -173,6 +185,7 @@ def make_gateway(config: RunConfig, store: Store) -> Gateway:
         limits=config.limits,
         default_concurrency=config.concurrency,
         write_behind=True,
+        timeout_s=config.timeout_s,
     )
 
 
@@ -211,14 +224,7 @@ async def _execute_held(
         else:
             calls = (await execute(plan, store, gateway, progress=progress)).calls
     except BaseException as exc:
-        stopped = isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt))
-        why = str(exc.args[0]) if exc.args else type(exc).__name__
-        mark_interrupted(
-            store,
-            plan.run_id,
-            f"{'interrupted' if stopped else 'failed'}: {why}"[:2000],
-            run_status="interrupted" if stopped else "failed",
-        )
+        mark_stopped(store, plan.run_id, exc)
         raise
     result.calls = calls
     complete_run(store, plan.run_id)

@@ -38,6 +38,7 @@ from branchpoint.core.yamlio import (
     read_yaml,
     validate_data,
 )
+from branchpoint.gateway.limits import DEFAULT_TIMEOUT_S
 
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 # Params that would carry a secret into the manifest (and from there into the store).
@@ -212,7 +213,7 @@ class Execution(_Strict):
         16, ge=1, description="Conversation groups in flight at once (with ray: per worker)."
     )
     timeout_s: float = Field(
-        600.0,
+        DEFAULT_TIMEOUT_S,
         gt=0,
         description="Seconds one attempt of a model call may take before it is retried.",
     )

@@ -31,8 +31,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import and_, case, func, select
+from sqlalchemy import case, func, select
 
+from branchpoint.core.read.costs import answered_unpriced
 from branchpoint.core.read.schema import CONVERSATIONS, MODEL_CALLS, TURNS
 
 if TYPE_CHECKING:
@@ -204,9 +205,7 @@ class SweepMonitor:
         """Read the sweep's conversations and calls from the store (see the module docstring)."""
         began = time.perf_counter()
         c, m, t = CONVERSATIONS.c, MODEL_CALLS.c, TURNS.c
-        # a call row sent (not cached), answered (no error) and with no cost: no price known
-        answered_unpriced = and_(m.cost.is_(None), m.error.is_(None), m.cached.is_(False))
-        unpriced = func.coalesce(func.sum(case((answered_unpriced, 1), else_=0)), 0)
+        unpriced = func.coalesce(func.sum(case((answered_unpriced(), 1), else_=0)), 0)
         spent = (
             func.count(),
             func.coalesce(func.sum(m.tokens_in + m.tokens_out), 0),

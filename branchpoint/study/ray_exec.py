@@ -120,10 +120,10 @@ async def run_sweep_ray(
     import ray
 
     from branchpoint.simulator.lease import RunLease
-    from branchpoint.simulator.lifecycle import stored_turns
+    from branchpoint.simulator.lifecycle import mark_stopped, stored_turns
     from branchpoint.simulator.runner import check_scripted_models
     from branchpoint.simulator.tree_lease import TreeLeases, tree_id
-    from branchpoint.study.run import _finish, _mark_stopped, _start, progress_feed
+    from branchpoint.study.run import _finish, _start, new_run_row, progress_feed
 
     check_ray(plan, store.url)
     # an unknown scripted model stops the sweep here, as a local one, not on every worker
@@ -139,11 +139,11 @@ async def run_sweep_ray(
     result = SweepResult(plan.sweep_id)
     report = progress_feed(on_progress, monitor)
     lease = RunLease(store, plan.sweep_id)
-    claimed = lease.claim()
+    created = lease.create_or_claim(new_run_row(plan))
     started_ray = False
     workers: list[Any] = []
     try:
-        result.retried = _start(store, plan, lease, claimed, retry_failed=retry_failed)
+        result.retried = _start(store, plan, created, retry_failed=retry_failed)
         heartbeat = asyncio.create_task(lease.keep_alive())
         # the live view reads the store, and the cluster's limiters from their actors (the
         # workers' gateways are elsewhere)
@@ -202,7 +202,7 @@ async def run_sweep_ray(
             for w in workers:
                 with contextlib.suppress(Exception):
                     ray.kill(w)
-            _mark_stopped(store, plan.sweep_id, exc)
+            mark_stopped(store, plan.sweep_id, exc)
             raise
         finally:
             heartbeat.cancel()

@@ -19,10 +19,11 @@ import asyncio
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqlmodel import col, select
 
+from branchpoint.core.errors import UserError
 from branchpoint.core.records import Conversation, Run, utcnow
 from branchpoint.study.identity import identity_record
 
@@ -32,7 +33,6 @@ if TYPE_CHECKING:
     from branchpoint.gateway.gateway import Gateway
     from branchpoint.gateway.limits import LimiterFactory
     from branchpoint.gateway.pricing import Price
-    from branchpoint.simulator.lease import RunLease
     from branchpoint.simulator.plan import RunPlan
     from branchpoint.study.monitor import SweepMonitor
     from branchpoint.study.plan import SweepPlan
@@ -102,7 +102,7 @@ async def run_sweep(
     provider limiters, when judges must share them too (``SharedLimiters``)."""
     from branchpoint.simulator.execute import Progress, execute
     from branchpoint.simulator.lease import RunLease
-    from branchpoint.simulator.lifecycle import stored_turns
+    from branchpoint.simulator.lifecycle import mark_stopped, stored_turns
     from branchpoint.simulator.runner import check_scripted_models, load_plugins
 
     own_gateway = gateway is None
@@ -119,9 +119,9 @@ async def run_sweep(
         load_plugins(gateway)
         check_scripted_models([p for _, p in plan.runs], gateway)
         lease = RunLease(store, plan.sweep_id)
-        claimed = lease.claim()
+        created = lease.create_or_claim(new_run_row(plan))
         try:
-            result.retried = _start(store, plan, lease, claimed, retry_failed=retry_failed)
+            result.retried = _start(store, plan, created, retry_failed=retry_failed)
             heartbeat = asyncio.create_task(lease.keep_alive())
             watching = asyncio.create_task(monitor.watch()) if monitor is not None else None
             progress.add_total(sum(p.turn_budget for _, p in plan.runs))
@@ -140,7 +140,7 @@ async def run_sweep(
             try:
                 await asyncio.gather(*(one(p) for _, p in plan.runs))
             except BaseException as exc:
-                _mark_stopped(store, plan.sweep_id, exc)
+                mark_stopped(store, plan.sweep_id, exc)
                 raise
             finally:
                 heartbeat.cancel()
@@ -174,84 +174,69 @@ def progress_feed(
     return report
 
 
-def _start(
-    store: Store, plan: SweepPlan, lease: RunLease, claimed: bool, *, retry_failed: bool
-) -> int:
-    """The sweep's bookkeeping before any tree grows (local or on Ray): its Run row, the lease
-    taken over if another process held it, each run config's provenance. Returns how many
-    failed conversations ``retry_failed`` set to run again."""
+def _start(store: Store, plan: SweepPlan, created: bool, *, retry_failed: bool) -> int:
+    """The sweep's bookkeeping before any tree grows (local or on Ray), once this process holds
+    its lease (``RunLease.create_or_claim``, ``created`` when it wrote the Run row): a re-run
+    marked running again, each run config's provenance. Returns how many failed conversations
+    ``retry_failed`` set to run again."""
     from branchpoint.simulator.provenance import record_provenance
 
-    retried = _begin(store, plan, lease.owner, retry_failed=retry_failed)
-    if not claimed:
-        lease.held()
+    retried = 0 if created else _begin(store, plan, retry_failed=retry_failed)
     for config, run_plan in plan.runs:
         record_provenance(store, run_plan, config)
     return retried
 
 
-def _begin(store: Store, plan: SweepPlan, owner: str, *, retry_failed: bool = False) -> int:
-    """Write the sweep's Run row, or mark a re-run of it running again; with ``retry_failed``
-    its failed conversations run again. Returns how many were set to run again."""
+def new_run_row(plan: SweepPlan) -> dict[str, Any]:
+    """The Run row of a sweep that has none yet (its owner is added by the lease)."""
+    record = identity_record(plan.manifest, plan.path, plan.scenario_hashes)
+    return {
+        "id": plan.sweep_id,
+        "kind": "sweep",
+        "name": plan.manifest.name,
+        "status": "running",
+        "config": record,
+        "branchpoint_version": record["versions"].get("branchpoint", ""),
+    }
+
+
+def _begin(store: Store, plan: SweepPlan, *, retry_failed: bool = False) -> int:
+    """Mark a re-run of the sweep running again (its Run row exists: the lease was claimed on
+    it); with ``retry_failed`` its failed conversations run again. Returns how many were set to
+    run again."""
     from branchpoint.simulator.lifecycle import retry_failed_in
 
     retried = 0
     with store.session() as s:
         row = s.get(Run, plan.sweep_id)
-        record = identity_record(plan.manifest, plan.path, plan.scenario_hashes)
         if row is None:
-            s.add(
-                Run(
-                    id=plan.sweep_id,
-                    kind="sweep",
-                    name=plan.manifest.name,
-                    status="running",
-                    config=record,
-                    branchpoint_version=record["versions"].get("branchpoint", ""),
-                    owner=owner,
-                    heartbeat_at=utcnow(),
-                )
+            raise UserError(f"sweep {plan.sweep_id}: its run was removed while starting; try again")
+        record = identity_record(plan.manifest, plan.path, plan.scenario_hashes)
+        # Conversations a dead process left running are recorded as interrupted (with why)
+        # before this process continues them from their last stored turn.
+        stale = s.exec(
+            select(Conversation).where(
+                col(Conversation.run_id) == plan.sweep_id, col(Conversation.status) == "running"
             )
-        else:
-            # Conversations a dead process left running are recorded as interrupted (with why)
-            # before this process continues them from their last stored turn.
-            stale = s.exec(
-                select(Conversation).where(
-                    col(Conversation.run_id) == plan.sweep_id, col(Conversation.status) == "running"
-                )
-            ).all()
-            for conv in stale:
-                conv.status, conv.updated_at = "interrupted", utcnow()
-                conv.error = "interrupted: the process ended before the conversation finished"
-                s.add(conv)
-            if retry_failed:
-                retried = retry_failed_in(s, plan.sweep_id)
-            # The stored manifest becomes this one (identity.check_compatible allowed it): it
-            # may add targets, conditions or replicates; earlier ones are kept in the history.
-            history = list((row.config or {}).get("history", []))
-            old = dict(row.config or {})
-            old.pop("history", None)
-            history.append({"at": utcnow().isoformat(), **old})
-            row.config = {**record, "history": history}
-            row.status = "running"
-            row.updated_at = utcnow()
-            s.add(row)
+        ).all()
+        for conv in stale:
+            conv.status, conv.updated_at = "interrupted", utcnow()
+            conv.error = "interrupted: the process ended before the conversation finished"
+            s.add(conv)
+        if retry_failed:
+            retried = retry_failed_in(s, plan.sweep_id)
+        # The stored manifest becomes this one (identity.check_compatible allowed it): it
+        # may add targets, conditions or replicates; earlier ones are kept in the history.
+        history = list((row.config or {}).get("history", []))
+        old = dict(row.config or {})
+        old.pop("history", None)
+        history.append({"at": utcnow().isoformat(), **old})
+        row.config = {**record, "history": history}
+        row.status = "running"
+        row.updated_at = utcnow()
+        s.add(row)
         s.commit()
     return retried
-
-
-def _mark_stopped(store: Store, sweep_id: str, exc: BaseException) -> None:
-    """Record why a sweep stopped early: interrupted (a signal, a cancel) or failed."""
-    from branchpoint.simulator.lifecycle import mark_interrupted
-
-    stopped = isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt))
-    why = str(exc.args[0]) if exc.args else type(exc).__name__
-    mark_interrupted(
-        store,
-        sweep_id,
-        f"{'interrupted' if stopped else 'failed'}: {why}"[:2000],
-        run_status="interrupted" if stopped else "failed",
-    )
 
 
 def _finish(store: Store, plan: SweepPlan, result: SweepResult) -> None:

@@ -62,6 +62,14 @@ def main() -> None:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         code = 130
+    except Exception as exc:
+        from branchpoint.core.store import store_failure
+
+        failure = store_failure(exc)  # the store went away, or is no store: one line
+        if failure is None:
+            raise
+        line, code = failure
+        print(line, file=sys.stderr)
     _exit(code)
 
 

@@ -215,8 +215,9 @@ def test_spend_is_rebuilt_from_the_call_rows_by_target(store) -> None:  # type: 
     assert spend_of_run(store, "r1") == {"oai:a": 0.75, "oai:b": 1.0, "oai:d": 0.125}
     assert spend_of_run(store, "none") == {}
 
-    # reservations left unsettled (a process killed with calls out) count at their bound; one
-    # whose call row is stored counts no more (its row's cost does)
+    # reservations left unsettled (a process killed with calls out) count at their bound; so
+    # does one whose call row is stored: the gateway deletes the row of the attempt that call
+    # row settles, so one still here is an earlier attempt that may have been billed (a timeout)
     from branchpoint.core.read import reserved_by_target, run_reserved
     from branchpoint.core.records import SpendReservation
 
@@ -224,14 +225,14 @@ def test_spend_is_rebuilt_from_the_call_rows_by_target(store) -> None:  # type: 
         for rid, call, run, target, usd in (
             ("lost:1", "lost", "r1", "oai:a", 0.5),
             ("lost:2", "lost", "r1", "oai:a", 0.25),  # its retry: both attempts may be billed
-            ("m0:1", "m0", "r1", "oai:a", 4.0),  # m0's row is stored: settled
+            ("m0:1", "m0", "r1", "oai:a", 4.0),  # m0's first attempt timed out; its retry's row
             ("gone:1", "gone", "r2", "oai:b", 2.0),
         ):
             s.add(SpendReservation(id=rid, call_id=call, run_id=run, target=target, upper_usd=usd))
         s.commit()
-    assert reserved_by_target(store, "r1") == {"oai:a": 0.75}
-    assert spend_of_run(store, "r1") == {"oai:a": 1.5, "oai:b": 1.0, "oai:d": 0.125}
-    assert run_reserved(store) == {"r1": 0.75, "r2": 2.0}
+    assert reserved_by_target(store, "r1") == {"oai:a": 4.75}
+    assert spend_of_run(store, "r1") == {"oai:a": 5.5, "oai:b": 1.0, "oai:d": 0.125}
+    assert run_reserved(store) == {"r1": 4.75, "r2": 2.0}
 
 
 @pytest.mark.parametrize("write_behind", [True, False])

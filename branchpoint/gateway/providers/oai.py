@@ -153,7 +153,9 @@ class OpenAICompatProvider:
                 response = await self._proxied.post(url, payload, headers, proxy)
         except (TimeoutError, OSError) as exc:  # refused, reset, DNS, TLS, a broken answer
             raise ModelError(
-                redact_text(f"{type(exc).__name__} calling {url}: {exc}"), retryable=True
+                redact_text(f"{type(exc).__name__} calling {url}: {exc}"),
+                retryable=True,
+                unsent=isinstance(exc, ConnectionRefusedError),  # never sent: not billed
             ) from None
         raw = response.body
         if response.status >= 400:

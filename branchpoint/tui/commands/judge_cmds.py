@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from branchpoint.core.errors import UserError
-from branchpoint.tui.commands.options import DbOption
+from branchpoint.tui.commands.options import DbOption, TimeoutOption
 
 
 def judge_command(
@@ -50,6 +50,7 @@ def judge_command(
         ),
     ] = None,
     db: DbOption = None,
+    timeout: TimeoutOption = None,
     concurrency: Annotated[
         int, typer.Option("--concurrency", min=1, help="Judging units in flight at once.")
     ] = 4,
@@ -139,6 +140,7 @@ def judge_command(
         panel=panel,
         scope=scope,
         concurrency=concurrency,
+        timeout_s=timeout,
         params=params_from_pairs(judge_param, where="--judge-param") if judge_param else None,
         max_retries=max_retries,
         retry_errors=retry_errors,

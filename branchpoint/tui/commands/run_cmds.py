@@ -10,7 +10,7 @@ import typer
 
 from branchpoint.core.domain import EVENTS
 from branchpoint.core.errors import UserError
-from branchpoint.tui.commands.options import DbOption
+from branchpoint.tui.commands.options import DbOption, TimeoutOption
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -94,6 +94,7 @@ def run_command(
         ),
     ] = None,
     db: DbOption = None,
+    timeout: TimeoutOption = None,
     run_id: Annotated[
         str | None,
         typer.Option(
@@ -253,6 +254,7 @@ def run_command(
         realism_min=_realism_level(realism_min),
         event_patterns=load_patterns(str(event_rules)) if event_rules else None,
         limits=load_limits(limits_file, limit or []),
+        **({} if timeout is None else {"timeout_s": timeout}),
     )
     if resolve_processes(config) > 1:  # (a local model with --processes > 1 fails here)
         start_fork_server(config)  # its imports overlap the loading and planning below

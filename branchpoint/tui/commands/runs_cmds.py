@@ -27,9 +27,10 @@ def runs_command(ctx: typer.Context, db: DbOption = None) -> None:
     and (where ``judge --persona-judge`` rated its persona) the persona turns not enacted and
     rated low realism, each out of those rated ("-": none rated).
 
-    USD is what the recorded calls cost (settled); reserved is the upper bound of priced calls
-    whose cost is not recorded: calls in flight now, or sent by a process that died before their
-    answer was stored (a budget counts them at that bound, as the provider may have billed them)."""
+    USD is what the recorded calls cost (settled; "unpriced" where a call has no price known);
+    reserved is the upper bound of priced attempts whose cost is not recorded: calls in flight
+    now, or ones that may have been billed with no answer stored (a timeout, a process that died)
+    (a budget counts them at that bound, as the provider may have billed them)."""
     if ctx.invoked_subcommand is not None:
         return
     from rich import box
@@ -63,6 +64,7 @@ def runs_command(ctx: typer.Context, db: DbOption = None) -> None:
     table.add_column("created", no_wrap=True)
     for r in runs:
         calls, usd = costs.get(r.id, (0, 0.0))
+        # "unpriced" where a call has no price known, as the live view says (never $0.0000)
         values = [
             r.id,
             r.kind,
@@ -72,7 +74,7 @@ def runs_command(ctx: typer.Context, db: DbOption = None) -> None:
             r.n_failed,
             r.n_running,
             calls,
-            f"{usd:.4f}",
+            "unpriced" if usd is None else f"{usd:.4f}",
             f"{reserved[r.id]:.4f}" if r.id in reserved else "-",
             *_persona_cells(persona.get(r.id)),
             r.created_at.strftime("%Y-%m-%d %H:%M") if r.created_at else "",
