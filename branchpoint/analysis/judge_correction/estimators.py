@@ -135,8 +135,8 @@ def ppi_design(
     ``cluster``: each item's scenario. Returns the estimates, or one line saying why there are
     none (a stratum with fewer than ``MIN_LABELS_PER_STRATUM`` labels, one scenario).
 
-    Lambda and the variance follow ``_lambda_and_se`` (tuned lambda only with the scenario
-    jackknife, else lambda 1; never a plug-in variance of a lambda tuned on the same labels), and
+    Lambda and the variance follow ``_lambda_and_se`` (lambda 1 unless fixed: never tuned on the
+    labels it corrects; the larger of the plug-in and the scenario-jackknife variance), and
     each stratum's rectifier variance is at least ``rectifier_floor`` (labels that all agree do
     not make the interval zero width)."""
     yhat = np.asarray(yhat, dtype=float)
@@ -358,7 +358,8 @@ def _lambda_and_se(
 
 
 def _tuned(u: np.ndarray, v: np.ndarray) -> float:
-    """The lambda in [0, 1] that minimises the clustered variance of u + lambda v."""
+    """The lambda in [0, 1] that minimises the clustered variance of u + lambda v (no longer
+    used by the estimators, see ``DEFAULT_LAMBDA``; kept for the jackknife's by-hand test)."""
     return float(np.clip(-(u @ v) / (v @ v), 0, 1)) if v @ v > 0 else 0.0
 
 
