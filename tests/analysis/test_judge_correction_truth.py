@@ -95,3 +95,14 @@ def test_labels_plan_asks_the_priors_count_whatever_the_judge_says(rate: float) 
     prior = math.ceil(1.959964**2 * PRIOR_DISAGREEMENT / 0.1**2)  # 58
     assert table["needed"].tolist() == [prior]
     assert "15%" in notes[0]
+
+
+def test_a_judge_only_rate_at_0_percent_in_every_scenario_has_width() -> None:
+    """The judge-only figure is from sampled scenarios too: no spread gives the exact bound."""
+    g = _group(120, 8, 0.0, 0.0)
+    est = ppi_design(g["yhat"], g["y"], g["labelled"], g["stratum"], g["cluster"])
+    assert not isinstance(est, str)
+    assert est.judge_only.low == 0.0 < est.judge_only.high
+    got = ppi_contrast(_group(120, 8, 0.0, 0.0), _group(120, 8, 0.0, 0.0))
+    assert not isinstance(got, str)
+    assert got.judge_only.low < 0.0 < got.judge_only.high

@@ -51,7 +51,11 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from branchpoint.analysis.stats.intervals import MIN_LABELS_PER_STRATUM, rectifier_floor
+from branchpoint.analysis.stats.intervals import (
+    MIN_LABELS_PER_STRATUM,
+    no_spread_interval,
+    rectifier_floor,
+)
 from branchpoint.core.human_labels import STRATUM_SEP
 from branchpoint.core.scales import RISK_LEVELS, WORST_LEVELS
 
@@ -164,6 +168,8 @@ def ppi_design(
         extra = o.floor_variance(lam_) if lam_ is not None else 0.0  # rests on labels: floor
         t = stats.t.ppf(1 - alpha / 2, floored_df(effective_df(z), se**2, extra))
         se = math.sqrt(se**2 + extra)
+        if bounded and se == 0:  # every scenario the same (the judge-only rate at 0%): rule 3
+            return Interval(estimate, *no_spread_interval(estimate, g, (0.0, 1.0), 1 - alpha), se)
         if bounded:
             return rate_interval(estimate, se, t)
         return Interval(estimate, estimate - t * se, estimate + t * se, se)
@@ -432,6 +438,8 @@ def ppi_contrast(
         extra = o.floor_variance(lam_) + b.floor_variance(lam_) if lam_ is not None else 0.0
         t = stats.t.ppf(1 - alpha / 2, floored_df(effective_df(z), se**2, extra))
         se = math.sqrt(se**2 + extra)
+        if se == 0 and bound < math.inf:  # every scenario the same difference: rule 3
+            return Interval(estimate, *no_spread_interval(estimate, g, (-1.0, 1.0), 1 - alpha), se)
         return Interval(estimate, max(-bound, estimate - t * se), min(bound, estimate + t * se), se)
 
     return PPIContrast(
