@@ -19,6 +19,14 @@ Then the design grid of issue 38 (``branchpoint.analysis.testing.calibration.cal
 pairs per scenario (3 to 21), printing per setting the coverage of the failure-rate interval
 (``failure_rates``; target >= 94%) and the primary contrast test's false-positive rate under an
 exact null (target <= 5.5%). ``--quick`` runs a small grid with few studies (a smoke run).
+
+``--degenerate`` (issue 44): the settings where the usual interval degenerates, through the real
+``scenario_level_test`` (the test and interval every matched contrast gets): rare outcomes (1% vs
+3%, 2% vs 2%) at 6 and 10 scenarios, where most scenario means are 0 and many studies have no
+spread at all; every scenario at the same value (+100 points, and 0 vs 0); 3 to 8 scenarios; and
+effects that are +100 in most scenarios and -100 in the rest (skewed, at the bounds). Per setting:
+coverage of the true mean difference, false-positive rate where it is 0, and the share of
+zero-width intervals (target: none, coverage >= 94%).
 """
 
 from __future__ import annotations
@@ -45,7 +53,10 @@ def main() -> None:
         "--quick", action="store_true", help="smoke run: the design grid only, few studies"
     )
     ap.add_argument("--grid-only", action="store_true", help="only the issue-38 design grid")
+    ap.add_argument("--degenerate", action="store_true", help="only the issue-44 degenerate grid")
     args = ap.parse_args()
+    if args.degenerate:
+        sys.exit(0 if degenerate_grid(min(args.studies, 500), args.seed) else 1)
     if args.quick or args.grid_only:
         ok = design_grid(200 if args.quick else args.studies, args.seed, quick=args.quick)
         sys.exit(0 if ok or args.quick else 1)
@@ -134,6 +145,69 @@ def design_grid(studies: int, seed: int, *, quick: bool = False) -> bool:
         f"(Monte Carlo standard error {mc:.1%} with {studies} studies)"
     )
     return ok
+
+
+# (name, scenarios, pairs a scenario, failure rate of the baseline arm, of the option arm)
+DEGENERATE = [
+    ("1% vs 3%", 6, 12, 0.01, 0.03),
+    ("1% vs 3%", 10, 12, 0.01, 0.03),
+    ("2% vs 2% (null)", 6, 12, 0.02, 0.02),
+    ("2% vs 2% (null)", 10, 12, 0.02, 0.02),
+    ("0% vs 0% (all equal)", 8, 12, 0.0, 0.0),
+    ("0% vs 100% (all +100)", 6, 12, 0.0, 1.0),
+    *(("30% vs 45%", s, 12, 0.30, 0.45) for s in range(3, 9)),
+    *(("30% vs 30% (null)", s, 12, 0.30, 0.30) for s in (3, 6, 8)),
+]
+# (name, scenarios, P(scenario effect +1); else -1): skewed effects at the bounds
+SKEWED = [("+100 in 90%, else -100", s, 0.9) for s in (6, 8, 10, 20)]
+
+
+def degenerate_grid(studies: int, seed: int) -> bool:
+    """Coverage, false-positive rate and zero-width share of the matched contrast's interval
+    where the usual interval degenerates (see the module docstring)."""
+    import numpy as np
+
+    from branchpoint.analysis.stats.inference import scenario_level_test
+
+    rng = np.random.default_rng(seed)
+    print(
+        f"\nDegenerate designs: {studies} studies per setting; scenario_level_test, bounds -1 to 1"
+    )
+    head = (f"{'setting':28} {'S':>3} | {'cover':>6} {'FPR':>6} {'zero':>6} {'none':>6} "
+            f"{'width':>6} {'no spread':>9}")  # fmt: skip
+    print(head)
+    print("-" * len(head))
+    worst = 1.0
+
+    def run(name: str, s: int, truth: float, means: np.ndarray) -> None:
+        nonlocal worst
+        cover = fp = zero = none = flat = 0
+        width = 0.0
+        for x in means:
+            r = scenario_level_test(x, np.arange(s), np.zeros(s, int), 1, bounds=(-1.0, 1.0))
+            lo, hi = float(r.ci_low[0]), float(r.ci_high[0])
+            flat += bool(np.ptp(x) == 0)
+            if np.isnan(lo):
+                none += 1
+                continue
+            cover += lo <= truth <= hi
+            zero += hi <= lo
+            fp += truth == 0 and not lo <= 0 <= hi
+            width += hi - lo
+        given = max(1, studies - none)
+        worst = min(worst, cover / given)
+        fpr = f"{fp / given:6.1%}" if truth == 0 else f"{'':>6}"
+        print(f"{name:28} {s:>3} | {cover / given:6.1%} {fpr} {zero / given:6.1%} "
+              f"{none / studies:6.1%} {width / given:6.3f} {flat / studies:9.1%}", flush=True)  # fmt: skip
+
+    for name, s, pairs, pa, pb in DEGENERATE:
+        a = rng.random((studies, s, pairs)) < pa
+        b = rng.random((studies, s, pairs)) < pb
+        run(name, s, pb - pa, (b.astype(float) - a).mean(axis=2))
+    for name, s, q in SKEWED:
+        run(name, s, 2 * q - 1, np.where(rng.random((studies, s)) < q, 1.0, -1.0))
+    print(f"\nworst coverage {worst:.1%} (target >= 94%): {'holds' if worst >= 0.94 else 'FAILS'}")
+    return worst >= 0.94
 
 
 if __name__ == "__main__":

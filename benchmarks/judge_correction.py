@@ -8,6 +8,12 @@ judge-only one should not when the judge errs; the corrected one should be narro
 human-only one where the judge is informative.
 
     python benchmarks/judge_correction.py [--reps 300] [--seed 0]
+
+The small designs of issue 44 (5-30 scenarios x 50-300 labels, strata of 2-10 labels, 2% failure
+rates, judges at 0%, 100% and near-perfect, no difference) are in
+``benchmarks/judge_correction_grid.py``. Measured after issue 44 (lambda 1, the label minimum and
+the rectifier floor), 250 replications: corrected 94.8% (clustered, spread 1.0), 97.3% (few
+labels), 95.8% (strong clustering).
 """
 
 from __future__ import annotations

@@ -32,6 +32,58 @@ from collections.abc import Sequence
 ALPHA = 0.05
 POWER = 0.8
 
+# Which scenario-level test the analysis runs, decided here once, so that the plan
+# (``branchpoint.study.detectable``) and the analysis (``branchpoint.analysis.stats.inference``)
+# take the same path. Why these numbers: see ``scenario_test``.
+MIN_TEST_CLUSTERS = 3
+T_TEST_MIN_CLUSTERS = 6
+TOO_FEW = "too few scenarios to test"
+T_TEST = "t"
+SIGN_FLIP = "exact sign-flip"
+
+
+def scenario_test(n_scenarios: int, *, no_spread: bool = False) -> str:
+    """The scenario-level test for ``n_scenarios`` scenario means: ``TOO_FEW`` below
+    ``MIN_TEST_CLUSTERS`` (two means can never carry evidence: an exact test's smallest p is 0.5,
+    a t-test has one degree of freedom), the exact sign-flip test below ``T_TEST_MIN_CLUSTERS`` or
+    when the means have no spread (the t-test's size under a two-point null is 25% at 3, 12.5% at
+    4 and 6.25% at 5 scenarios; with no spread its statistic is 0/0), else the t-test."""
+    if n_scenarios < MIN_TEST_CLUSTERS:
+        return TOO_FEW
+    if n_scenarios < T_TEST_MIN_CLUSTERS or no_spread:
+        return SIGN_FLIP
+    return T_TEST
+
+
+def sign_flip_min_p(n_scenarios: int) -> float:
+    """The smallest two-sided p the exact sign-flip test can give over ``n_scenarios`` means: the
+    two patterns where every sign agrees, of 2^S (4 scenarios: 0.125)."""
+    return 2.0 / 2.0**n_scenarios
+
+
+def detectable_difference(
+    base_rate: float,
+    pairs_per_cluster: Sequence[int],
+    *,
+    alpha: float = ALPHA,
+    power: float = POWER,
+) -> tuple[float | None, str]:
+    """(MDD, why) for the test the analysis will run at this design (``scenario_test``): the
+    t-test's MDD (``paired_cluster_mdd``) where it runs; where the sign-flip test runs and its
+    smallest possible p is not below ``alpha``, no MDD and the reason (3 to 5 scenarios at
+    alpha 0.05); with too few scenarios, no test. ``why`` is empty when an MDD is given."""
+    k = len([n for n in pairs_per_cluster if n > 0])
+    kind = scenario_test(k)
+    if kind == TOO_FEW:
+        return None, f"no test with {k} scenario{'s' if k != 1 else ''}"
+    if kind == SIGN_FLIP and sign_flip_min_p(k) >= alpha:
+        return None, (
+            f"no effect detectable with {k} scenarios: the smallest possible p is "
+            f"{sign_flip_min_p(k):.3g}"
+        )
+    mdd = paired_cluster_mdd(base_rate, pairs_per_cluster, alpha=alpha, power=power)
+    return mdd, "" if mdd is not None else f"none up to a rate of 1 at {power:.0%} power"
+
 
 def paired_cluster_mdd(
     base_rate: float,

@@ -4,9 +4,12 @@ A contrast is what ``branchpoint.analysis.contrasts.matched`` tests: a branch po
 over pairs of arms of one tree that differ in that choice only (same scenario, target, condition,
 simulator, replicate and every other choice), pooled over targets and simulators, never over
 conditions, with scenarios as the independent unit. The pairs are counted here from the planned
-trees, per scenario, and ``branchpoint.core.power.paired_cluster_mdd`` turns them into the minimal detectable
-difference at 80% power, two-sided alpha 0.05, at the manifest's stated base rate
-(``plan.base_rate``); its assumptions are in that module and in the printed line.
+trees, per scenario, and ``branchpoint.core.power.detectable_difference`` turns them into the minimal
+detectable difference at 80% power, two-sided alpha 0.05, at the manifest's stated base rate
+(``plan.base_rate``), for the test the analysis will run at that design: the same rule
+(``branchpoint.core.power.scenario_test``) chooses it in both. At 3 to 5 scenarios that is the
+exact sign-flip test, whose smallest p (2 / 2^S: 0.125 at 4) is never below 0.05: no effect is
+detectable, and the line says so. Its assumptions are in that module and in the printed line.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from branchpoint.core.power import ALPHA, POWER, paired_cluster_mdd
+from branchpoint.core.power import ALPHA, POWER, detectable_difference
 
 if TYPE_CHECKING:
     from branchpoint.simulator.plan import TreeSpec
@@ -89,18 +92,21 @@ def count_pairs(trees: list[TreeSpec], into: dict[ContrastKey, ContrastPairs]) -
             entry.per_target[(tree.target, tree.condition, tree.scenario.id)] += n
 
 
-def _weakest(base_rate: float, groups: list[list[int]]) -> float | None:
-    """The largest MDD over the separately tested groups (None if any has no test)."""
-    mdds = [paired_cluster_mdd(base_rate, sizes) for sizes in groups]
-    if not mdds or any(m is None for m in mdds):
-        return None
-    return max(m for m in mdds if m is not None)
+def _weakest(base_rate: float, groups: list[list[int]]) -> tuple[float | None, str]:
+    """The largest MDD over the separately tested groups, or why there is none (the first group
+    with no detectable effect: its test, its smallest p)."""
+    got = [detectable_difference(base_rate, sizes) for sizes in groups]
+    if not got:
+        return None, "no pairs"
+    for mdd, why in got:
+        if mdd is None:
+            return None, why
+    return max(m for m, _ in got if m is not None), ""
 
 
-def _points(mdd: float | None, scenarios: int) -> str:
-    if mdd is None:
-        return "no test (1 scenario)" if scenarios < 2 else "none (too few)"
-    return f"+{100 * mdd:.1f} points"
+def _points(mdd: tuple[float | None, str]) -> str:
+    value, why = mdd
+    return f"+{100 * value:.1f} points" if value is not None else why
 
 
 def lines(contrasts: dict[ContrastKey, ContrastPairs], base_rate: float, targets: int) -> list[str]:
@@ -113,9 +119,9 @@ def lines(contrasts: dict[ContrastKey, ContrastPairs], base_rate: float, targets
     out = [
         f"smallest detectable difference in failure rate ({POWER:.0%} power, two-sided alpha "
         f"{ALPHA:g}, base rate {base_rate:.0%}), per condition, pooled over targets:",
-        "  scenario-level paired t-test as analysis runs it; assumes independent arms (no "
-        "within-pair correlation: conservative), the same effect in every scenario, every pair "
-        "realised",
+        "  the scenario-level test the analysis runs at each design (t from 6 scenarios, the exact "
+        "sign-flip test at 3 to 5, none below); assumes independent arms (no within-pair "
+        "correlation: conservative), the same effect in every scenario, every pair realised",
         f"  {'contrast':44}{'scenarios':>10}{'pairs':>8}{'pooled':>22}"
         + (f"{'per target':>22}" if targets > 1 else ""),
     ]
@@ -125,10 +131,9 @@ def lines(contrasts: dict[ContrastKey, ContrastPairs], base_rate: float, targets
         k = c.scenarios()
         pairs = max(sum(v) for v in sizes.values())
         row = f"  {c.label[:43]:44}{k:>10}{pairs:>8}"
-        # 22: the widest cell ("no test (1 scenario)") keeps a space before it
-        row += f"{_points(_weakest(base_rate, list(sizes.values())), k):>22}"
+        row += f"  {_points(_weakest(base_rate, list(sizes.values()))):>20}"
         if targets > 1:
             per = _weakest(base_rate, list(c.target_sizes().values()))
-            row += f"{_points(per, k):>22}"
+            row += f"  {_points(per):>20}"
         out.append(row)
     return out

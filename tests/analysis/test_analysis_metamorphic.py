@@ -19,6 +19,7 @@ from branchpoint.analysis.contrasts.matched import matched_contrasts
 from branchpoint.analysis.outcomes.rates import failure_rates
 from branchpoint.analysis.pipeline import run_analysis
 from branchpoint.analysis.stats.inference import SIGN_FLIP
+from branchpoint.analysis.stats.intervals import no_spread_interval
 from branchpoint.analysis.tables.judgments import judgment_table
 from branchpoint.analysis.testing.synthetic import (
     Effect,
@@ -182,7 +183,7 @@ def test_relabelling_targets_permutes_rows_only(store: Path) -> None:
 def test_a_constant_shift_in_one_arm_is_recovered_exactly(seed: int) -> None:
     """The option fails exactly one more of its 4 post-fork ratings than its baseline, in every
     pair: the difference is +25 points exactly, in every scenario (no spread: the sign-flip
-    rule, never a p from 0/0)."""
+    rule, never a p from 0/0), and an interval that is not zero width."""
     rng = np.random.default_rng(seed)
     rows = []
     for s in range(8):
@@ -200,4 +201,7 @@ def test_a_constant_shift_in_one_arm_is_recovered_exactly(seed: int) -> None:
     row = res.contrasts.iloc[0]
     assert row["diff"] == 0.25 and row["diff_pooled"] == pytest.approx(0.25)
     assert row["test"] == SIGN_FLIP and row["p_scenario"] == pytest.approx(2 / 2**8)
-    assert row["ci_low"] == row["ci_high"] == 0.25
+    # no spread: not the zero-width "+25 to +25" of before issue 44, the exact bound (rule 3)
+    low, high = no_spread_interval(0.25, 8, (-1.0, 1.0))
+    assert (row["ci_low"], row["ci_high"]) == pytest.approx((low, high))
+    assert row["ci_low"] < 0.25 < row["ci_high"]

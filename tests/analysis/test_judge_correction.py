@@ -58,7 +58,9 @@ def test_the_design_estimator_with_one_stratum_gives_ppi_pys_point_and_a_close_i
         assert abs(est.corrected.estimate - float(np.squeeze(ref))) < 1e-9
     est = ppi_design(yhat_all, y_all, labelled, one, each)
     assert not isinstance(est, str)
-    ref_low, ref_high = ppi_py.ppi_mean_ci(y, yhat, yhat_all, alpha=0.05)
+    # lambda is 1 unless fixed (issue 44: a lambda tuned on the labels under-covered)
+    assert est.lam == 1.0
+    ref_low, ref_high = ppi_py.ppi_mean_ci(y, yhat, yhat_all, alpha=0.05, lam=1.0)
     assert est.corrected.high - est.corrected.low == pytest.approx(
         float(ref_high[0] - ref_low[0]), rel=0.05
     )
@@ -97,11 +99,11 @@ def test_a_planted_judge_bias_is_removed_in_seeded_replications() -> None:
 
 
 def test_a_stratum_with_too_few_labels_or_one_scenario_is_said_not_estimated() -> None:
-    yhat = np.array([1.0, 0, 0, 1, 0, 1])
-    lab = np.array([True, False, False, False, False, False])
-    assert "too few labels" in str(ppi_design(yhat, yhat, lab, np.zeros(6), np.arange(6)))
-    lab = np.array([True, True, False, False, False, False])
-    assert "one scenario" in str(ppi_design(yhat, yhat, lab, np.zeros(6), np.zeros(6)))
+    yhat = np.array([1.0, 0, 0, 1, 0, 1, 0, 0])
+    lab = np.array([True] * 4 + [False] * 4)  # 4 labels: below MIN_LABELS_PER_STRATUM (5)
+    assert "too few labels (< 5)" in str(ppi_design(yhat, yhat, lab, np.zeros(8), np.arange(8)))
+    lab = np.array([True] * 5 + [False] * 3)
+    assert "one scenario" in str(ppi_design(yhat, yhat, lab, np.zeros(8), np.zeros(8)))
 
 
 # --------------------------------------------------------------------------- from a store

@@ -18,8 +18,9 @@ alike, so the three are comparable. ``ppi_contrast`` computes it: each side is c
 design-drawn labels that fell on it, which are a random sample of that side's turns within each
 design stratum (post-stratified, as the corrected rates are); labels need not fall on both arms of
 a pair. The variance is clustered by scenario, the two sides paired through their scenario
-totals, with one power-tuned lambda for the difference. A side with fewer than two labels in a
-stratum, or a contrast with one scenario, gives no corrected figure, said in one line.
+totals, lambda 1 (``estimators.DEFAULT_LAMBDA``). A side with fewer than
+``MIN_LABELS_PER_STRATUM`` labels in a stratum, or a contrast with one scenario, gives no corrected
+figure, said in one line.
 
 Only blind labels made from a design's queue count (``design_data``, as for the rates).
 """
@@ -134,6 +135,7 @@ def contrast_row(option: pd.DataFrame, baseline: pd.DataFrame, alpha: float) -> 
         human_low=est.human_only.low, human_high=est.human_only.high,
         corrected=est.corrected.estimate, corrected_low=est.corrected.low,
         corrected_high=est.corrected.high, lam=est.lam, note="",
+        lambda_rule=est.lambda_rule,
     )  # fmt: skip
     return out
 

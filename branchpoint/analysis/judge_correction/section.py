@@ -29,6 +29,7 @@ from branchpoint.analysis.judge_correction.estimators import (
     store_frames,
 )
 from branchpoint.analysis.report.sections import Section
+from branchpoint.analysis.stats.intervals import MIN_LABELS_PER_STRATUM
 
 TITLE = "Judge-corrected failure rates"
 PLOT = "judge_corrected.png"
@@ -37,9 +38,12 @@ METHOD = (
     "Prediction-powered inference (PPI++; Angelopoulos et al., Science 2023; Angelopoulos, "
     "Duchi, Zrnic 2023): the judge's failure rate over every judged turn, corrected by the "
     "difference between people and judge on a random sample of turns drawn by the labelling "
-    "design (`branchpoint tui`, key L), with the judge weighted by a tuned lambda (0: the "
-    "people alone, 1: plain PPI). Only blind labels made from the design's queue count; "
-    "intervals are 95%, clustered by scenario, and hold whatever the judge's errors. "
+    "design (`branchpoint tui`, key L), with the judge at full weight (lambda 1: plain PPI, "
+    "not tuned on the labels). Only blind labels made from the design's queue count; "
+    "intervals are 95%, clustered by scenario; a stratum with fewer than "
+    f"{MIN_LABELS_PER_STRATUM} labels gets no "
+    "corrected figure, and labels that all agree still leave the interval room (the "
+    "rectifier's variance is floored: docs/methods/intervals.md). "
     "Beside each: the judge-only rate (what the tables above report), the people's rate on the "
     "labelled turns, and the judge's sensitivity and specificity against the labels."
 )

@@ -21,7 +21,24 @@ from functools import lru_cache
 import numpy as np
 from scipy import special, stats
 
+from branchpoint.analysis.stats.intervals import (
+    NO_SPREAD_UNBOUNDED,
+    no_spread_interval,
+    no_spread_label,
+)
+from branchpoint.core.power import (
+    MIN_TEST_CLUSTERS,
+    SIGN_FLIP,
+    T_TEST,
+    T_TEST_MIN_CLUSTERS,
+    TOO_FEW,
+    scenario_test,
+)
+
 TIE_DIGITS = 9
+
+# The test-choice rule's names, re-exported for the modules and tests that read them here.
+__all__ = ["MIN_TEST_CLUSTERS", "SIGN_FLIP", "T_TEST", "T_TEST_MIN_CLUSTERS", "TOO_FEW"]
 
 
 def holm(pvalues: np.ndarray | list[float]) -> np.ndarray:
@@ -204,17 +221,10 @@ def wilson(
     return lo, hi
 
 
-# A scenario-level test needs this many scenarios: with two, an exact sign-flip test can never
-# give p below 0.5 and a t-test has one degree of freedom (its 95% interval is +-12.7 standard
-# errors, resting wholly on normality), so no test of two scenario means can carry evidence.
-MIN_TEST_CLUSTERS = 3
-# Below this many scenarios the t-test rests on the normality of a handful of bounded, often
-# discrete means, and fails where they are not normal: if each scenario's effect is +d or -d with
-# equal chance (a true null), all S agree with probability 2 / 2^S, the t statistic is then
-# infinite, so the t-test's size is 25% at 3 scenarios, 12.5% at 4 and 6.25% at 5 (at 6, 3.1%).
-# The exact sign-flip test, which assumes only symmetry under H0, is used instead; it cannot
-# reach p < 0.05 below 6 scenarios, and says so by its p and its interval.
-T_TEST_MIN_CLUSTERS = 6
+# The rule choosing a scenario-level test (fewer than 3 scenarios: none; fewer than 6 or no
+# spread: the exact sign-flip test; else t) lives in ``branchpoint.core.power.scenario_test``, so
+# the plan's detectable differences follow the same path. At 3 to 5 scenarios the sign-flip test
+# cannot reach p < 0.05, and says so by its p and its interval.
 # Scenario means with a spread this small relative to their size have no usable t statistic
 # (0/0, or a floating-point residue such as 1e-17 that would give p = 1e-16).
 DEGENERATE_SPREAD = 1e-9
@@ -222,10 +232,6 @@ DEGENERATE_SPREAD = 1e-9
 # ``SIGN_FLIP_DRAWS`` seeded patterns (the p-value then carries Monte Carlo error of about 0.001).
 SIGN_FLIP_EXACT_MAX = 20
 SIGN_FLIP_DRAWS = 200_000
-
-TOO_FEW = "too few scenarios to test"
-T_TEST = "t"
-SIGN_FLIP = "exact sign-flip"
 
 
 @lru_cache(maxsize=4)
@@ -324,12 +330,16 @@ class ClusterMeans:
     n_clusters: np.ndarray
     statistic: np.ndarray
     method: list[str]  # per group: TOO_FEW, T_TEST or SIGN_FLIP
+    # per group: the interval's own label where it is not the test's inversion (no spread)
+    interval: tuple[str, ...] = ()
 
     def labels(self) -> list[str]:
         """What each group's interval is, in words (for a table's ``interval`` column)."""
         out = []
-        for m, n in zip(self.method, self.n_clusters):
-            if m == TOO_FEW:
+        for i, (m, n) in enumerate(zip(self.method, self.n_clusters)):
+            if i < len(self.interval) and self.interval[i]:
+                out.append(self.interval[i])
+            elif m == TOO_FEW:
                 out.append(f"none: {TOO_FEW} ({n} of {MIN_TEST_CLUSTERS} needed)")
             elif m == SIGN_FLIP:
                 out.append(f"{SIGN_FLIP} over {n} scenario means")
@@ -356,7 +366,10 @@ def scenario_level_test(
     * fewer than ``T_TEST_MIN_CLUSTERS`` scenarios, or scenario means with no spread (standard
       deviation at most ``DEGENERATE_SPREAD`` times max(1, |mean|), where the t statistic is
       0/0): the exact sign-flip test over the scenario means gives p, and its inversion the
-      interval (``SIGN_FLIP``; see ``sign_flip_interval``);
+      interval (``SIGN_FLIP``; see ``sign_flip_interval``), except with no spread at all, where
+      the inversion is the single value: then the exact bound of
+      ``branchpoint.analysis.stats.intervals.no_spread_interval`` within ``bounds`` (six
+      scenarios each at +1: +0.081 to +1), or no interval when there are no bounds;
     * otherwise a one-sample t-test with S - 1 degrees of freedom and the matching t interval.
 
     ``bounds``: the range the estimand lies in (a difference of proportions: -1 to 1), for an
@@ -387,18 +400,25 @@ def scenario_level_test(
         hi = np.where(valid, est + tq * se, np.nan)
         p = np.where(valid, 2 * stats.t.sf(np.abs(tstat), np.where(valid, df, 1)), np.nan)
         flat_spread = np.sqrt(var) <= DEGENERATE_SPREAD * np.maximum(1.0, np.abs(est))
-    method = [TOO_FEW if not valid[i] else T_TEST for i in range(n_groups)]
+    method = [scenario_test(int(s[i]), no_spread=bool(flat_spread[i])) for i in range(n_groups)]
+    interval = [""] * n_groups
     tstat = np.where(valid, tstat, np.nan)
-    for i in np.flatnonzero(valid & (flat_spread | (s < T_TEST_MIN_CLUSTERS))):
+    for i in np.flatnonzero([m == SIGN_FLIP for m in method]):
         x = means[i, present[i]]
-        method[i] = SIGN_FLIP
         p[i] = sign_flip_pvalue(x)
         lo[i], hi[i] = sign_flip_interval(x, ci, bounds)
         tstat[i] = np.nan  # no t statistic: it is 0/0
+        if not np.any(round_ties(x - x[0])) and not lo[i] < hi[i]:
+            # every mean equal: the inversion is one value; the exact bound instead (rule 2)
+            if bounds is None:
+                lo[i], hi[i], interval[i] = np.nan, np.nan, NO_SPREAD_UNBOUNDED
+            else:
+                lo[i], hi[i] = no_spread_interval(float(x[0]), len(x), bounds, ci)
+                interval[i] = no_spread_label(len(x))
     if bounds is not None:
         lo = np.where(np.isnan(lo), lo, np.maximum(lo, bounds[0]))
         hi = np.where(np.isnan(hi), hi, np.minimum(hi, bounds[1]))
-    return ClusterMeans(est, lo, hi, p, s.astype(np.int64), tstat, method)
+    return ClusterMeans(est, lo, hi, p, s.astype(np.int64), tstat, method, tuple(interval))
 
 
 def cluster_mean_test(
