@@ -159,7 +159,7 @@ def _cross_field_problems(data: dict[str, Any], at: Any) -> None:
                 continue
             if spec in seen:
                 at(
-                    (field, i, "spec") if isinstance(item, dict) else (field, i),
+                    (field, i, "spec"),  # the schema's loc, short form or not (one line)
                     f"{role} {spec!r} is listed twice (expected each once; first is "
                     f"{field}[{seen[spec]}])",
                 )
