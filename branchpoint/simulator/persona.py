@@ -272,6 +272,7 @@ class PersonaSimulator:
             text,
             name=name if isinstance(name, str) else None,
             age=age if isinstance(age, int) else None,
+            language=getattr(self.scenario, "language", None),
         )
         if realism_at_least(rating.verdict, self.realism_min):
             return None

@@ -220,3 +220,21 @@ def test_judge_command_rates_the_persona(store: Any, tmp_path: Path) -> None:
     assert {r.rubric_id for r in rows} == {"enactment", "realism"}  # no chatbot judge was asked
     again = run_cli("judge", result.run_id, "--persona-judge", "heuristic", "--db", str(url))
     assert "0 rating(s) written" in again.stdout
+
+
+def test_the_report_names_the_rater_beside_enactment_and_realism(judged: tuple[Any, str]) -> None:
+    """Issue 47: every realism and enactment figure says which rater, of which kind, made it."""
+    from branchpoint.analysis.report.persona import persona_sections
+
+    store, run_id = judged
+    (section,) = persona_sections(store, [run_id])
+    tables = dict(section.tables)
+    by_rater = tables[next(t for t in tables if t.startswith("Manipulation checks by rater"))]
+    assert list(by_rater["rater"]) == ["heuristic"]
+    assert list(by_rater["rater kind"]) == ["offline rules (heuristic)"]
+    # No person labelled enactment here: no agreement is claimed.
+    assert int(by_rater["people's labels"].iloc[0]) == 0
+    assert by_rater["raw agreement"].isna().all()
+    realism = tables["Automatic realism ratings of persona turns, by simulator"]
+    assert set(realism["rater kind"]) == {"offline rules (heuristic)"}
+    assert any("heuristic (offline rules (heuristic))" in line for line in section.text)
