@@ -53,6 +53,11 @@ MIGRATIONS: dict[int, Migration] = {
     # per turn, kept by triggers, so that the analysis of a store with forks need not read every
     # judgment row. SQLite only (PostgreSQL aggregates with SQL): filled here from the rows.
     8: lambda session: _judgment_summaries(session),
+    # replays (issue 47): a conversation forked by a person at a persona turn says so, and who
+    # did it; every older conversation was designed, which NULL means
+    9: lambda session: _add_columns(
+        session, "conversations", {"origin": "VARCHAR", "replay": "JSON"}
+    ),
 }
 
 
