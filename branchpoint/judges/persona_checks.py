@@ -260,7 +260,9 @@ def _persona(scenario: Any) -> dict[str, Any]:
 
 
 def _language(scenario: Any) -> str:
-    return str(getattr(scenario, "language", None) or "en")
+    """The conversation's language: the persona's own, else the scenario's (English unknown)."""
+    of = getattr(scenario, "conversation_language", None)
+    return str(of() if callable(of) else "en")
 
 
 def _prompt_sources(

@@ -293,6 +293,20 @@ class JudgingRunner:
             )
         return select_conversations(self.store, run_id, conversation_ids)
 
+    def _refuse_language(self, language: str) -> None:
+        """A rule-based judge refuses a conversation in a language its rules are not written
+        for, in one line, before anything is judged: English regexes would rate a Spanish
+        reply as if nothing happened (issue 47)."""
+        from branchpoint.core.errors import UserError
+        from branchpoint.core.languages import primary_language
+        from branchpoint.judges.heuristic import HEURISTIC_LANGUAGES, HeuristicJudge
+
+        lang = primary_language(language)
+        if lang in HEURISTIC_LANGUAGES:
+            return
+        if any(isinstance(j, HeuristicJudge) for j in self.judges):
+            raise UserError(f"the heuristic judge has no rules for {lang!r}: use a model judge")
+
     def _units(self, conversations: list[Any]) -> list[_Group]:
         from branchpoint.core.read import find_run, turns_by_conversation
 
@@ -311,12 +325,15 @@ class JudgingRunner:
             if scenario is None and conv.scenario_id not in self.summary.scenarios_not_found:
                 self.summary.scenarios_not_found.append(conv.scenario_id)
             criteria = self.rubric.select(list(getattr(scenario, "criteria", []) or []))
+            language = scenario.conversation_language() if scenario is not None else "en"
+            self._refuse_language(language)
             base = dict(
                 conversation_id=conv.id,
                 run_id=conv.run_id,
                 scenario_id=conv.scenario_id,
                 scenario_title=getattr(scenario, "title", None),
                 persona_summary=persona_summary(scenario),
+                language=language,
             )
             turns = transcripts[conv.id]
             transcript = [

@@ -14,8 +14,19 @@ from pydantic import (
 )
 
 from branchpoint.core.domain import EventKind
+from branchpoint.core.languages import language_problem
 from branchpoint.core.strict import FrozenStrictModel as _Strict
 from branchpoint.core.yamlio import ID_PATTERN, FieldProblem
+
+
+def _checked_language(value: str | None) -> str | None:
+    if value is None:
+        return None
+    problem = language_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
 
 # Criteria ids name rubric criteria; same rule as every other id.
 CriterionId = Annotated[str, Field(pattern=ID_PATTERN)]
@@ -37,6 +48,12 @@ class Persona(_Strict):
     context: str | None = Field(
         None, description="Longer narrative the persona knows (what happened before the chat)."
     )
+    language: str | None = Field(
+        None,
+        description="BCP-47 tag of the language the persona writes in (default: the scenario's).",
+    )
+
+    _language = field_validator("language")(lambda v: _checked_language(v))
 
 
 class Stage(_Strict):
@@ -169,6 +186,16 @@ class ScenarioFields(_Strict):
     vars: dict[str, str | int | float] = Field(default_factory=dict)
     notes: str | None = None
     source: str | None = Field(None, description="Where the scenario came from (importers).")
+    language: str = Field(
+        "en",
+        description="BCP-47 tag of the conversation's language (en, es, es-MX, fr...).",
+    )
+
+    _language = field_validator("language")(lambda v: _checked_language(v))
+
+    def conversation_language(self) -> str:
+        """The language the persona writes in: its own, else the scenario's."""
+        return self.persona.language or self.language
 
     def stage_ids(self) -> list[str]:
         return [s.id for s in self.stages]

@@ -41,6 +41,7 @@ from typing import Any
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from branchpoint.core.domain import ENACTED, ENACTMENT_LEVELS, NOT_ENACTED, PARTLY_ENACTED
+from branchpoint.core.languages import primary_language
 from branchpoint.core.strict import FrozenStrictModel as _Strict
 from branchpoint.core.yamlio import ID_PATTERN, FieldProblem, compiling_regexes
 
@@ -343,11 +344,6 @@ def _reported(text: str, start: int, end: int) -> bool:
 
 
 _STATED_NAME = r"\bmy name(?:'s| is)\s+([A-Z][a-z]+)"
-
-
-def primary_language(language: str | None) -> str:
-    """The primary subtag of a BCP-47 tag, lower case ("es-MX" -> "es"; none: "en")."""
-    return (language or "en").split("-")[0].strip().lower() or "en"
 
 
 def no_rules_line(language: str) -> str:
