@@ -55,10 +55,14 @@ MIGRATIONS: dict[int, Migration] = {
     8: lambda session: _judgment_summaries(session),
     # replays (issue 47): a conversation forked by a person at a persona turn says so, and who
     # did it; every older conversation was designed, which NULL means
-    9: lambda session: _add_columns(
-        session, "conversations", {"origin": "VARCHAR", "replay": "JSON"}
-    ),
+    # (and an adaptive persona's turn stores the tactic it chose and why)
+    9: lambda session: _replays_and_plans(session),
 }
+
+
+def _replays_and_plans(session: Session) -> None:
+    _add_columns(session, "conversations", {"origin": "VARCHAR", "replay": "JSON"})
+    _add_columns(session, "turns", {"persona_plan": "JSON"})
 
 
 def _judgment_summaries(session: Session) -> None:

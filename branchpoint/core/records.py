@@ -122,6 +122,8 @@ class Turn(SQLModel, table=True):
     origin_turn_id: str | None = None  # the turn this copies, when shared with a sibling arm
     # who decided ``events``: "rules", "llm", or "llm_fallback: <why the detector failed>"
     event_source: str | None = _text()
+    # Schema 10 (issue 47): an adaptive persona's turn: {"tactic", "why"}; None otherwise.
+    persona_plan: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
     created_at: datetime = Field(default_factory=utcnow)
 
 

@@ -35,6 +35,7 @@ BranchKind = Literal["disclosure", "help_offer", "limit_pushback", "custom"]
 Design = Literal["one_at_a_time", "factorial"]
 ForkMode = Literal["shared", "independent"]
 ProfileDesign = Literal["pairs", "full"]
+PersonaMode = Literal["scripted", "adaptive"]
 
 
 class Persona(_Strict):
@@ -51,6 +52,13 @@ class Persona(_Strict):
     language: str | None = Field(
         None,
         description="BCP-47 tag of the language the persona writes in (default: the scenario's).",
+    )
+    mode: PersonaMode = Field(
+        "scripted",
+        description=(
+            "scripted: one message per turn from the option in force; adaptive: the persona also "
+            "chooses a tactic each turn towards the arm's goal (issue 47)."
+        ),
     )
 
     _language = field_validator("language")(lambda v: _checked_language(v))
@@ -87,6 +95,11 @@ class BranchOption(_Strict):
     instruction: str = Field(min_length=1)
     goto_stage: str | None = Field(
         None, description="Stage the conversation moves to when this option fires."
+    )
+    goal: str | None = Field(
+        None,
+        min_length=1,
+        description="What an adaptive persona tries to achieve under this option (default: by kind).",
     )
 
 
@@ -189,6 +202,13 @@ class ScenarioFields(_Strict):
     language: str = Field(
         "en",
         description="BCP-47 tag of the conversation's language (en, es, es-MX, fr...).",
+    )
+    tactics: dict[str, dict[str, str]] = Field(
+        default_factory=dict,
+        description=(
+            "An adaptive persona's tactics, by branch-point kind or id: name -> what it means. "
+            "A kind or branch point not named keeps the defaults for its kind."
+        ),
     )
 
     _language = field_validator("language")(lambda v: _checked_language(v))

@@ -167,6 +167,7 @@ class PersonaReply(BaseModel):
     retry_reasons: list[str] = []
     error: str | None = None  # set: no usable message (model failure or role break after retries)
     calls: int = 0  # model calls made for this message
+    plan: dict[str, str] | None = None  # adaptive: {"tactic", "why"} (issue 47)
 
 
 _BREAK_FLAGS = re.IGNORECASE | re.MULTILINE
@@ -196,8 +197,10 @@ class PersonaSimulator:
         end_marker: str = END_MARKER,
         run_id: str | None = None,
         realism_min: str | None = None,
+        mode: str = "scripted",
     ) -> None:
         self.gateway = gateway
+        self.mode = mode
         self.scenario = scenario
         self.spec = spec
         self.params = params or GenParams()
@@ -375,9 +378,22 @@ class PersonaSimulator:
         seed: int | None = None,
         conversation_id: str | None = None,
         history_stored: bool = False,
+        branch_state: dict[str, str] | None = None,
+        tactics_used: Sequence[str] = (),
     ) -> PersonaReply:
         """The persona's next message. ``history_stored``: ``history`` is the stored turns of
-        ``conversation_id``, so the calls' rows refer to them instead of copying them."""
+        ``conversation_id``, so the calls' rows refer to them instead of copying them.
+
+        Adaptive (``mode``): with a branch point in force (``branch_state``), the persona is
+        told the arm's goals and tactics and those it used (``tactics_used``), and answers with
+        its tactic, why, and the message (``branchpoint.simulator.adaptive``)."""
+        from branchpoint.simulator.adaptive import ADAPTIVE, parse_choice, plan_for, prompt_section
+
+        plan = (
+            plan_for(self.scenario, branch_state or {}, tactics_used)
+            if self.mode == ADAPTIVE
+            else None
+        )
         reasons: list[str] = []
         correction: str | None = None
         calls = 0
@@ -386,6 +402,10 @@ class PersonaSimulator:
             if seed is not None:
                 params = params.merged({"seed": seed + attempt})
             messages = self.messages(history, stage, new_options, kept_options, correction)
+            if plan is not None:
+                messages[0] = Message(
+                    role="system", content=messages[0].content + "\n" + prompt_section(plan)
+                )
             layout = (
                 CallLayout(
                     lead=tuple(messages[:2]),
@@ -412,7 +432,15 @@ class PersonaSimulator:
                     retry_reasons=reasons,
                     calls=calls,
                 )
-            text, ended = self.split_end(self.clean(completion.text))
+            answer, chosen = completion.text, None
+            if plan is not None:
+                choice, why_not = parse_choice(completion.text, plan)
+                if choice is None:
+                    reasons.append(why_not or "gave no tactic")
+                    correction = why_not
+                    continue
+                answer, chosen = choice.message, {"tactic": choice.tactic, "why": choice.why}
+            text, ended = self.split_end(self.clean(answer))
             reason = None if (ended and not text) else self.role_break(text)
             if reason is None:
                 reason = self.below_realism(text)
@@ -425,6 +453,7 @@ class PersonaSimulator:
                     retries=attempt,
                     retry_reasons=reasons,
                     calls=calls,
+                    plan=chosen,
                 )
             reasons.append(reason)
             correction = reason

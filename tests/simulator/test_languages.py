@@ -168,7 +168,9 @@ def test_bad_language_tags_are_one_line_each_with_file_line_and_field(tmp_path: 
     lines = [ln for ln in (done.stdout + done.stderr).splitlines() if "bad.yaml:" in ln]
     assert done.returncode != 0 and "Traceback" not in done.stdout + done.stderr
     assert any(
-        ": language: " in ln and "unknown language 'sp'" in ln and "expected an ISO 639-1 code" in ln
+        ": language: " in ln
+        and "unknown language 'sp'" in ln
+        and "expected an ISO 639-1 code" in ln
         for ln in lines
     ), lines
     assert any(
