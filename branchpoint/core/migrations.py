@@ -61,7 +61,9 @@ MIGRATIONS: dict[int, Migration] = {
 
 
 def _replays_and_plans(session: Session) -> None:
-    _add_columns(session, "conversations", {"origin": "VARCHAR", "replay": "JSON"})
+    _add_columns(
+        session, "conversations", {"origin": "VARCHAR", "replay": "JSON", "language": "VARCHAR"}
+    )
     _add_columns(session, "turns", {"persona_plan": "JSON"})
 
 

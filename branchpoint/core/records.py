@@ -93,6 +93,9 @@ class Conversation(SQLModel, table=True):
     # provenance (parent turn id and index, annotator, who wrote the message, exchanges asked).
     origin: str | None = None
     replay: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
+    # Schema 10: the conversation's language (BCP-47, the scenario's or its persona's); None on
+    # conversations made before languages, which were all English.
+    language: str | None = None
 
 
 class Turn(SQLModel, table=True):

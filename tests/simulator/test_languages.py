@@ -176,3 +176,33 @@ def test_bad_language_tags_are_one_line_each_with_file_line_and_field(tmp_path: 
     assert any(
         "persona.language" in ln and "'spanish' is not a BCP-47 language tag" in ln for ln in lines
     ), lines
+
+
+@pytest.mark.slow
+def test_a_mixed_run_is_judged_where_rules_exist_and_reported_by_language(
+    server: tuple[ServerThread, PersonaEs], tmp_path: Path
+) -> None:
+    from branchpoint.analysis.report.write import write_report
+    from branchpoint.judges.runner import judge_run
+
+    srv, _ = server
+    english = Path(__file__).resolve().parents[1] / "fixtures" / "engine" / "at_turn.yaml"
+    db = tmp_path / "mixed.db"
+    result = asyncio.run(run(_config(srv, db, [str(MADRID), str(english)], 3)))
+    store = open_store(str(db))
+    try:
+        with store.session() as s:
+            langs = {c.scenario_id: c.language for c in s.exec(select(Conversation))}
+        assert langs == {"teen-ah-pastillas-botiquin-madrid": "es-ES", "eng-at-turn": "en"}
+        summary = judge_run(result.run_id, store=store, judges=["heuristic"])
+        # the English conversations are judged; the Spanish ones are refused, in one line each
+        assert summary.rows > 0
+        assert set(summary.language_refusals) == {
+            "the heuristic judge has no rules for 'es': use a model judge"
+        }
+        md = write_report(store, tmp_path / "rep", result.run_id, n_boot=50).markdown.read_text(
+            encoding="utf-8"
+        )
+        assert "By language" in md and "es-ES" in md
+    finally:
+        store.close()
