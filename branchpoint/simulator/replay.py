@@ -92,17 +92,31 @@ def _config_of(run_config: dict[str, Any], conv: Conversation, max_turns: int) -
     return RunConfig.model_validate(known)
 
 
+def _check_scenario(config: Any, conv: Conversation) -> None:
+    """The scenario file still holds the scenario the conversation was run with (its variant
+    ids hash it, so a changed file would otherwise be a puzzling "no such variant")."""
+    from branchpoint.scenarios.variants import scenario_hash
+    from branchpoint.simulator.plan import load
+
+    found = [s for s in load(config.scenarios) if s.id == conv.scenario_id]
+    if not found:
+        raise UserError(
+            f"scenario {conv.scenario_id} is no longer in {', '.join(config.scenarios)}: "
+            f"conversation {conv.id} cannot be replayed"
+        )
+    if scenario_hash(found[0]) != conv.scenario_hash:
+        raise UserError(
+            f"scenario {conv.scenario_id} ({conv.scenario_path}) has changed since "
+            f"conversation {conv.id} was run: a replay would not be of the same scenario "
+            "(restore the file, or run the new version)"
+        )
+
+
 def _tree_of(plan: RunPlan, conv: Conversation) -> TreeSpec:
     for tree in plan.trees:
         if tree.replicate == conv.replicate and any(
             a.variant_id == conv.variant_id for a in tree.arms
         ):
-            if tree.scenario_hash != conv.scenario_hash:
-                raise UserError(
-                    f"scenario {conv.scenario_id} ({conv.scenario_path}) has changed since "
-                    f"conversation {conv.id} was run: a replay would not be of the same "
-                    "scenario (restore the file, or run the new version)"
-                )
             return tree
     raise UserError(f"conversation {conv.id}: its cell is not in its run's config any more")
 
@@ -240,6 +254,7 @@ async def areplay(
         raise UserError(f"conversation {conv.id}: its run {conv.run_id} is not in the store")
     config = _config_of(run.config, conv, min(200, turn.exchange + continue_n))
     run_id = replay_run_id(conv.run_id)
+    _check_scenario(config, conv)
     plan = plan_run(config, run_id=run_id)
     tree = _tree_of(plan, conv)
     base = next(a for a in tree.arms if a.variant_id == conv.variant_id)

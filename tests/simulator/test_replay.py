@@ -39,8 +39,10 @@ def server() -> Iterator[ServerThread]:
 @pytest.fixture
 def stored(server: ServerThread, tmp_path: Path) -> tuple[str, str]:
     db = str(tmp_path / "r.db")
+    scenario = tmp_path / "at_turn.yaml"  # a copy: one test edits it
+    scenario.write_text((FIX / "at_turn.yaml").read_text(encoding="utf-8"), encoding="utf-8")
     config = RunConfig(
-        scenarios=[str(FIX / "at_turn.yaml")],
+        scenarios=[str(scenario)],
         targets=["oai:echo"],
         target_params={"api_base": server.base_url, "temperature": 0.3},
         simulators=["oai:echo"],
@@ -184,5 +186,21 @@ def test_a_replay_is_judged_listed_apart_and_never_in_a_designed_contrast(
         # the designed tables never name it
         designed = md.split("Replays (not in any contrast)")[0]
         assert result.conversation_id not in designed
+    finally:
+        store.close()
+
+
+def test_a_scenario_changed_since_the_run_is_refused(
+    stored: tuple[str, str], tmp_path: Path
+) -> None:
+    db, run_id = stored
+    original = next(c for c in _convs(db, run_id) if c.parent_id is None)
+    path = Path(original.scenario_path or "")
+    path.write_text(path.read_text(encoding="utf-8").replace("max_turns: 5", "max_turns: 6"),
+                    encoding="utf-8")  # fmt: skip
+    store = open_store(db)
+    try:
+        with pytest.raises(UserError, match="has changed since conversation .* was run"):
+            asyncio.run(areplay(store, original.id, 2, MESSAGE))
     finally:
         store.close()
