@@ -50,12 +50,24 @@ class ReplayResult(BaseModel):
 
 
 def _check_turn(conv: Conversation, turns: list[Turn], at: int) -> Turn:
+    """The persona turn ``at`` replaces; past the last chatbot turn, a new persona turn (a
+    take-over: the person writes the next message, the transcript kept whole)."""
+    from branchpoint.core.records import Turn as T
+
+    if not turns:
+        raise UserError(f"conversation {conv.id} has no stored turns to replay")
+    last = turns[-1]
+    if at == last.index + 1 and last.role == "assistant":
+        return T(
+            id=f"{conv.id}:{at}", conversation_id=conv.id, index=at, exchange=last.exchange + 1,
+            role="user", stage=last.stage, branch_state=dict(last.branch_state or {}), fired=[],
+        )  # fmt: skip
     persona_turns = [t.index for t in turns if t.role == "user"]
     shown = ", ".join(str(i) for i in persona_turns[:12]) + (
         " ..." if len(persona_turns) > 12 else ""
     )
-    if not turns:
-        raise UserError(f"conversation {conv.id} has no stored turns to replay")
+    if last.role == "assistant":
+        shown += f"; {last.index + 1} takes over after the last reply"
     by_index = {t.index: t for t in turns}
     if at not in by_index:
         raise UserError(
@@ -182,7 +194,8 @@ def _store_branch(
             "replay": {
                 "parent_conversation_id": conv.id,
                 "parent_run_id": conv.run_id,
-                "parent_turn_id": turn.id,
+                # None: a take-over, a new persona turn after the original's last reply
+                "parent_turn_id": turn.id if any(t.id == turn.id for t in turns) else None,
                 "parent_turn_index": turn.index,
                 "annotator": annotator,
                 "message_by": "person",

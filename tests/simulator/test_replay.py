@@ -121,7 +121,7 @@ def test_bad_turns_are_one_line_each(stored: tuple[str, str]) -> None:
     try:
         with pytest.raises(
             UserError,
-            match=r"--at 1: turn 1 of .* is the chatbot's; --at takes a persona turn \(persona turns: 0, 2, 4, 6\)",
+            match=r"--at 1: turn 1 of .* is the chatbot's; --at takes a persona turn \(persona turns: 0, 2, 4, 6; 8 takes over after the last reply\)",
         ):
             asyncio.run(areplay(store, original.id, 1, "x"))
         with pytest.raises(UserError, match=r"--at 40: conversation .* has turns 0 to 7"):
@@ -202,5 +202,35 @@ def test_a_scenario_changed_since_the_run_is_refused(
     try:
         with pytest.raises(UserError, match="has changed since conversation .* was run"):
             asyncio.run(areplay(store, original.id, 2, MESSAGE))
+    finally:
+        store.close()
+
+
+def test_take_over_the_person_keeps_typing_after_the_last_reply(stored: tuple[str, str]) -> None:
+    """A replay of a replay, at the turn after its last reply: the person writes the next
+    message (take-over); the branch keeps every turn before and stays in the replay run."""
+    db, run_id = stored
+    original = next(c for c in _convs(db, run_id) if c.parent_id is None)
+    store = open_store(db)
+    try:
+        first = asyncio.run(areplay(store, original.id, 2, MESSAGE, annotator="clin1"))
+        assert first.n_turns == 4  # the message and the chatbot's reply
+        second = asyncio.run(
+            areplay(store, first.conversation_id, 4, "and then what", annotator="clin1")
+        )
+        assert second.status == "completed" and second.run_id == first.run_id
+        turns = sorted(turns_by_conversation(store, [second.conversation_id])[second.conversation_id],
+                       key=lambda t: t.index)  # fmt: skip
+        assert [t.content for t in turns[2:]] == [
+            MESSAGE,
+            MESSAGE,
+            "and then what",
+            "and then what",
+        ]
+        with store.session() as s:
+            conv = s.get(Conversation, second.conversation_id)
+        assert conv is not None and conv.parent_id == first.conversation_id
+        assert conv.replay is not None and conv.replay["parent_turn_id"] is None
+        assert conv.replay["parent_turn_index"] == 4
     finally:
         store.close()

@@ -16,7 +16,12 @@ def replay_command(
     ],
     at: Annotated[
         int,
-        typer.Option("--at", metavar="TURN", help="The persona turn (its index) to replace."),
+        typer.Option(
+            "--at",
+            metavar="TURN",
+            help="The persona turn (its index) to replace; one past the last reply: a new "
+            "persona message (take-over).",
+        ),
     ],
     message: Annotated[
         str, typer.Option("--message", metavar="TEXT", help="The persona message to send instead.")
