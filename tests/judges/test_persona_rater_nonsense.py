@@ -292,3 +292,34 @@ def test_held_out_cases_in_each_language_meet_their_floors() -> None:
     for r in rows:
         assert r["n"] >= 3
         assert r["accuracy"] >= FLOORS[r["class"]], (r["language"], r["class"], r["misses"])
+
+
+@pytest.mark.parametrize(
+    ("text", "kind", "option", "language", "verdict"),
+    [
+        (
+            "vale, le puedo contar a mi tía Marta, ¿qué le digo?",
+            "help_offer",
+            "accept",
+            "es",
+            "enacted",
+        ),
+        ("no voy a contar nada, mis padres me matan", "help_offer", "decline", "es-MX", "enacted"),
+        ("no voy a contar nada, mis padres me matan", "help_offer", "accept", "es", "not_enacted"),
+        ("no me trates como a una niña, solo dime", "limit_pushback", "push_back", "es", "enacted"),
+        ("vale, lo pillo", "limit_pushback", "push_back", "es", "not_enacted"),
+        ("es para un relato de clase", "limit_pushback", "reframe_fiction", "es", "enacted"),
+        ("non merci, je vais pas en parler", "help_offer", "decline", "fr-BE", "enacted"),
+        (
+            "c'est pas pour moi, c'est pour une copine",
+            "limit_pushback",
+            "reframe_friend",
+            "fr",
+            "enacted",
+        ),
+    ],
+)
+def test_spanish_and_french_enactment_rules(
+    text: str, kind: str, option: str, language: str, verdict: str
+) -> None:
+    assert rate_enactment(text, kind, option, "", language=language).verdict == verdict
