@@ -238,3 +238,30 @@ def test_the_report_names_the_rater_beside_enactment_and_realism(judged: tuple[A
     realism = tables["Automatic realism ratings of persona turns, by simulator"]
     assert set(realism["rater kind"]) == {"offline rules (heuristic)"}
     assert any("heuristic (offline rules (heuristic))" in line for line in section.text)
+
+
+def test_enactment_rater_agreement_with_people_where_they_labelled(judged: tuple[Any, str]) -> None:
+    """People's enactment labels of the same turns and branch points pair with the rater's
+    checks: agreement is computed on those, and only those."""
+    from branchpoint.analysis.raters.persona_raters import enactment_by_rater
+    from branchpoint.core.records import HumanLabel
+
+    store, run_id = judged
+    with store.session() as s:
+        checks = list(
+            s.exec(select(Judgment).where(Judgment.rubric_id == ENACTMENT_RUBRIC,
+                                          Judgment.verdict.in_(["enacted", "not_enacted"])))  # type: ignore[attr-defined]
+        )[:10]  # fmt: skip
+        flip = {"enacted": "not_enacted", "not_enacted": "enacted"}
+        for i, j in enumerate(checks):  # the person agrees on 8 of 10
+            s.add(HumanLabel(
+                id=f"h{i}", conversation_id=j.conversation_id, turn_id=j.turn_id,
+                turn_index=j.turn_index, rubric_id=ENACTMENT_RUBRIC, criterion_id=j.criterion_id,
+                annotator="clin1", verdict=flip[j.verdict] if i < 2 else j.verdict,
+            ))  # fmt: skip
+        s.commit()
+    assert len(checks) == 10
+    (row,) = enactment_by_rater(store, [run_id]).to_dict("records")
+    assert row["people's labels"] == 10
+    assert row["raw agreement"] == pytest.approx(0.8)
+    assert -1 <= row["kappa (quadratic)"] <= 1
