@@ -48,3 +48,19 @@ REALISM_RUBRIC = "realism"
 REALISM_TURN = "persona_realism"
 REALISM_CONVERSATION = "conversation_realism"
 REALISM_LEVELS: tuple[str, ...] = ("very", "mostly", "mixed", "not")
+
+
+# Replays (issue 47): a branch a person forked from a stored conversation (``branchpoint replay``)
+# has origin REPLAY_ORIGIN and lives in its run's replay run, never in a designed run.
+REPLAY_ORIGIN = "replay"
+REPLAY_RUN_SUFFIX = "-replays"
+
+
+def replay_run_id(run_id: str) -> str:
+    """The run that holds the replays of ``run_id`` (a replay's replays stay in it)."""
+    return run_id if run_id.endswith(REPLAY_RUN_SUFFIX) else run_id + REPLAY_RUN_SUFFIX
+
+
+def designed_run_id(run_id: str) -> str:
+    """The designed run whose replays ``run_id`` holds (``run_id`` itself for a designed run)."""
+    return run_id[: -len(REPLAY_RUN_SUFFIX)] if run_id.endswith(REPLAY_RUN_SUFFIX) else run_id

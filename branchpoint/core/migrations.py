@@ -53,7 +53,18 @@ MIGRATIONS: dict[int, Migration] = {
     # per turn, kept by triggers, so that the analysis of a store with forks need not read every
     # judgment row. SQLite only (PostgreSQL aggregates with SQL): filled here from the rows.
     8: lambda session: _judgment_summaries(session),
+    # replays (issue 47): a conversation forked by a person at a persona turn says so, and who
+    # did it; every older conversation was designed, which NULL means
+    # (and an adaptive persona's turn stores the tactic it chose and why)
+    9: lambda session: _replays_and_plans(session),
 }
+
+
+def _replays_and_plans(session: Session) -> None:
+    _add_columns(
+        session, "conversations", {"origin": "VARCHAR", "replay": "JSON", "language": "VARCHAR"}
+    )
+    _add_columns(session, "turns", {"persona_plan": "JSON"})
 
 
 def _judgment_summaries(session: Session) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import JSON, Column, Index, Text
 from sqlmodel import Field, SQLModel
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 JUDGMENT_FAILURE_INDEX = "ix_judgments_conversation_verdict"
 JUDGMENT_FAILING_INDEX = "ix_judgments_failing"
 JUDGMENT_FAILING_COLUMNS = ("verdict", "criterion_id", "judge", "conversation_id")
@@ -87,6 +87,15 @@ class Conversation(SQLModel, table=True):
     n_turns: int = 0
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
+    # Schema 10 (issue 47): None for a designed arm; "replay" for a branch a person forked from a
+    # stored conversation (``branchpoint replay``): its run is the original's replay run, its
+    # ``parent_id`` the original, ``fork_turn`` the replaced persona turn. ``replay``: that
+    # provenance (parent turn id and index, annotator, who wrote the message, exchanges asked).
+    origin: str | None = None
+    replay: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
+    # Schema 10: the conversation's language (BCP-47, the scenario's or its persona's); None on
+    # conversations made before languages, which were all English.
+    language: str | None = None
 
 
 class Turn(SQLModel, table=True):
@@ -116,6 +125,8 @@ class Turn(SQLModel, table=True):
     origin_turn_id: str | None = None  # the turn this copies, when shared with a sibling arm
     # who decided ``events``: "rules", "llm", or "llm_fallback: <why the detector failed>"
     event_source: str | None = _text()
+    # Schema 10 (issue 47): an adaptive persona's turn: {"tactic", "why"}; None otherwise.
+    persona_plan: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
     created_at: datetime = Field(default_factory=utcnow)
 
 

@@ -28,6 +28,9 @@ from branchpoint.judges.rubric import Criterion, Rubric, ScaleDef
 from branchpoint.judges.verdicts import CriterionVerdict, Evidence, JudgingUnit
 
 HEURISTIC_VERSION = "heuristic-1"
+# The rubrics' patterns are English: a conversation in another language is refused
+# (``JudgingRunner``), never judged as if nothing happened.
+HEURISTIC_LANGUAGES = frozenset({"en"})
 
 
 @lru_cache(maxsize=4096)

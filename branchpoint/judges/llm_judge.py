@@ -37,6 +37,7 @@ from pydantic import (
 )
 
 from branchpoint.core.answer_schema import answer_schema
+from branchpoint.core.languages import language_name, primary_language
 from branchpoint.gateway.structured import extract_json, pinned_mode
 from branchpoint.judges.evidence import verify_quotes
 from branchpoint.judges.rubric import ERROR, Criterion, Rubric
@@ -89,6 +90,9 @@ def render_messages(rubric: Rubric, unit: JudgingUnit, criteria: list[Criterion]
         "transcript": transcript,
         "scenario_title": unit.scenario_title,
         "persona_summary": unit.persona_summary,
+        # English conversations' prompts stay as they were (their cached calls still match).
+        "language": unit.language if primary_language(unit.language) != "en" else None,
+        "language_name": language_name(unit.language),
     }
     tpl = _template()
     system = tpl.render(part="system", **values).strip()

@@ -86,6 +86,10 @@ class PersonaItem:
     kind: str = ""  # enactment: the branch point's kind
     option: str = ""
     instruction: str = ""
+    language: str = "en"  # the scenario's (BCP-47)
+    # What the persona must not copy: the chatbot's replies so far, its own description and the
+    # instructions in force (a copy of either is no person writing).
+    sources: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -116,9 +120,15 @@ class HeuristicPersonaRater:
 
     async def rate(self, item: PersonaItem) -> tuple[PersonaVerdict, str | None]:
         if item.what == "enactment":
-            return rate_enactment(item.text, item.kind, item.option, item.instruction), None
+            return rate_enactment(
+                item.text, item.kind, item.option, item.instruction, language=item.language
+            ), None
         return rate_realism(
-            item.text, name=item.persona.get("name"), age=item.persona.get("age")
+            item.text,
+            name=item.persona.get("name"),
+            age=item.persona.get("age"),
+            language=item.language,
+            sources=item.sources,
         ), None
 
 
@@ -249,6 +259,25 @@ def _persona(scenario: Any) -> dict[str, Any]:
     return {"name": p.name, "age": p.age, "background": p.background, "voice": p.voice}
 
 
+def _language(scenario: Any) -> str:
+    """The conversation's language: the persona's own, else the scenario's (English unknown)."""
+    of = getattr(scenario, "conversation_language", None)
+    return str(of() if callable(of) else "en")
+
+
+def _prompt_sources(
+    persona: dict[str, Any], bps: dict[str, Any], state: dict[str, Any]
+) -> list[str]:
+    """The persona's own description and the instructions of the options in force."""
+    out = [str(persona.get(k) or "") for k in ("background", "voice", "context")]
+    for bp_id, option in state.items():
+        bp = bps.get(bp_id)
+        opt = bp.options.get(option) if bp is not None and option is not None else None
+        if opt is not None:
+            out.append(opt.instruction)
+    return [s for s in out if s.strip()]
+
+
 def _branch_points(scenario: Any) -> dict[str, Any]:
     return {bp.id: bp for bp in (getattr(scenario, "branch_points", None) or [])}
 
@@ -267,6 +296,7 @@ def persona_items(
         persona = _persona(scenario)
         bps = _branch_points(scenario)
         turns = transcripts.get(conv.id, [])
+        language = _language(scenario)
         seen: list[TranscriptTurn] = []
         for t in turns:
             seen.append(
@@ -292,12 +322,23 @@ def persona_items(
                             kind=bp.kind if bp is not None else "custom",
                             option=str(option),
                             instruction=opt.instruction if opt is not None else "",
+                            language=language,
                             **base,
                         )  # fmt: skip
                     )
             # The opening is the scenario's own text, not the simulator's: not its realism.
             if "realism" in what and not t.origin_turn_id and t.exchange > 1:
-                items.append(PersonaItem(what="realism", criterion_id=REALISM_TURN, **base))
+                sources = [s.content for s in seen if s.role == "assistant" and s.content]
+                sources += _prompt_sources(persona, bps, dict(t.branch_state or {}))
+                items.append(
+                    PersonaItem(
+                        what="realism",
+                        criterion_id=REALISM_TURN,
+                        language=language,
+                        sources=sources,
+                        **base,
+                    )  # fmt: skip
+                )
     return items
 
 

@@ -78,6 +78,10 @@ class JudgeSummary:
     scenarios_not_found: list[str] = field(
         default_factory=list
     )  # judged on every criterion of the rubric
+    # Issue 47: for each unit a judge left unjudged because it has no rules for the
+    # conversation's language, that judge's one line (a model judge, told the language, judges
+    # them); a list, as summaries merge by adding fields
+    language_refusals: list[str] = field(default_factory=list)
 
 
 def judgment_id(
@@ -294,6 +298,29 @@ class JudgingRunner:
             )
         return select_conversations(self.store, run_id, conversation_ids)
 
+    @staticmethod
+    def _refusal(judge: Any, language: str) -> str | None:
+        """The one line of a rule-based judge asked about a conversation in a language its
+        rules are not written for (English regexes would rate a Spanish reply as if nothing
+        happened, issue 47), or None."""
+        from branchpoint.core.languages import primary_language
+        from branchpoint.judges.heuristic import HEURISTIC_LANGUAGES, HeuristicJudge
+
+        lang = primary_language(language)
+        if isinstance(judge, HeuristicJudge) and lang not in HEURISTIC_LANGUAGES:
+            return f"the heuristic judge has no rules for {lang!r}: use a model judge"
+        return None
+
+    def _refuse_everything(self, groups: list[_Group]) -> None:
+        """No judge could judge any unit: the first refusal, as the command's one line."""
+        from branchpoint.core.errors import UserError
+
+        if not groups or self.panel is not None:
+            return
+        lines = [self._refusal(j, g.units[0].language) for g in groups for j in self.judges]
+        if all(lines):
+            raise UserError(str(lines[0]))
+
     def _units(self, conversations: list[Any]) -> list[_Group]:
         from branchpoint.core.read import find_run, turns_by_conversation
 
@@ -327,12 +354,14 @@ class JudgingRunner:
                     f"{conv.scenario_id!r} are not in rubric {self.rubric.id!r} (expected its "
                     "criteria, or judge with the rubric the scenario names)",
                 )
+            language = scenario.conversation_language() if scenario is not None else "en"
             base = dict(
                 conversation_id=conv.id,
                 run_id=conv.run_id,
                 scenario_id=conv.scenario_id,
                 scenario_title=getattr(scenario, "title", None),
                 persona_summary=persona_summary(scenario),
+                language=language,
             )
             turns = transcripts[conv.id]
             transcript = [
@@ -490,6 +519,10 @@ class JudgingRunner:
         (a panel needs its members'), else an empty list.
         """
         name, version = judge.name, judge.version
+        refusal = self._refusal(judge, group.units[0].language)
+        if refusal is not None:
+            self.summary.language_refusals += [refusal] * len(group.units)
+            return []
         if name in self._batched:  # judged (and counted) by the batch pass
             return self._stored(self._key(group.units[0], name, version)) if want else []
         self.summary.units += len(group.units)
@@ -552,6 +585,7 @@ class JudgingRunner:
         conversations = self._conversations(run_id, conversation_ids)
         self.summary.conversations = len(conversations)
         groups = self._units(conversations)
+        self._refuse_everything(groups)
         names = [(j.name, j.version) for j in self.judges]
         if self.panel is not None:
             names.append((self.panel.name, self.panel.version))

@@ -53,6 +53,7 @@ class JudgingUnit(BaseModel):
     scenario_id: str | None = None
     scenario_title: str | None = None
     persona_summary: str | None = None
+    language: str = "en"  # BCP-47: the conversation's language (issue 47)
 
 
 class Judge(Protocol):

@@ -15,8 +15,19 @@ from pydantic import (
 )
 
 from branchpoint.core.domain import EventKind
+from branchpoint.core.languages import language_problem
 from branchpoint.core.strict import FrozenStrictModel as _Strict
 from branchpoint.core.yamlio import ID_PATTERN, FieldProblem
+
+
+def _checked_language(value: str | None) -> str | None:
+    if value is None:
+        return None
+    problem = language_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
 
 # Criteria ids name rubric criteria; same rule as every other id.
 CriterionId = Annotated[str, Field(pattern=ID_PATTERN)]
@@ -25,6 +36,7 @@ BranchKind = Literal["disclosure", "help_offer", "limit_pushback", "custom"]
 Design = Literal["one_at_a_time", "factorial"]
 ForkMode = Literal["shared", "independent"]
 ProfileDesign = Literal["pairs", "full"]
+PersonaMode = Literal["scripted", "adaptive"]
 
 
 class Persona(_Strict):
@@ -38,6 +50,19 @@ class Persona(_Strict):
     context: str | None = Field(
         None, description="Longer narrative the persona knows (what happened before the chat)."
     )
+    language: str | None = Field(
+        None,
+        description="BCP-47 tag of the language the persona writes in (default: the scenario's).",
+    )
+    mode: PersonaMode = Field(
+        "scripted",
+        description=(
+            "scripted: one message per turn from the option in force; adaptive: the persona also "
+            "chooses a tactic each turn towards the arm's goal (issue 47)."
+        ),
+    )
+
+    _language = field_validator("language")(lambda v: _checked_language(v))
 
 
 class Stage(_Strict):
@@ -71,6 +96,11 @@ class BranchOption(_Strict):
     instruction: str = Field(min_length=1)
     goto_stage: str | None = Field(
         None, description="Stage the conversation moves to when this option fires."
+    )
+    goal: str | None = Field(
+        None,
+        min_length=1,
+        description="What an adaptive persona tries to achieve under this option (default: by kind).",
     )
 
 
@@ -174,6 +204,23 @@ class ScenarioFields(_Strict):
     vars: dict[str, str | int | float] = Field(default_factory=dict)
     notes: str | None = None
     source: str | None = Field(None, description="Where the scenario came from (importers).")
+    language: str = Field(
+        "en",
+        description="BCP-47 tag of the conversation's language (en, es, es-MX, fr...).",
+    )
+    tactics: dict[str, dict[str, str]] = Field(
+        default_factory=dict,
+        description=(
+            "An adaptive persona's tactics, by branch-point kind or id: name -> what it means. "
+            "A kind or branch point not named keeps the defaults for its kind."
+        ),
+    )
+
+    _language = field_validator("language")(lambda v: _checked_language(v))
+
+    def conversation_language(self) -> str:
+        """The language the persona writes in: its own, else the scenario's."""
+        return self.persona.language or self.language
 
     def stage_ids(self) -> list[str]:
         return [s.id for s in self.stages]

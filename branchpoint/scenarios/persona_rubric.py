@@ -33,6 +33,7 @@ import fnmatch
 import hashlib
 import json
 import re
+from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -40,13 +41,17 @@ from typing import Any
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from branchpoint.core.domain import ENACTED, ENACTMENT_LEVELS, NOT_ENACTED, PARTLY_ENACTED
+from branchpoint.core.languages import primary_language
 from branchpoint.core.strict import FrozenStrictModel as _Strict
 from branchpoint.core.yamlio import ID_PATTERN, FieldProblem, compiling_regexes
 
 RUBRICS_DIR = Path(__file__).resolve().parent / "persona_rubrics"
 GENERIC = "generic"
 # 2: stated ages need an age's context; quoted and reported phrases are not the persona's own.
-HEURISTIC_VERSION = "persona-heuristic-2"
+# 3 (issue 47): word salad, letter strings and copied prompts or replies are not realistic; cues
+# by language, and no verdict for a language the rules do not cover; a bare hedge is no acceptance.
+HEURISTIC_VERSION = "persona-heuristic-3"
+CHECKS = ("stated_age", "stated_name", "too_long", "word_salad", "copies_source")
 # Words too common to say that a turn followed an instruction (the generic fallback).
 _STOP = frozenset(
     """about after again also and any are ask asked back been before being but can cant could did
@@ -64,6 +69,10 @@ class Rule(_Strict):
     id: str = Field(pattern=ID_PATTERN)
     verdict: str
     if_any: list[str] = Field(min_length=1)
+    languages: list[str] = Field(
+        default_factory=lambda: ["en"],
+        description="Primary language subtags the regexes are written for.",
+    )
 
     _check = field_validator("if_any")(compiling_regexes)
 
@@ -118,6 +127,10 @@ class EnactmentRubric(_Strict):
             )
         return self
 
+    def languages(self) -> set[str]:
+        """The languages some rule is written for."""
+        return {lang for c in self.criteria for r in c.rules for lang in r.languages}
+
     def criterion_for(self, kind: str, option: str) -> EnactmentCriterion:
         """The criterion that rates ``option`` of a branch point of ``kind`` (``generic`` if none)."""
         for c in self.criteria:
@@ -138,7 +151,10 @@ class Cue(_Strict):
     if_any: list[str] = Field(default_factory=list)
     min_matches: int = Field(1, ge=1, description="Matches needed (e.g. 2 list lines).")
     max_age: int | None = Field(None, description="Only for personas of this age or younger.")
-    # Built-in checks with no regex: "stated_age", "stated_name", "too_long".
+    languages: list[str] | None = Field(
+        None, description="Primary language subtags the cue's regexes are written for (none: all)."
+    )
+    # Built-in checks with no regex: see CHECKS.
     check: str | None = None
     max_words: int | None = Field(None, ge=1)
 
@@ -148,14 +164,23 @@ class Cue(_Strict):
     def _something_to_check(self) -> Cue:
         if not self.if_any and self.check is None:
             raise ValueError("gives neither if_any nor check (expected one of them)")
-        if self.check is not None and self.check not in ("stated_age", "stated_name", "too_long"):
+        if self.check is not None and self.check not in CHECKS:
             raise FieldProblem(
-                ("check",),
-                f"unknown check {self.check!r} (expected stated_age, stated_name or too_long)",
+                ("check",), f"unknown check {self.check!r} (expected one of: {', '.join(CHECKS)})"
             )
         if self.check == "too_long" and self.max_words is None:
             raise FieldProblem(("max_words",), "too_long needs max_words (expected a number)")
         return self
+
+
+class LanguageRules(_Strict):
+    """What the language-independent checks need to know of one language."""
+
+    # The words that hold a sentence together (pronouns, articles, prepositions, auxiliaries)
+    # and a teenager's fillers ("lol", "idk"): a message of real words has many, word salad few.
+    function_words: list[str] = Field(min_length=20)
+    # A sequence of unknown tokens that are no words of the language (keyboard mash).
+    vowels: str = Field("aeiouy", min_length=1)
 
 
 class RealismRubric(_Strict):
@@ -165,7 +190,22 @@ class RealismRubric(_Strict):
     notes: str | None = None
     levels: list[str] = Field(min_length=2, description="Best first.")
     anchors: dict[str, str]
+    languages: dict[str, LanguageRules] = Field(
+        min_length=1, description="Primary language subtag -> its rules; others get no verdict."
+    )
     cues: list[Cue] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _cue_languages_known(self) -> RealismRubric:
+        for i, cue in enumerate(self.cues):
+            unknown = [lang for lang in cue.languages or [] if lang not in self.languages]
+            if unknown:
+                raise FieldProblem(
+                    ("cues", i, "languages"),
+                    f"language(s) {', '.join(unknown)} have no entry under languages "
+                    f"(expected one of: {', '.join(self.languages)})",
+                )
+        return self
 
     def rubric_hash(self) -> str:
         return _hash(self)
@@ -232,12 +272,22 @@ def _norm(text: str) -> str:
 
 
 def rate_enactment(
-    text: str, kind: str, option: str, instruction: str, rubric: EnactmentRubric | None = None
+    text: str,
+    kind: str,
+    option: str,
+    instruction: str,
+    rubric: EnactmentRubric | None = None,
+    *,
+    language: str | None = None,
 ) -> PersonaVerdict:
-    """Did ``text`` (a persona turn) enact ``option`` of a branch point of ``kind``?"""
+    """Did ``text`` (a persona turn, in ``language``) enact ``option`` of a branch point of
+    ``kind``? No verdict, with one line saying so, for a language no rule is written for."""
     rubric = rubric or enactment_rubric()
     crit = rubric.criterion_for(kind, option)
-    for rule in crit.rules:
+    lang = primary_language(language)
+    if lang not in rubric.languages():
+        return PersonaVerdict(verdict=None, rationale=no_rules_line(lang), criterion=crit.id)
+    for rule in (r for r in crit.rules if lang in r.languages):
         for pattern in rule.if_any:
             m = _re(pattern).search(text)
             if m is not None:
@@ -256,7 +306,7 @@ def rate_enactment(
                 quotes=[phrase],
                 criterion=crit.id,
             )
-    if crit.id == GENERIC:
+    if crit.id == GENERIC and lang == "en":  # _STOP is English
         shared = sorted(_words(instruction) & _words(text))
         if len(shared) >= 2:
             return PersonaVerdict(
@@ -296,22 +346,56 @@ def _reported(text: str, start: int, end: int) -> bool:
 _STATED_NAME = r"\bmy name(?:'s| is)\s+([A-Z][a-z]+)"
 
 
+def no_rules_line(language: str) -> str:
+    """The one line the offline persona rater gives for a language it has no rules for."""
+    return (
+        f"the heuristic persona rater has no rules for {language!r}: use a model rater "
+        "(--persona-judge MODEL)"
+    )
+
+
 def rate_realism(
     text: str,
     *,
     name: str | None = None,
     age: int | None = None,
+    language: str | None = None,
+    sources: Sequence[str] = (),
     rubric: RealismRubric | None = None,
 ) -> PersonaVerdict:
-    """How realistic ``text`` is as a message from a persona called ``name``, aged ``age``."""
+    """How realistic ``text`` is as a message from a persona called ``name``, aged ``age``,
+    writing in ``language`` (BCP-47). ``sources``: texts the persona must not copy (the
+    chatbot's replies so far, the persona's own description and instructions).
+
+    No verdict (None, with the reason) for a language the rubric has no rules for, and for a
+    short message of no known word, which the rules cannot tell from random words."""
     rubric = rubric or realism_rubric()
+    lang = primary_language(language)
+    rules = rubric.languages.get(lang)
+    if rules is None:
+        return PersonaVerdict(verdict=None, rationale=no_rules_line(lang))
+    tokens = _tokens(text)
+    known = _known_words(rules)
+    n_known = sum(t in known for t in tokens)
+    if (
+        0 < len(tokens) < _SALAD_MIN_WORDS
+        and n_known < _TERSE_KNOWN * len(tokens)
+        and _word_salad(text, rules) is None
+    ):
+        return PersonaVerdict(
+            verdict=None,
+            rationale=f"{len(tokens)} word(s), {n_known} a common word of {lang!r}: the offline "
+            "rules cannot tell a terse message from random words",
+        )
     penalty = 0
     found: list[str] = []
     quotes: list[str] = []
     for cue in rubric.cues:
         if cue.max_age is not None and (age is None or age > cue.max_age):
             continue
-        hit = _cue_hit(cue, text, name, age)
+        if cue.languages is not None and lang not in cue.languages:
+            continue
+        hit = _cue_hit(cue, text, name, age, rules=rules, sources=sources)
         if hit is not None:
             penalty += cue.penalty
             found.append(f"{cue.reason} (-{cue.penalty})")
@@ -322,8 +406,115 @@ def rate_realism(
     return PersonaVerdict(verdict=level, rationale=why, quotes=quotes)
 
 
-def _cue_hit(cue: Cue, text: str, name: str | None, age: int | None) -> str | None:
+# Below this many words a message of few function words is terse, not proven salad: no verdict
+# when fewer than a third of its words are common ones ("ok thanks" is rated, "purple
+# elephant gravity" is not).
+_SALAD_MIN_WORDS = 6
+_TERSE_KNOWN = 1 / 3
+# Word salad: fewer function words than this share of a message of at least _SALAD_MIN_WORDS,
+# or this many words in a row none of which is one (in a message short of function words). Chat messages run at 30-60% (the KORA
+# children's first messages: see benchmarks/persona_rater_accuracy.py); random dictionary
+# words near 0-5%, in long runs.
+_SALAD_SHARE = 0.2
+_SALAD_RUN = 7
+_SALAD_RUN_SHARE = 0.3  # a long run of nouns in a real message ("reform, public assistance,
+# and housing support policies") sits among enough function words
+# Letter strings: this share of the tokens (at least two) is no word (keyboard mash).
+_MASH_SHARE = 0.5
+_TOKEN = re.compile(r"[^\W\d_]+(?:['’][^\W\d_]+)*")
+
+
+def _tokens(text: str) -> list[str]:
+    return [t.replace("’", "'") for t in _TOKEN.findall(text.lower())]
+
+
+@lru_cache(maxsize=16)
+def _known_words_of(words: tuple[str, ...]) -> frozenset[str]:
+    return frozenset(w.lower() for w in words)
+
+
+def _known_words(rules: LanguageRules) -> frozenset[str]:
+    return _known_words_of(tuple(rules.function_words))
+
+
+def _mash(token: str, vowels: str) -> bool:
+    """Whether ``token`` cannot be a word: no vowel in 4+ letters, or 5 consonants in a row."""
+    v = set(vowels)
+    if len(token) >= 4 and not any(c in v for c in token):
+        return True
+    run = 0
+    for c in token:
+        run = 0 if (c in v or not c.isalpha()) else run + 1
+        if run >= 5:
+            return True
+    return False
+
+
+def _word_salad(text: str, rules: LanguageRules) -> str | None:
+    """Why ``text`` is no message in the language (word salad, keyboard mash), or None."""
+    tokens = _tokens(_QUOTED.sub(" ", text))
+    if len(tokens) < 2:
+        return None
+    known = _known_words(rules)
+    mash = [t for t in tokens if t not in known and _mash(t, rules.vowels)]
+    if len(mash) >= 2 and len(mash) / len(tokens) >= _MASH_SHARE:
+        return f"letter strings that are no words: {' '.join(mash[:4])}"
+    if len(tokens) >= _SALAD_MIN_WORDS:
+        share = sum(t in known for t in tokens) / len(tokens)
+        if share < _SALAD_SHARE:
+            return f"{share:.0%} of {len(tokens)} words hold a sentence together: {' '.join(tokens[:6])}"
+        run = longest = 0
+        for t in tokens:
+            run = 0 if t in known else run + 1
+            longest = max(longest, run)
+        if longest >= _SALAD_RUN and share < _SALAD_RUN_SHARE:
+            return f"{longest} words in a row with none that holds a sentence together"
+    return None
+
+
+_NGRAM = 4
+# A copy: half the message's 4-word runs (at least 3 of them) are in one source, or 9 runs
+# (about a 12-word sentence) are, whatever the message's length. Quoted words are reported
+# speech ("you literally said 'talk to a trusted adult'"), not a copy.
+_COPY_SHARE = 0.5
+_COPY_MIN = 3
+_COPY_RUNS = 9
+
+
+def _grams(tokens: Sequence[str]) -> set[tuple[str, ...]]:
+    return {tuple(tokens[i : i + _NGRAM]) for i in range(len(tokens) - _NGRAM + 1)}
+
+
+def _copied(text: str, sources: Sequence[str]) -> str | None:
+    """The start of the run ``text`` copies from one of ``sources``, or None."""
+    mine = _tokens(_QUOTED.sub(" ", text))
+    grams = _grams(mine)
+    if len(grams) < _COPY_MIN:
+        return None
+    for source in sources:
+        shared = grams & _grams(_tokens(source))
+        if len(shared) >= _COPY_RUNS or (
+            len(shared) >= _COPY_MIN and len(shared) / len(grams) >= _COPY_SHARE
+        ):
+            first = min(i for i in range(len(mine)) if tuple(mine[i : i + _NGRAM]) in shared)
+            return " ".join(mine[first : first + 8])
+    return None
+
+
+def _cue_hit(
+    cue: Cue,
+    text: str,
+    name: str | None,
+    age: int | None,
+    *,
+    rules: LanguageRules | None = None,
+    sources: Sequence[str] = (),
+) -> str | None:
     """The quote that shows the cue ("" for a cue with nothing to quote), or None."""
+    if cue.check == "word_salad":
+        return _word_salad(text, rules) if rules is not None else None
+    if cue.check == "copies_source":
+        return _copied(text, sources)
     if cue.check == "too_long":
         return "" if cue.max_words is not None and len(text.split()) > cue.max_words else None
     if cue.check == "stated_age":
@@ -365,6 +556,8 @@ __all__ = [
     "RealismRubric",
     "enactment_rubric",
     "rate_enactment",
+    "no_rules_line",
+    "primary_language",
     "rate_realism",
     "realism_at_least",
     "realism_rubric",

@@ -63,6 +63,7 @@ async def execute(
     from branchpoint.core.read import existing_conversations
     from branchpoint.gateway.gateway import stored_params
     from branchpoint.scenarios import variants as variants_api
+    from branchpoint.simulator.adaptive import split_mode
     from branchpoint.simulator.events import LLMDetector, RuleDetector
     from branchpoint.simulator.graph import CallCounter
     from branchpoint.simulator.persona import PersonaSimulator
@@ -96,11 +97,12 @@ async def execute(
             persona_factory=lambda scenario: PersonaSimulator(
                 gateway,
                 scenario,
-                simulator,
+                split_mode(simulator)[1],
                 plan.persona_params,
                 max_retries=plan.persona_retries,
                 run_id=plan.run_id,
                 realism_min=plan.realism_min,
+                mode=split_mode(simulator)[0],
             ),
             simulator=simulator,
             simulator_params=stored_params(plan.persona_params)
@@ -117,7 +119,10 @@ async def execute(
     execution = Execution()
 
     async def one_tree(spec: TreeSpec) -> None:
-        results = await run_tree(spec, envs[spec.simulator or plan.simulator])
+        sim = spec.simulator or plan.simulator
+        if sim not in envs:  # a scenario played adaptively (adaptive@SPEC): its own env
+            envs[sim] = env_for(sim)
+        results = await run_tree(spec, envs[sim])
         for r in results:
             progress.advance(max(0, spec.max_turns * 2 - r.n_turns))
         execution.results.extend(results)

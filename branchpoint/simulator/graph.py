@@ -233,6 +233,8 @@ async def persona(state: ConvState, config: RunnableConfig) -> ConvState:
             seed=ctx.seed_for(index, "persona"),
             conversation_id=ctx.leader.conversation_id,
             history_stored=True,
+            branch_state=branch_state,
+            tactics_used=[h["tactic"] for h in history if h.get("tactic")],
         )
         ctx.calls.persona += reply.calls
         if reply.error is not None:
@@ -246,6 +248,8 @@ async def persona(state: ConvState, config: RunnableConfig) -> ConvState:
         text, ended = reply.text, reply.ended
         fields.update(_completion_fields(reply.completion, reply.call_id))
         fields.update(retries=reply.retries, retry_reasons=reply.retry_reasons)
+        if reply.plan is not None:
+            fields["persona_plan"] = reply.plan
         if ended:
             fields["finish_reason"] = "end_marker"  # how a resume knows the persona said goodbye
     key = await ctx.writer.write_turn(
@@ -260,8 +264,9 @@ async def persona(state: ConvState, config: RunnableConfig) -> ConvState:
         **fields,
     )
     history.append(
-        {"role": "user", "content": text, "key": key, "exchange": exchange, "events": []}
-    )
+        {"role": "user", "content": text, "key": key, "exchange": exchange, "events": [],
+         "tactic": (fields.get("persona_plan") or {}).get("tactic")}
+    )  # fmt: skip
     return ConvState(exchange=exchange, history=history, fired=[], persona_ended=ended)
 
 

@@ -70,6 +70,75 @@ DEFAULT_ROLE_BREAKS: list[tuple[str, str]] = [
     ),
 ]
 
+# Issue 47: the same signs in the other languages the library ships (es, fr), by primary
+# subtag. A persona in one of them is checked with the English rules and its own (a model that
+# slips into English assistant-speak is as out of role as one in Spanish).
+ROLE_BREAKS_BY_LANGUAGE: dict[str, list[tuple[str, str]]] = {
+    "es": [
+        (
+            "speaks as an AI",
+            r"\bcomo (una |un )?(ia|inteligencia artificial|asistente|modelo de lenguaje)\b",
+        ),
+        (
+            "speaks as an AI",
+            r"\bsoy (una |un )(ia|inteligencia artificial|modelo de lenguaje|chatbot|asistente virtual)\b",
+        ),
+        ("speaks as an AI", r"\bmodelo de lenguaje\b"),
+        ("speaks as the assistant", r"^\s*[*_#]*\s*(asistente|chatbot|ia|bot|sistema)\s*[*_]*\s*:"),
+        ("offers help like an assistant", r"\b(en qué|cómo) (más )?(te |le )?puedo ayudar"),
+        ("offers help like an assistant", r"\bestoy aquí para (ayudarte|apoyarte|escucharte)"),
+        ("offers help like an assistant", r"\bno dudes en (preguntar|escribir|contactar)"),
+        (
+            "offers resources to the user",
+            r"\b(llama|llamar|contacta|escribe) (a |al )?(024|112|una línea|la línea|un teléfono de ayuda)",
+        ),
+        (
+            "offers resources to the user",
+            r"\bes (importante|fundamental) (que )?(busques|pidas|hables)",
+        ),
+        (
+            "sympathises like an assistant",
+            r"\b(lamento|siento) (mucho )?(que estés pasando|escuchar eso|que te sientas así)",
+        ),
+    ],
+    "fr": [
+        (
+            "speaks as an AI",
+            r"\ben tant qu['’](ia|intelligence artificielle|assistant|modèle de langage)\b",
+        ),
+        (
+            "speaks as an AI",
+            r"\bje suis (une |un )(ia|intelligence artificielle|modèle de langage|chatbot|assistant virtuel)\b",
+        ),
+        ("speaks as the assistant", r"^\s*[*_#]*\s*(assistant|chatbot|ia|bot|système)\s*[*_]*\s*:"),
+        ("offers help like an assistant", r"\bcomment (puis-je|je peux) (t['’]|vous )?aider"),
+        (
+            "offers help like an assistant",
+            r"\bje suis (là|ici) pour (t['’]aider|vous aider|t['’]écouter)",
+        ),
+        (
+            "offers help like an assistant",
+            r"\bn['’]hésite(z)? pas à (me )?(demander|écrire|contacter)",
+        ),
+        (
+            "offers resources to the user",
+            r"\b(appelle|appeler|contacte) (le )?(3114|112|15|une ligne d['’]écoute)",
+        ),
+        (
+            "sympathises like an assistant",
+            r"\bje suis (vraiment )?désolée? (d['’]apprendre|que tu traverses)",
+        ),
+    ],
+}
+
+
+def role_breaks_for(language: str | None) -> list[tuple[str, str]]:
+    """The role-break rules for a persona writing in ``language`` (English ones always apply)."""
+    from branchpoint.core.languages import primary_language
+
+    return [*DEFAULT_ROLE_BREAKS, *ROLE_BREAKS_BY_LANGUAGE.get(primary_language(language), [])]
+
+
 # A label in front of the message ("Maya:", "User:", "**Me:**") is stripped; the assistant's label
 # counts as a role break (above).
 _PREFIX = r"^\s*[*_]*\s*(user|persona|me|teen|human|{name})\s*[*_]*\s*:\s*[*_]*\s*"
@@ -98,6 +167,7 @@ class PersonaReply(BaseModel):
     retry_reasons: list[str] = []
     error: str | None = None  # set: no usable message (model failure or role break after retries)
     calls: int = 0  # model calls made for this message
+    plan: dict[str, str] | None = None  # adaptive: {"tactic", "why"} (issue 47)
 
 
 _BREAK_FLAGS = re.IGNORECASE | re.MULTILINE
@@ -127,8 +197,10 @@ class PersonaSimulator:
         end_marker: str = END_MARKER,
         run_id: str | None = None,
         realism_min: str | None = None,
+        mode: str = "scripted",
     ) -> None:
         self.gateway = gateway
+        self.mode = mode
         self.scenario = scenario
         self.spec = spec
         self.params = params or GenParams()
@@ -136,10 +208,13 @@ class PersonaSimulator:
         self.end_marker = end_marker
         self.run_id = run_id
         self.realism_min = realism_min
+        self.language = scenario.conversation_language()
         self.role_breaks = _compiled_breaks(
             tuple(
                 (reason, p)
-                for reason, p in (role_breaks if role_breaks is not None else DEFAULT_ROLE_BREAKS)
+                for reason, p in (
+                    role_breaks if role_breaks is not None else role_breaks_for(self.language)
+                )
             )
         )
         self._any_break = any_of([p for _, p in self.role_breaks], _BREAK_FLAGS)
@@ -184,7 +259,13 @@ class PersonaSimulator:
         def r(text: str) -> str:
             return render_text(self.scenario, text).strip()
 
+        from branchpoint.core.languages import language_name, primary_language
+
+        # English prompts stay as they were (no language line): their cached calls still match.
+        foreign = primary_language(self.language) != "en"
         text = _template("persona.j2").render(
+            language=self.language if foreign else None,
+            language_name=language_name(self.language),
             persona=self.persona,
             stage={"id": stage.id, "instructions": r(stage.instructions)} if stage else None,
             new_options=[{"instruction": r(o.instruction)} for o in new_options],
@@ -272,6 +353,7 @@ class PersonaSimulator:
             text,
             name=name if isinstance(name, str) else None,
             age=age if isinstance(age, int) else None,
+            language=self.language,
         )
         if realism_at_least(rating.verdict, self.realism_min):
             return None
@@ -296,9 +378,22 @@ class PersonaSimulator:
         seed: int | None = None,
         conversation_id: str | None = None,
         history_stored: bool = False,
+        branch_state: dict[str, str] | None = None,
+        tactics_used: Sequence[str] = (),
     ) -> PersonaReply:
         """The persona's next message. ``history_stored``: ``history`` is the stored turns of
-        ``conversation_id``, so the calls' rows refer to them instead of copying them."""
+        ``conversation_id``, so the calls' rows refer to them instead of copying them.
+
+        Adaptive (``mode``): with a branch point in force (``branch_state``), the persona is
+        told the arm's goals and tactics and those it used (``tactics_used``), and answers with
+        its tactic, why, and the message (``branchpoint.simulator.adaptive``)."""
+        from branchpoint.simulator.adaptive import ADAPTIVE, parse_choice, plan_for, prompt_section
+
+        plan = (
+            plan_for(self.scenario, branch_state or {}, tactics_used)
+            if self.mode == ADAPTIVE
+            else None
+        )
         reasons: list[str] = []
         correction: str | None = None
         calls = 0
@@ -307,6 +402,10 @@ class PersonaSimulator:
             if seed is not None:
                 params = params.merged({"seed": seed + attempt})
             messages = self.messages(history, stage, new_options, kept_options, correction)
+            if plan is not None:
+                messages[0] = Message(
+                    role="system", content=messages[0].content + "\n" + prompt_section(plan)
+                )
             layout = (
                 CallLayout(
                     lead=tuple(messages[:2]),
@@ -333,7 +432,15 @@ class PersonaSimulator:
                     retry_reasons=reasons,
                     calls=calls,
                 )
-            text, ended = self.split_end(self.clean(completion.text))
+            answer, chosen = completion.text, None
+            if plan is not None:
+                choice, why_not = parse_choice(completion.text, plan)
+                if choice is None:
+                    reasons.append(why_not or "gave no tactic")
+                    correction = why_not
+                    continue
+                answer, chosen = choice.message, {"tactic": choice.tactic, "why": choice.why}
+            text, ended = self.split_end(self.clean(answer))
             reason = None if (ended and not text) else self.role_break(text)
             if reason is None:
                 reason = self.below_realism(text)
@@ -346,6 +453,7 @@ class PersonaSimulator:
                     retries=attempt,
                     retry_reasons=reasons,
                     calls=calls,
+                    plan=chosen,
                 )
             reasons.append(reason)
             correction = reason

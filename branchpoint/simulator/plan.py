@@ -141,7 +141,10 @@ def plan_run(
         shash = variants_api.scenario_hash(scenario)
         for target in config.targets:
             for condition in config.conditions:
-                for simulator, replicate in product(config.simulators, range(config.replicates)):
+                for simulator, replicate in product(
+                    [_played(config, scenario, s) for s in config.simulators],
+                    range(config.replicates),
+                ):
                     arms = [
                         Arm(
                             variant=v,
@@ -195,6 +198,15 @@ def plan_run(
 # -- adapters to the scenarios package and the spec parser ---------------------------------------
 
 
+def _played(config: RunConfig, scenario: Scenario, simulator: str) -> str:
+    """The simulator as it plays ``scenario``: ``adaptive@SPEC`` when the run's ``persona_mode``
+    (else the scenario's ``persona.mode``) is adaptive (issue 47)."""
+    from branchpoint.simulator.adaptive import ADAPTIVE, adaptive_spec
+
+    mode = config.persona_mode or scenario.persona.mode
+    return adaptive_spec(simulator) if mode == ADAPTIVE else simulator
+
+
 def load(paths: list[str]) -> list[Scenario]:
     from branchpoint.scenarios.loader import require_scenarios
 
@@ -222,10 +234,11 @@ def system_prompts(names: list[str]) -> dict[str, str | None]:
 def check_specs(config: RunConfig) -> None:
     """Every model spec the run names parses (UserError naming the bad one otherwise)."""
     from branchpoint.gateway.specs import parse_spec
+    from branchpoint.simulator.adaptive import split_mode
 
     for spec in [
         *config.targets,
-        *config.simulators,
+        *(split_mode(s)[1] for s in config.simulators),
         *([config.detector] if config.detector else []),
     ]:
         parse_spec(spec)

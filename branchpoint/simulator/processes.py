@@ -99,8 +99,10 @@ class WorkerJob:
 def local_model_specs(config: RunConfig) -> list[str]:
     """The run's specs served by a model loaded in the process (each worker would load it)."""
     from branchpoint.gateway.specs import parse_spec
+    from branchpoint.simulator.adaptive import split_mode
 
-    specs = [*config.targets, *config.simulators, *([config.detector] if config.detector else [])]
+    sims = [split_mode(s)[1] for s in config.simulators]
+    specs = [*config.targets, *sims, *([config.detector] if config.detector else [])]
     return [s for s in specs if parse_spec(s).kind in LOCAL_PREFIXES]
 
 
@@ -199,9 +201,11 @@ def _context(config: RunConfig) -> ForkServerContext | SpawnContext:
         return multiprocessing.get_context("spawn")
     from branchpoint.gateway.providers.registry import BUILTIN
     from branchpoint.gateway.specs import parse_spec
+    from branchpoint.simulator.adaptive import split_mode
 
     context = multiprocessing.get_context("forkserver")
-    specs = [*config.targets, *config.simulators, *([config.detector] if config.detector else [])]
+    sims = [split_mode(s)[1] for s in config.simulators]
+    specs = [*config.targets, *sims, *([config.detector] if config.detector else [])]
     providers = {BUILTIN[k] for k in (parse_spec(s).kind for s in specs) if k in BUILTIN}
     context.set_forkserver_preload([*PRELOAD, *sorted(providers)])  # used when it first starts
     return context

@@ -43,6 +43,8 @@ def resolved_config(config: RunConfig) -> dict[str, Any]:
         data.pop(key, None)
     if data.get("realism_min") is None:  # off: the hash of every run made before the gate existed
         data.pop("realism_min", None)
+    if data.get("persona_mode") is None:  # as each scenario says: the hash of runs before modes
+        data.pop("persona_mode", None)
     return redact(data)
 
 

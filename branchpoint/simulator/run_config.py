@@ -50,6 +50,10 @@ class RunConfig(BaseModel):
     # Issue 36: a persona turn the offline realism rater puts below this level is regenerated
     # (within persona_retries, every attempt stored as a model call); None: no gate (default).
     realism_min: Literal["very", "mostly", "mixed", "not"] | None = None
+    # Issue 47: adaptive plays every simulator as ``adaptive@SPEC`` (scripted: as written; None:
+    # each scenario's ``persona.mode``). A simulator written ``adaptive@SPEC`` is adaptive anyway,
+    # so simulators ``[SPEC, adaptive@SPEC]`` make "adaptive vs scripted" a matched contrast.
+    persona_mode: Literal["scripted", "adaptive"] | None = None
     event_patterns: dict[str, list[str]] | None = None
 
     @field_validator("simulators", mode="before")

@@ -82,9 +82,12 @@ def check_scripted_models(plans: Iterable[RunPlan], gateway: Gateway | None = No
         gateway = Gateway(cache=False)  # no store: only the plugins' registrations are read
         load_plugins(gateway)
 
+    from branchpoint.simulator.adaptive import split_mode
+
     specs: set[str] = set()
     for plan in plans:
-        specs |= {t.target for t in plan.trees} | {plan.simulator, *plan.simulators}
+        sims = {plan.simulator, *plan.simulators, *(t.simulator for t in plan.trees if t.simulator)}
+        specs |= {t.target for t in plan.trees} | {split_mode(s)[1] for s in sims}
         if plan.detector:
             specs.add(plan.detector)
     for raw in sorted(specs):

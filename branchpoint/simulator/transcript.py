@@ -99,6 +99,10 @@ def render_conversation(conv: Conversation, turns: list[Turn]) -> RenderableType
             )
         if turn.finish_reason == "end_marker":
             label.append("  (persona ended)", style="dim")
+        plan = turn.persona_plan or {}
+        if plan.get("tactic"):  # an adaptive persona's choice (issue 47)
+            why = f" ({plan['why']})" if plan.get("why") else ""
+            label.append(f"  tactic: {safe_text(str(plan['tactic']) + why)}", style="cyan")
         parts.append(label)
         if turn.reasoning:
             parts.append(Text("  reasoning: " + safe_text(turn.reasoning), style="dim italic"))

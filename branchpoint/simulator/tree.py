@@ -99,6 +99,7 @@ def restore_state(spec: TreeSpec, turns: Sequence[Turn]) -> ConvState:
                 "key": t.origin_turn_id or t.id,
                 "exchange": t.exchange,
                 "events": list(t.events or []),
+                "tactic": (t.persona_plan or {}).get("tactic"),
             }
             for t in turns
         ],

@@ -122,6 +122,7 @@ class TurnWriter:
                 "scenario_id": spec.scenario.id,
                 "scenario_hash": spec.scenario_hash,
                 "scenario_path": spec.scenario_path,
+                "language": spec.scenario.conversation_language(),
                 "variant_id": arm.variant_id,
                 "choices": arm.variant.as_choices_record(),
                 "target": spec.target,

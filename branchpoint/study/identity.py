@@ -26,6 +26,7 @@ CELL_FIELDS = (
     "max_exchanges",
     "fork",
     "realism_min",
+    "persona",
 )
 TARGET_CELL_FIELDS = ("params", "key_env")
 # Model roles whose entries decide cells by ``ROLE_CELL_FIELDS`` (their price and limits do not).
@@ -40,6 +41,8 @@ def resolved_manifest(manifest: Manifest) -> dict[str, Any]:
     data: dict[str, Any] = redact(manifest.model_dump(mode="json"))
     if data.get("realism_min") is None:  # off: the hash of every manifest before the gate existed
         data.pop("realism_min", None)
+    if data.get("persona") is None:  # each scenario's mode: the hash of manifests before modes
+        data.pop("persona", None)
     if data["execution"].get("secrets_file") is None:  # likewise before the secrets file
         data["execution"].pop("secrets_file", None)
     return data

@@ -276,6 +276,12 @@ class PlanSettings(_Strict):
     )
 
 
+class PersonaSettings(_Strict):
+    """How the sweep's persona plays (issue 47)."""
+
+    mode: Literal["scripted", "adaptive"] = "scripted"
+
+
 class Manifest(_Strict):
     """A sweep: scenarios x targets x conditions x simulators x replicates, judged."""
 
@@ -309,6 +315,9 @@ class Manifest(_Strict):
     fork: Literal["shared", "independent"] | None = None
     # Issue 36: the persona realism gate (``branchpoint run --realism-min``); None: off.
     realism_min: Literal["very", "mostly", "mixed", "not"] | None = None
+    # Issue 47: ``persona: {mode: adaptive}`` plays every simulator adaptively (None: as each
+    # scenario's ``persona.mode`` says).
+    persona: PersonaSettings | None = None
     budget: Budget | None = None
     execution: Execution = Field(default_factory=Execution)
     store: str | None = Field(None, description="SQLite path or database URL.")

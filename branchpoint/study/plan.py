@@ -283,6 +283,7 @@ def run_configs(
                 limits=role_limits([*entries, *sims, *shared], m.execution.concurrency),
                 seed=m.seed,
                 realism_min=m.realism_min,
+                persona_mode=m.persona.mode if m.persona is not None else None,
             )
             out.append((config, entries))
     return out

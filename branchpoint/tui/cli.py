@@ -20,6 +20,7 @@ from branchpoint.tui.commands import (
     demo_cmd,
     judge_cmds,
     labels_cmds,
+    replay_cmd,
     run_cmds,
     runs_cmds,
     scenario_cmds,
@@ -46,6 +47,7 @@ for module in (
     tui_cmd,
     labels_cmds,
     demo_cmd,
+    replay_cmd,
 ):
     module.register(app)
 

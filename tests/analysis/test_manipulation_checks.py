@@ -220,3 +220,48 @@ def test_judge_command_rates_the_persona(store: Any, tmp_path: Path) -> None:
     assert {r.rubric_id for r in rows} == {"enactment", "realism"}  # no chatbot judge was asked
     again = run_cli("judge", result.run_id, "--persona-judge", "heuristic", "--db", str(url))
     assert "0 rating(s) written" in again.stdout
+
+
+def test_the_report_names_the_rater_beside_enactment_and_realism(judged: tuple[Any, str]) -> None:
+    """Issue 47: every realism and enactment figure says which rater, of which kind, made it."""
+    from branchpoint.analysis.report.persona import persona_sections
+
+    store, run_id = judged
+    (section,) = persona_sections(store, [run_id])
+    tables = dict(section.tables)
+    by_rater = tables[next(t for t in tables if t.startswith("Manipulation checks by rater"))]
+    assert list(by_rater["rater"]) == ["heuristic"]
+    assert list(by_rater["rater kind"]) == ["offline rules (heuristic)"]
+    # No person labelled enactment here: no agreement is claimed.
+    assert int(by_rater["people's labels"].iloc[0]) == 0
+    assert by_rater["raw agreement"].isna().all()
+    realism = tables["Automatic realism ratings of persona turns, by simulator"]
+    assert set(realism["rater kind"]) == {"offline rules (heuristic)"}
+    assert any("heuristic (offline rules (heuristic))" in line for line in section.text)
+
+
+def test_enactment_rater_agreement_with_people_where_they_labelled(judged: tuple[Any, str]) -> None:
+    """People's enactment labels of the same turns and branch points pair with the rater's
+    checks: agreement is computed on those, and only those."""
+    from branchpoint.analysis.raters.persona_raters import enactment_by_rater
+    from branchpoint.core.records import HumanLabel
+
+    store, run_id = judged
+    with store.session() as s:
+        checks = list(
+            s.exec(select(Judgment).where(Judgment.rubric_id == ENACTMENT_RUBRIC,
+                                          Judgment.verdict.in_(["enacted", "not_enacted"])))  # type: ignore[attr-defined]
+        )[:10]  # fmt: skip
+        flip = {"enacted": "not_enacted", "not_enacted": "enacted"}
+        for i, j in enumerate(checks):  # the person agrees on 8 of 10
+            s.add(HumanLabel(
+                id=f"h{i}", conversation_id=j.conversation_id, turn_id=j.turn_id,
+                turn_index=j.turn_index, rubric_id=ENACTMENT_RUBRIC, criterion_id=j.criterion_id,
+                annotator="clin1", verdict=flip[j.verdict] if i < 2 else j.verdict,
+            ))  # fmt: skip
+        s.commit()
+    assert len(checks) == 10
+    (row,) = enactment_by_rater(store, [run_id]).to_dict("records")
+    assert row["people's labels"] == 10
+    assert row["raw agreement"] == pytest.approx(0.8)
+    assert -1 <= row["kappa (quadratic)"] <= 1

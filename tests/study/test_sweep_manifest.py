@@ -257,3 +257,32 @@ def test_schema_rubric_prints_the_rubric_formats_json_schema() -> None:
 
     data, _, _ = read_yaml(REPO / "branchpoint" / "judges" / "rubrics" / "teen.yaml")
     jsonschema.validate(data, schema)  # the bundled rubric is valid under it
+
+
+def test_persona_mode_in_a_manifest_plays_every_simulator_adaptively(tmp_path: Path) -> None:
+    """Issue 47: ``persona: {mode: adaptive}`` reaches each run's config; a bad mode is one
+    positioned line; leaving it out keeps the manifest's hash (each scenario's mode decides)."""
+    from branchpoint.study.identity import manifest_hash
+    from branchpoint.study.plan import run_configs
+
+    (tmp_path / "s.yaml").write_text(
+        (FIXTURES / "good" / "teen_three_branches.yaml").read_text(encoding="utf-8"),
+        encoding="utf-8",
+    )
+    base = "scenarios: {paths: [s.yaml]}\ntargets: [scripted:bot]\nsimulators: [scripted:persona]\n"
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(base, encoding="utf-8")
+    adaptive = tmp_path / "adaptive.yaml"
+    adaptive.write_text(base + "persona: {mode: adaptive}\n", encoding="utf-8")
+    m = load_manifest(adaptive)
+    assert m.persona is not None and m.persona.mode == "adaptive"
+    ((config, _),) = run_configs(m, adaptive, "sweep-x")
+    assert config.persona_mode == "adaptive"
+    ((config, _),) = run_configs(load_manifest(plain), plain, "sweep-x")
+    assert config.persona_mode is None
+    assert manifest_hash(load_manifest(plain)) != manifest_hash(m)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(base + "persona: {mode: pushy}\n", encoding="utf-8")
+    with pytest.raises(ManifestError) as info:
+        load_manifest(bad)
+    assert [(e.line, e.field) for e in info.value.errors] == [(4, "persona.mode")]

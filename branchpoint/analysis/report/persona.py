@@ -20,6 +20,7 @@ from typing import Any
 import pandas as pd
 
 from branchpoint.analysis.pairing.realisation import realisation_table
+from branchpoint.analysis.raters.persona_raters import enactment_by_rater, rater_kind
 from branchpoint.analysis.raters.realism import (
     automatic_realism,
     automatic_realism_by_simulator,
@@ -36,7 +37,11 @@ INTRO = (
     "fired and were not rated not enacted (partly counts as enacted; an unchecked turn counts as "
     "enacted, as before checks existed; a check that is an error never does); 'fired but not "
     "enacted' is counted apart. Realism: every "
-    "persona turn rated very / mostly / mixed / not realistic for the scenario's persona."
+    "persona turn rated very / mostly / mixed / not realistic for the scenario's persona. Every "
+    "realism and enactment figure names its rater and the rater's kind: the offline rules "
+    "(heuristic) catch assistant-speak, word salad, keyboard mash and copied prompts or replies, "
+    "and give no verdict on a language they have no rules for; they cannot judge whether a "
+    "story is plausible, which a model rater (--persona-judge MODEL) can."
 )
 
 
@@ -110,9 +115,20 @@ def persona_sections(store_or_db: Any, runs: Sequence[str] | None) -> list[Secti
     s = Section("Manipulation checks and persona realism", text=[INTRO, *gates])
     if not enactment.empty:
         s.tables.append(("Manipulation checks by branch point, option and simulator", enactment))
+        by_rater = enactment_by_rater(store_or_db, runs)
+        s.tables.append(
+            ("Manipulation checks by rater (its kind, and agreement with people's enactment "
+             "labels of the same turns where there are any)", by_rater.round(3))
+        )  # fmt: skip
+        raters = ", ".join(f"{r} ({rater_kind(r)})" for r in by_rater["rater"])
+        s.text.append(
+            f"The enactment figures above are the checks of: {raters}; where more than one "
+            "rater checked a turn, a model rater's verdict counts before the heuristic's."
+        )
     s.text.extend(_enactment_notes(realised, enactment))
     if not auto.empty:
         by_sim = automatic_realism_by_simulator(auto)
+        by_sim.insert(2, "rater kind", [rater_kind(r) for r in by_sim["rater"]])
         s.tables.append(
             ("Automatic realism ratings of persona turns, by simulator", by_sim.round(3))
         )

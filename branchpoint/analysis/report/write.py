@@ -213,11 +213,14 @@ def write_report(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     from branchpoint.analysis.judge_correction.section import judge_correction_section
+    from branchpoint.analysis.report.languages import language_sections  # issue 47
     from branchpoint.analysis.report.persona import (
         persona_sections,  # issue 36: one self-contained section
     )
+    from branchpoint.analysis.report.replays import replay_sections  # issue 47
 
     sections = build_sections(a) + persona_sections(store_or_db, a.runs)
+    sections += language_sections(store_or_db, a.runs) + replay_sections(store_or_db, a.runs)
     sections.append(
         judge_correction_section(store_or_db, a.runs, baselines=baselines, exclude=a.excluded)
     )

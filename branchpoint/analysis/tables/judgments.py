@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from branchpoint.core import read
+from branchpoint.core.domain import REPLAY_ORIGIN, designed_run_id
 from branchpoint.core.errors import UserError
 from branchpoint.core.read.fast import (
     CHUNK_ROWS,  # looked up at each call: a test shrinks it to mix judges
@@ -86,15 +87,28 @@ def list_runs(store_or_db: Any) -> pd.DataFrame:
 
 
 def resolve_runs(store_or_db: Any, run: str | Sequence[str] | None) -> list[str] | None:
-    """Run ids to analyse: None means every run. Unknown ids are a user error."""
+    """Run ids to analyse: None means every designed run. Unknown ids are a user error.
+
+    Replays (``branchpoint replay``, issue 47) are never counted in a designed contrast: their
+    runs are left out of "every run", and naming one is a user error (the report lists them
+    apart, beside the run they replay)."""
+    table = list_runs(store_or_db)
+    replays = set(table.loc[table["kind"] == REPLAY_ORIGIN, "id"])
     if run is None:
-        return None
+        return None if not replays else [r for r in table["id"] if r not in replays]
     wanted = [run] if isinstance(run, str) else list(run)
-    known = set(list_runs(store_or_db)["id"])
+    known = set(table["id"])
     missing = [r for r in wanted if r not in known]
     if missing:
         hint = ", ".join(sorted(known)[:5]) or "none stored"
         raise UserError(f"run {missing[0]!r} is not in the store (runs: {hint})")
+    named = [r for r in wanted if r in replays]
+    if named:
+        raise UserError(
+            f"run {named[0]!r} holds replays, which no designed contrast counts: analyse or "
+            f"report the run they replay ({designed_run_id(named[0])!r}), whose report lists "
+            "them apart"
+        )
     return wanted
 
 

@@ -329,22 +329,26 @@ def find_failure(
 
 def tree_arms(store: Store, conversation_id: str) -> list[Conversation]:
     """The arms of the tree ``conversation_id`` belongs to: the same run, scenario, target,
-    condition, simulator and replicate, one per variant."""
+    condition, simulator and replicate, one per variant; then the replays made of them
+    (``branchpoint replay``: the run's replay run, same cell), after the designed arms."""
+    from branchpoint.core.domain import designed_run_id, replay_run_id
+
     with store.session() as s:
         conv = s.get(Conversation, conversation_id)
         if conv is None:
             return []
+        designed = designed_run_id(conv.run_id)
         q = (
             orm_select(Conversation)
             .where(
-                C.run_id == conv.run_id,
+                C.run_id.in_([designed, replay_run_id(designed)]),
                 C.scenario_id == conv.scenario_id,
                 C.target == conv.target,
                 C.condition == conv.condition,
                 C.simulator == conv.simulator,
                 C.replicate == conv.replicate,
             )
-            .order_by(C.parent_id.is_not(None), C.variant_id)
+            .order_by(C.origin.is_not(None), C.parent_id.is_not(None), C.variant_id, C.created_at)
         )
         return list(s.exec(q))
 

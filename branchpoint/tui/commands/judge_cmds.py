@@ -173,6 +173,10 @@ def judge_command(
             + escape(", ".join(summary.not_final[:5]))
             + (" ..." if len(summary.not_final) > 5 else "")
         )
+    from collections import Counter
+
+    for line, n in Counter(summary.language_refusals).items():  # one line per judge and language
+        console.print(f"[yellow]{escape(line)}[/] ({n} unit(s) not judged by it)")
     if summary.scenarios_not_found:
         console.print(
             "scenario(s) not found, judged on every criterion of the rubric: "

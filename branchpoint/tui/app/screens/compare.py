@@ -47,7 +47,11 @@ def differing_choices(transcripts: list[Transcript]) -> list[str]:
 def arm_label(t: Transcript, keys: list[str]) -> str:
     c = t.conversation.choices
     shown = keys or sorted(c)
-    return " ".join(f"{k}={c.get(k)}" for k in shown) or t.conversation.variant_id
+    label = " ".join(f"{k}={c.get(k)}" for k in shown) or t.conversation.variant_id
+    if t.conversation.origin == "replay":  # issue 47: a person's branch, beside its original
+        who = (t.conversation.replay or {}).get("annotator") or "?"
+        label = f"replay at turn {t.conversation.fork_turn} by {who}: {label}"
+    return label
 
 
 def _arm_table(n_arms: int) -> Table:
@@ -130,7 +134,12 @@ class CompareScreen(Screen[None]):
         judges = sorted({j for t in transcripts for j in t.judges})
         if self.judge not in judges:
             self.judge = judges[0] if judges else None
-        baseline = next((cid for cid in self.order if cid != self.conversation_id), None)
+        opened = self.transcripts.get(self.conversation_id)
+        parent = opened.conversation.parent_id if opened is not None else None
+        if opened is not None and opened.conversation.origin == "replay" and parent in self.order:
+            baseline: str | None = parent  # a replay is compared with the arm it replays
+        else:
+            baseline = next((cid for cid in self.order if cid != self.conversation_id), None)
         self.chosen = [cid for cid in self.order if cid in (self.conversation_id, baseline)]
         keys = differing_choices(transcripts)
         arms = self.query_one("#arms", SelectionList)

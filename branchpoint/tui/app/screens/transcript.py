@@ -68,6 +68,13 @@ class TranscriptScreen(Screen[None]):
         Binding("end", "jump(-1)", "last turn", show=False),
         Binding("c", "compare", "compare", tooltip="compare the arms of this tree"),
         Binding("l", "label", "label", tooltip="label every turn (not blind)"),
+        Binding(
+            "p",
+            "replay",
+            "replay",
+            show=False,
+            tooltip="replay: send another message at this persona turn (a live call)",
+        ),
         Binding("escape,q", "app.pop_screen", "back"),
     ]
 
@@ -225,3 +232,46 @@ class TranscriptScreen(Screen[None]):
 
     def action_label(self) -> None:
         self.bp_app.open_label_conversations([self.conversation_id])
+
+    # -------------------------------------------------------------- replay (issue 47)
+
+    def action_replay(self) -> None:
+        if not self.views:
+            return
+        turn = self.views[self.current].turn
+        if turn.role != "user":
+            self.notify("replay: step to a persona turn (j/k) first", markup=False)
+            return
+        from branchpoint.tui.app.screens.replay_prompt import ReplayPrompt
+
+        def send(message: str | None) -> None:
+            if message:
+                self.notify(f"replaying from turn {turn.index} ...", markup=False)
+                self.run_replay(turn.index, message)
+
+        self.app.push_screen(ReplayPrompt(turn.index, turn.content or ""), send)
+
+    @work(thread=True, exclusive=True, group="replay")
+    def run_replay(self, at: int, message: str) -> None:
+        """``branchpoint replay`` in a worker thread (its own event loop: a live call)."""
+        import asyncio
+
+        from branchpoint.core.errors import UserError
+        from branchpoint.simulator.replay import areplay
+
+        try:
+            result = asyncio.run(
+                areplay(
+                    self.bp_app.store, self.conversation_id, at, message,
+                    annotator=self.bp_app.annotator,
+                )
+            )  # fmt: skip
+        except UserError as exc:
+            self.app.call_from_thread(self.notify, str(exc), severity="error", markup=False)
+            return
+        self.app.call_from_thread(self._replayed, result.conversation_id, result.status)
+
+    def _replayed(self, conversation_id: str, status: str) -> None:
+        self.notify(f"replay {conversation_id}: {status}; compare shows it beside this arm",
+                    markup=False)  # fmt: skip
+        self.bp_app.open_compare(conversation_id, self.judge)

@@ -81,6 +81,11 @@ def turn_header(
         head.append_text(one_line(", ".join(map(str, turn.events)), style="yellow"))
     if turn.retries:
         head.append(f"  persona retries: {turn.retries}", style="red")
+    plan = turn.persona_plan or {}
+    if plan.get("tactic"):  # an adaptive persona's choice (issue 47)
+        head.append("  tactic: ", style="cyan")
+        why = f" ({plan['why']})" if plan.get("why") else ""
+        head.append_text(one_line(f"{plan['tactic']}{why}", style="cyan"))
     if flags is not None:
         for bp in flags.not_enacted:
             head.append("  not enacted: ", style="bold red")
