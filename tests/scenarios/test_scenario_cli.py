@@ -36,7 +36,7 @@ def test_validate_bad_prints_every_error_and_exits_one() -> None:
         f"{bad / 'many_errors.yaml'}:3:8: title: is empty (expected non-empty text)",
         f"{bad / 'many_errors.yaml'}:8:8: persona.age: 3 is too small (expected a whole number from 5 to 120)",
         f"{bad / 'many_errors.yaml'}:10:3: persona.hobby: unknown key 'hobby' (expected one of: name, age, "
-        "gender, background, voice, context, language)",
+        "gender, background, voice, context, language, mode)",
         f"{bad / 'many_errors.yaml'}:12:12: max_turns: 0 is too small (expected a whole number from 1 to 200)",
         f"{bad / 'unknown_key.yaml'}:11:1: max_turn: unknown key 'max_turn' (did you mean 'max_turns'?)",
         "2 files, 0 scenarios, 5 errors",

@@ -208,7 +208,7 @@ EXPECTED: dict[str, list[tuple[int, int, str, str]]] = {
             10,
             3,
             "persona.hobby",
-            "unknown key 'hobby' (expected one of: name, age, gender, background, voice, context, language)",
+            "unknown key 'hobby' (expected one of: name, age, gender, background, voice, context, language, mode)",
         ),
         (12, 12, "max_turns", "0 is too small (expected a whole number from 1 to 200)"),
     ],
