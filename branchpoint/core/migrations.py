@@ -53,6 +53,11 @@ MIGRATIONS: dict[int, Migration] = {
     # per turn, kept by triggers, so that the analysis of a store with forks need not read every
     # judgment row. SQLite only (PostgreSQL aggregates with SQL): filled here from the rows.
     8: lambda session: _judgment_summaries(session),
+    # cached input tokens (issue 45): what a provider's prompt cache served, per call; older
+    # rows stay None (not reported), never 0 (none served)
+    9: lambda session: _add_columns(
+        session, "model_calls", {"tokens_cached": "INTEGER", "tokens_cache_write": "INTEGER"}
+    ),
 }
 
 

@@ -297,7 +297,7 @@ class Gateway:
                 completion = split_reasoning(completion)  # <think> blocks, any provider
                 completion.latency_s = time.perf_counter() - started
                 if completion.cost is None and price is not None:
-                    completion.cost = Tokens(completion.tokens_in, completion.tokens_out).usd(price)
+                    completion.cost = tokens_of(completion).usd(price)
                 outcome, used = "ok", completion.tokens_in + completion.tokens_out
                 return completion, attempt, None
             except ModelError as exc:
@@ -439,6 +439,8 @@ class Gateway:
             reasoning=completion.reasoning,
             tokens_in=completion.tokens_in,
             tokens_out=completion.tokens_out,
+            tokens_cached=completion.tokens_cached,
+            tokens_cache_write=completion.tokens_cache_write,
             cost=completion.cost,
             latency_s=completion.latency_s,
             finish_reason=completion.finish_reason,
@@ -525,7 +527,7 @@ class Gateway:
         done = done.model_copy(update={"model": parsed.raw, "cached": False, "attempts": 1})
         price = self.batch_price(parsed.raw)
         if completion is not None and price is not None:
-            done.cost = Tokens(done.tokens_in, done.tokens_out).usd(price)
+            done.cost = tokens_of(done).usd(price)
         key = request_hash(parsed.raw, messages, params)
         self._record(
             call_id, parsed, params, key, messages, purpose, run_id, conversation_id,
@@ -591,6 +593,16 @@ class Gateway:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+def tokens_of(completion: Completion) -> Tokens:
+    """A completion's tokens as priced: its cache reads and writes at their rates."""
+    return Tokens(
+        completion.tokens_in,
+        completion.tokens_out,
+        completion.tokens_cached,
+        completion.tokens_cache_write,
+    )
 
 
 def stored_params(params: GenParams) -> dict[str, Any]:

@@ -617,7 +617,7 @@ async def ajudge_run(
     conversation_ids: Sequence[str] | None = None,
     batch: bool = False,
     batch_poll_s: float | None = None,
-    price: tuple[float, float] | None = None,
+    price: Sequence[float | None] | None = None,
     batch_factor: float | None = None,
 ) -> JudgeSummary:
     """Judge the conversations of ``run_id`` (or of every run with ``all_runs``); see the module doc.
@@ -679,7 +679,7 @@ async def ajudge_run(
 def _set_prices(
     gateway: Any,
     judges: Sequence[Judge],
-    price: tuple[float, float] | None,
+    price: Sequence[float | None] | None,
     batch_factor: float | None,
 ) -> None:
     """The model judges' price and batch factor, where given, on the gateway that prices calls."""

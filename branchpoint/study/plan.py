@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from branchpoint.core.errors import UserError
 from branchpoint.core.yamlio import format_loc
 from branchpoint.gateway.completion import GenParams
-from branchpoint.gateway.pricing import Price, Tokens, price_of
+from branchpoint.gateway.pricing import PerMtok, Price, Tokens, price_of
 from branchpoint.gateway.specs import parse_spec
 from branchpoint.simulator.call_tally import CallTally, schedules, tree_calls
 from branchpoint.study import detectable, timing
@@ -449,7 +449,7 @@ def sweep_limits(runs: Iterable[tuple[RunConfig, object]]) -> dict[str, Provider
 def model_prices(manifest: Manifest) -> dict[str, Price | None]:
     """USD per token of every model the manifest calls (None: unpriced): the price a role's
     entry gives (targets first, then simulators, the detector, the judges) over litellm's."""
-    given: dict[str, tuple[float, float]] = {}
+    given: dict[str, PerMtok] = {}
     for _, entry in manifest.roles():
         if entry.price is not None:
             given.setdefault(entry.spec, entry.price.per_mtok())
@@ -459,7 +459,7 @@ def model_prices(manifest: Manifest) -> dict[str, Price | None]:
 def _check_prices(manifest: Manifest) -> None:
     """One model, one price: two roles of one spec that give it different prices are refused
     (the gateway prices a call by its spec), one positioned line each."""
-    first: dict[str, tuple[Loc, tuple[float, float]]] = {}
+    first: dict[str, tuple[Loc, PerMtok]] = {}
     problems = []
     for loc, entry in manifest.roles():
         if entry.price is None:

@@ -13,7 +13,13 @@ import os
 from typing import Any
 
 from branchpoint.core.redaction import is_secret_key, redact_text
-from branchpoint.gateway.completion import Completion, GenParams, Message, ModelError
+from branchpoint.gateway.completion import (
+    Completion,
+    GenParams,
+    Message,
+    ModelError,
+    cache_usage,
+)
 from branchpoint.gateway.providers.base import RETRYABLE_STATUS, ProviderKind, retry_after_from
 from branchpoint.gateway.structured import PIN_PARAM, Ladder, Mode, http_error, response_format
 
@@ -174,11 +180,14 @@ class LiteLLMProvider:
         except (AttributeError, IndexError) as exc:
             raise ModelError(f"malformed response from {model}: {exc}", retryable=True) from None
         reasoning = getattr(message, "reasoning_content", None) or None
+        cached, written = cache_usage(usage)
         return Completion(
             text=text,
             reasoning=reasoning,
             tokens_in=int(getattr(usage, "prompt_tokens", 0) or 0),
             tokens_out=int(getattr(usage, "completion_tokens", 0) or 0),
+            tokens_cached=cached,
+            tokens_cache_write=written,
             cost=_cost(response),
             finish_reason=getattr(choice, "finish_reason", None),
             request_id=getattr(response, "id", None),
