@@ -13,6 +13,10 @@ class Message(BaseModel):
     model_config = ConfigDict(frozen=True)
     role: Role
     content: str
+    # The first cache_prefix characters are a prefix worth caching (a system prompt, a
+    # transcript before what changes per call): providers with explicit caches mark it (the
+    # litellm provider: Anthropic's cache_control); it is not part of what is sent or hashed.
+    cache_prefix: int | None = None
 
 
 class GenParams(BaseModel):

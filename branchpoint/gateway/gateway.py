@@ -14,6 +14,7 @@ each call (cached, failed or not) with its secrets removed. It raises ModelError
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import time
 from collections.abc import Callable, Mapping
@@ -27,7 +28,7 @@ from branchpoint.core.records import ModelCall, PromptText, SpendReservation, ut
 from branchpoint.core.redaction import redact, redact_text
 from branchpoint.gateway.cache import CompletionCache, cacheable, request_hash
 from branchpoint.gateway.call_ids import new_call_id
-from branchpoint.gateway.call_layout import SHORT, CallLayout
+from branchpoint.gateway.call_layout import SHORT, CallLayout, ComposedMessage, TranscriptRef
 from branchpoint.gateway.completion import Completion, GenParams, Message, ModelError
 from branchpoint.gateway.limits import (
     CallLimiter,
@@ -417,6 +418,8 @@ class Gateway:
         texts: list[tuple[str, str]] = []
         if layout is not None and layout.size() == len(messages):
             prompt, texts = self._prompt_parts(layout)
+        # a call stored by parts stores its output schema by hash too (a judge's, once per schema)
+        stored = self._stored_params(params, texts if prompt is not None else None)
         values: dict[str, Any] = dict(
             id=call_id,
             run_id=run_id,
@@ -424,7 +427,7 @@ class Gateway:
             purpose=purpose,
             model=spec.raw,
             # with the structured-output mode used and the refusals met, where there was one
-            params=self._stored_params(params)
+            params=stored
             | call_record(completion)
             # a call that succeeded after retries keeps why the attempts before failed (a failed
             # call's error says it already)
@@ -537,7 +540,12 @@ class Gateway:
         if error is not None:
             self.stats["failed"] += 1
 
-    def _stored_params(self, params: GenParams) -> dict[str, Any]:
+    def _stored_params(
+        self, params: GenParams, texts: list[tuple[str, str]] | None = None
+    ) -> dict[str, Any]:
+        """Params as stored; with ``texts``, the output schema as ``json_schema_ref``: ``{"text":
+        HASH}`` of its JSON (stored once per schema; ``call_requests.call_params`` restores it),
+        added to ``texts`` the first time this process stores it."""
         # Redaction scans the environment for secrets, costly once per call; a run's calls share
         # a few params but for the seed, so the redacted form is kept per params without it.
         seed = params.seed
@@ -549,7 +557,13 @@ class Gateway:
             base = self._params_memo[memo_key] = stored_params(
                 params.model_copy(update={"seed": None})
             )
-        return base | {"seed": seed} if seed is not None else dict(base)
+        out = base | {"seed": seed} if seed is not None else dict(base)
+        schema = out.get("json_schema")
+        if texts is not None and isinstance(schema, dict):
+            # json.dumps keeps the schema's key order, which the request sent
+            del out["json_schema"]
+            out["json_schema_ref"] = self._text_part(json.dumps(schema), "json_schema", texts)
+        return out
 
     def _prompt_parts(
         self, layout: CallLayout
@@ -558,18 +572,33 @@ class Gateway:
         parts: list[dict[str, Any]] = []
         texts: list[tuple[str, str]] = []
         for m in layout.lead:
-            if len(m.content) <= SHORT:
-                parts.append({"role": m.role, "content": m.content})
+            if isinstance(m, ComposedMessage):
+                pieces = []
+                for piece in m.pieces:
+                    if isinstance(piece, TranscriptRef):
+                        pieces.append({"transcript": piece.conversation_id, "count": piece.count})
+                    else:
+                        pieces.append(self._text_part(piece, f"{m.role}_prompt", texts))
+                parts.append({"role": m.role, "pieces": pieces})
                 continue
-            key = self._text_keys.get(m.content)
-            if key is None:
-                key = self._text_keys[m.content] = text_hash(m.content)
-                texts.append((f"{m.role}_prompt", m.content))
-            parts.append({"role": m.role, "text": key})
+            parts.append({"role": m.role} | self._text_part(m.content, f"{m.role}_prompt", texts))
         if layout.turns is not None:
             ref = layout.turns
             parts.append({"turns": ref.conversation_id, "count": ref.count, "flip": ref.flip})
         return parts, texts
+
+    def _text_part(self, text: str, kind: str, texts: list[tuple[str, str]]) -> dict[str, Any]:
+        """``{"content": text}`` for a short text, else ``{"text": HASH}`` (the text added to
+        ``texts`` the first time this process stores it)."""
+        if len(text) <= SHORT:
+            return {"content": text}
+        key = self._text_keys.get(text)
+        if key is None:
+            if len(self._text_keys) > 100_000:
+                self._text_keys.clear()  # only speed is lost: a text is stored again as it was
+            key = self._text_keys[text] = text_hash(text)
+            texts.append((kind, text))
+        return {"text": key}
 
     async def flush(self) -> None:
         """Wait until every ModelCall row written so far is committed."""

@@ -139,6 +139,7 @@ class ChatServer:
         batch_api: bool = True,
         batch_delay_s: float = 0.0,
         prefix_cache: bool = False,
+        keep_bodies: bool = False,
     ) -> None:
         from branchpoint.gateway.gateway import Gateway
         from branchpoint.gateway.testing.batch_endpoints import BatchEndpoints
@@ -173,6 +174,9 @@ class ChatServer:
         # OpenAI-style automatic prompt caching (branchpoint/gateway/testing/prefix_cache.py), one
         # cache per model name; None: no cache, no cached_tokens in any answer
         self.prefix_caches: dict[str, PrefixCache] | None = {} if prefix_cache else None
+        # every chat request's body as it arrived (keep_bodies): what a test rebuilds a stored
+        # call's request against, byte for byte
+        self.bodies: list[bytes] | None = [] if keep_bodies else None
         # a request's model name -> the spec that answers it (default: ``model``)
         self.routes = dict(routes or {})
         faults = (fault_429, fault_500, fault_hang, fault_malformed)
@@ -195,7 +199,12 @@ class ChatServer:
         self._direct_models: dict[str, ScriptedModel | None] = {}
         # what only chat() does: a key to check, limits, faults
         self._general = bool(
-            require_key is not None or fail_first or rpm or tpm or any(self.faults.values())
+            require_key is not None
+            or fail_first
+            or rpm
+            or tpm
+            or any(self.faults.values())
+            or keep_bodies
         )
         # OpenAI's /v1/files and /v1/batches, answered by chat() (None: a server without them)
         self.batch = BatchEndpoints(self.chat, delay_s=batch_delay_s) if batch_api else None
@@ -262,6 +271,8 @@ class ChatServer:
         return _json_response(body, status, headers)
 
     async def chat(self, request: Request) -> Reply:
+        if self.bodies is not None:
+            self.bodies.append(request.body)
         self._arrive(request)
         try:
             return await self._chat(request)
