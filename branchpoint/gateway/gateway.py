@@ -515,11 +515,12 @@ class Gateway:
         purpose: str,
         run_id: str | None = None,
         conversation_id: str | None = None,
+        layout: CallLayout | None = None,
     ) -> None:
         """Store the row of one request answered (or failed) in a batch, priced at the batch
         price, once: a ``call_id`` already stored (a resumed judge reading the same results) is
         left as it is. The row carries the request's hash like any call's, so it also serves
-        the cache."""
+        the cache; ``layout`` stores its messages by parts, as ``complete`` does."""
         if self.store is None:
             return
         with self.store.session() as s:
@@ -534,7 +535,7 @@ class Gateway:
         key = request_hash(parsed.raw, messages, params)
         self._record(
             call_id, parsed, params, key, messages, purpose, run_id, conversation_id,
-            done, error, note={"batch_id": batch_id},
+            done, error, layout, note={"batch_id": batch_id},
         )  # fmt: skip
         self.stats["calls"] += 1
         if error is not None:

@@ -183,3 +183,25 @@ def test_batch_calls_record_cached_tokens_and_cost_what_was_billed(tmp_path: Pat
     finally:
         store.close()
         srv.stop()
+
+
+def test_anthropic_models_get_cache_breakpoints_after_each_cache_prefix() -> None:
+    from branchpoint.gateway.providers.litellm_provider import LiteLLMProvider
+
+    system = Message(role="system", content="rules " * 10, cache_prefix=60)
+    user = Message(role="user", content="transcript ... rate message 3", cache_prefix=14)
+    provider = LiteLLMProvider()
+    sent = provider.kwargs("anthropic/claude-3-5-haiku-20241022", [system, user], GenParams())
+    ephemeral = {"type": "ephemeral"}
+    assert sent["messages"][0]["content"] == [
+        {"type": "text", "text": system.content, "cache_control": ephemeral}
+    ]
+    assert sent["messages"][1]["content"] == [
+        {"type": "text", "text": "transcript ...", "cache_control": ephemeral},
+        {"type": "text", "text": " rate message 3"},
+    ]
+    # the blocks joined are the text: the model reads what any other provider is sent
+    assert "".join(b["text"] for b in sent["messages"][1]["content"]) == user.content
+    # OpenAI caches prefixes by itself: plain text, no breakpoints
+    plain = provider.kwargs("openai/gpt-4o-mini", [system, user], GenParams())
+    assert [m["content"] for m in plain["messages"]] == [system.content, user.content]

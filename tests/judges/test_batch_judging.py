@@ -195,6 +195,10 @@ def test_batch_verdicts_equal_direct_verdicts_at_half_the_price(tmp_path: Path) 
         assert len(answered) == len(REPLIES) - 1  # c5's request failed on the server
         for call in calls:
             assert call.params["batch_id"] == batch_row.batch_id
+            # stored by parts, as a direct call is: the same messages rebuilt from them
+            assert call.messages == [] and call.prompt is not None
+        direct_prompts = {c.request_hash: c.prompt for c in judge_calls(direct)}
+        assert all(direct_prompts[c.request_hash] == c.prompt for c in answered)
         for call in answered:
             assert call.tokens_in > 0
             full = Tokens(call.tokens_in, call.tokens_out).usd(price)
