@@ -93,11 +93,11 @@ def _server() -> ServerThread:
     return srv
 
 
-def _complete_all(gw: Gateway, spec: str, params: GenParams) -> None:
+def _complete_all(gw: Gateway, spec: str, params: GenParams, run_id: str | None = None) -> None:
     async def go() -> None:
         try:
             for question in QUESTIONS:  # one after another: each finds the ones before cached
-                await gw.complete(spec, _messages(question), params, run_id=None)
+                await gw.complete(spec, _messages(question), params, run_id=run_id)
         finally:
             await gw.aclose()
 
@@ -205,3 +205,72 @@ def test_anthropic_models_get_cache_breakpoints_after_each_cache_prefix() -> Non
     # OpenAI caches prefixes by itself: plain text, no breakpoints
     plain = provider.kwargs("openai/gpt-4o-mini", [system, user], GenParams())
     assert [m["content"] for m in plain["messages"]] == [system.content, user.content]
+
+
+def test_runs_and_the_live_view_show_the_share_of_input_a_cache_served(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from branchpoint.core.records import Run
+    from branchpoint.study.monitor import SweepMonitor
+    from branchpoint.tui.cli import app
+
+    srv = _server()
+    store = _store(tmp_path)
+    try:
+        with store.session() as s:
+            s.add(Run(id="r1", status="completed"))
+            s.add(Run(id="old", status="completed"))
+            s.commit()
+        gw = Gateway(store, cache=False, prices={"oai:m": Price(1e-6, 2e-6, 0.25e-6)})
+        _complete_all(gw, "oai:m", GenParams(api_base=srv.base_url), run_id="r1")
+        with store.engine.begin() as conn:  # a row from before schema 10: nothing reported
+            conn.execute(
+                ModelCall.__table__.insert(),  # type: ignore[attr-defined]
+                [{"id": "x", "run_id": "old", "purpose": "target", "model": "oai:m",
+                  "params": {}, "request_hash": "h", "messages": [], "tokens_in": 50}],
+            )  # fmt: skip
+        _, cached, tokens_in = _recorded(store)
+        share = (cached - 0) / (tokens_in - 50)
+        assert 0.7 < share < 0.9
+        out = CliRunner().invoke(app, ["runs", "--db", store.url.removeprefix("sqlite:///")])
+        assert out.exit_code == 0, out.output
+        row = next(ln for ln in out.output.splitlines() if ln.split()[:1] == ["r1"])
+        assert f"{share:.0%}" in row.split()
+        old = next(ln for ln in out.output.splitlines() if ln.split()[:1] == ["old"])
+        assert f"{share:.0%}" not in old.split()
+        monitor = SweepMonitor(store, "r1", {})
+        monitor.refresh()
+        (role,) = monitor.snapshot().roles
+        assert role.cached_share == pytest.approx(share)
+    finally:
+        store.close()
+        srv.stop()
+
+
+def test_the_report_section_shows_the_cache_share_and_unpriced_calls(tmp_path: Path) -> None:
+    from branchpoint.analysis.report.spend import spend_section
+    from branchpoint.core.records import Run
+
+    srv = _server()
+    store = _store(tmp_path)
+    try:
+        with store.session() as s:
+            s.add(Run(id="r1", status="completed"))
+            s.commit()
+        gw = Gateway(store, cache=False, prices={"oai:m": Price(1e-6, 2e-6, 0.25e-6)})
+        _complete_all(gw, "oai:m", GenParams(api_base=srv.base_url), run_id="r1")
+        unpriced = Gateway(store, cache=False)  # no price for oai:other
+        _complete_all(unpriced, "oai:other", GenParams(api_base=srv.base_url), run_id="r1")
+        (section,) = spend_section(store, ["r1"])
+        (_, table), *_ = section.tables
+        rows = {r["model"]: r for r in table.to_dict("records")}
+        cost, cached, tokens_in = _recorded(store)
+        assert rows["oai:m"]["USD"] == f"{cost:.4f}"
+        assert rows["oai:other"]["USD"] == "unpriced"
+        # both models' calls were served from the cache alike
+        assert rows["oai:m"]["cached"] == f"{cached / tokens_in:.0%}"
+        assert any(f"({cached / tokens_in:.0%})" in t for t in section.text)
+        assert spend_section(store, ["no-such-run"]) == []
+    finally:
+        store.close()
+        srv.stop()
