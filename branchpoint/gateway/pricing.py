@@ -23,6 +23,9 @@ BATCH_FACTOR = 0.5
 # on an OpenAI-style prefix cache, a conversation's calls resend their history; half is a
 # middle guess. A plan's low cost assumes every input token cached, its high cost none.
 EXPECTED_CACHE_SHARE = 0.5
+# The cache share each level of a plan assumes: low (a floor) every input token cached, high
+# (a ceiling) none; matters only for models with a cached rate below their input rate.
+PLAN_CACHE_SHARE = {"low": 1.0, "expected": EXPECTED_CACHE_SHARE, "high": 0.0}
 
 # USD per million tokens as given (a manifest's ``price:``): (input, output), optionally with the
 # cached-input and cache-write rates (None: as input).

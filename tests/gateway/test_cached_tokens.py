@@ -274,3 +274,23 @@ def test_the_report_section_shows_the_cache_share_and_unpriced_calls(tmp_path: P
     finally:
         store.close()
         srv.stop()
+
+
+def test_a_plans_levels_assume_a_stated_cache_share_and_stay_bounds() -> None:
+    from branchpoint.gateway.pricing import EXPECTED_CACHE_SHARE, PLAN_CACHE_SHARE
+
+    tokens = Tokens(input=10_000, output=1_000)
+    cached_rate = Price(1e-6, 2e-6, 0.25e-6)
+    usd = {k: tokens.with_cache_share(s).usd(cached_rate) for k, s in PLAN_CACHE_SHARE.items()}
+    assert usd["low"] < usd["expected"] < usd["high"]
+    assert usd["high"] == pytest.approx(tokens.usd(cached_rate))  # no cache: the ceiling
+    assert usd["low"] == pytest.approx(10_000 * 0.25e-6 + 1_000 * 2e-6)  # all cached: the floor
+    share = EXPECTED_CACHE_SHARE
+    assert usd["expected"] == pytest.approx(
+        10_000 * ((1 - share) * 1e-6 + share * 0.25e-6) + 1_000 * 2e-6
+    )
+    # a model with no cached rate costs the same at every share
+    plain = Price(1e-6, 2e-6)
+    assert {
+        round(tokens.with_cache_share(s).usd(plain), 12) for s in PLAN_CACHE_SHARE.values()
+    } == {round(tokens.usd(plain), 12)}
