@@ -294,3 +294,24 @@ def test_a_plans_levels_assume_a_stated_cache_share_and_stay_bounds() -> None:
     assert {
         round(tokens.with_cache_share(s).usd(plain), 12) for s in PLAN_CACHE_SHARE.values()
     } == {round(tokens.usd(plain), 12)}
+
+
+def test_a_store_of_schema_9_gains_the_cached_token_columns(tmp_path: Path) -> None:
+    from sqlalchemy import inspect, text
+
+    from branchpoint.core.records import SCHEMA_VERSION
+
+    path = tmp_path / "old.db"
+    store = open_store(path)
+    with store.engine.begin() as conn:
+        conn.execute(text("ALTER TABLE model_calls DROP COLUMN tokens_cached"))
+        conn.execute(text("ALTER TABLE model_calls DROP COLUMN tokens_cache_write"))
+        conn.execute(text("UPDATE schema_info SET value = '9' WHERE key = 'schema_version'"))
+    store.close()
+    store = open_store(path)
+    try:
+        columns = {c["name"] for c in inspect(store.engine).get_columns("model_calls")}
+        assert {"tokens_cached", "tokens_cache_write"} <= columns
+        assert store.schema_version() == SCHEMA_VERSION == 10
+    finally:
+        store.close()
