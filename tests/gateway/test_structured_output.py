@@ -49,7 +49,7 @@ def expected_verdict(reply: str) -> str:
 
 
 def _criteria_in(messages: list[Message]) -> list[str]:
-    m = re.search(r"^Criteria to rate: (.*)\.$", messages[-1].content, re.M)
+    m = re.search(r"^Criteria to rate: (.*)\.$", messages[1].content, re.M)
     assert m is not None
     return m.group(1).split(", ")
 

@@ -50,7 +50,7 @@ def oracle(messages: list[Message], params: GenParams) -> str:
         return "I would rather not say."
     if "EXPLODE" in text:
         raise ModelError("the judge's server broke on this request")
-    ids = re.findall(r"^\[([a-z0-9_\-]+)\] ", messages[0].content, re.M)
+    ids = re.search(r"^Criteria to rate: (.*)\.$", messages[1].content, re.M).group(1).split(", ")  # type: ignore[union-attr]
     good = "adult" in text or "counselor" in text
     verdict = "pass" if good else "fail"
     out = {

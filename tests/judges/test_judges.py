@@ -180,7 +180,7 @@ def run(store: Any, gw: Gateway | None = None, **kw: Any) -> Any:
 
 
 def _listed_criteria(messages: list[Message]) -> list[str]:
-    return re.findall(r"^\[([a-z0-9_\-]+)\] ", messages[0].content, re.M)
+    return re.search(r"^Criteria to rate: (.*)\.$", messages[1].content, re.M).group(1).split(", ")  # type: ignore[union-attr]
 
 
 def _rated_reply(messages: list[Message]) -> str:
