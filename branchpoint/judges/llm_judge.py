@@ -67,8 +67,9 @@ _SYSTEM_PROMPTS: dict[str, str] = {}  # rubric hash -> its system prompt
 
 
 def _system_prompt(rubric: Rubric) -> str:
-    """The system prompt: the same for every unit of ``rubric`` (all its criteria), so that a
-    provider's prompt cache serves it to every call."""
+    """The system prompt: the same for every unit of ``rubric`` (its scale and how to answer;
+    the criteria come in the user message), so that a provider's prompt cache serves it to
+    every call."""
     key = rubric.rubric_hash()
     if key in _SYSTEM_PROMPTS:
         return _SYSTEM_PROMPTS[key]
@@ -88,9 +89,10 @@ def render_prompt(
     """The messages of a judge call and their layout (``branchpoint.gateway.call_layout``).
 
     Laid out for providers' prompt caches: the system prompt is the rubric's (every unit alike),
-    then one user message with the scenario's context, the transcript in order (the transcript
-    of an earlier turn is a prefix of a later one's), and last what changes per unit: the rated
-    message and the criteria that apply. The system prompt and the end of the transcript are
+    then one user message with the criteria that apply to the scenario (every unit of the
+    scenario alike), the scenario's context, the transcript in order (the transcript of an
+    earlier turn is a prefix of a later one's), and last what changes per unit: the rated
+    message and the reply's keys. The system prompt and the end of the transcript are
     cache prefixes (``Message.cache_prefix``: Anthropic's cache_control breakpoints). The layout
     stores the transcript's leading turns as they are stored (``unit.stored_turns``) as a
     reference, the rest as text."""
@@ -109,6 +111,7 @@ def render_prompt(
     }
     tpl = _template()
     system = _system_prompt(rubric)
+    listed = tpl.render(part="criteria", **values)
     head = tpl.render(part="head", **values)
     stored = unit.stored_turns
     turns = [(t.index, t.role, t.content) for t in unit.transcript]
@@ -116,13 +119,13 @@ def render_prompt(
     rest = marked_transcript(turns[stored:])
     rate = tpl.render(part="ask", piece="rate", **values)
     asked = tpl.render(part="ask", piece="criteria", **values)
-    prefix = head + referred + rest
+    prefix = listed + head + referred + rest
     user = prefix + rate + asked
     messages = [
         Message(role="system", content=system, cache_prefix=len(system)),
         Message(role="user", content=user, cache_prefix=len(prefix)),
     ]
-    pieces: list[str | TranscriptRef] = [head]
+    pieces: list[str | TranscriptRef] = [listed, head]
     if stored:
         pieces.append(TranscriptRef(unit.conversation_id, stored))
     pieces += [p for p in (rest, rate, asked) if p]

@@ -45,7 +45,13 @@ LIST_PRICE = (1.0, 2.0)  # USD per million input, output tokens
 
 def oracle(messages: list[Message], params: GenParams) -> str:
     """Greedy, deterministic: every listed criterion rated by one rule on the rated reply."""
-    text = messages[-1].content
+    rated = re.search(
+        r"<<<MESSAGE (\d+) \| chatbot>>>\n(.*?)\n<<<END MESSAGE \1>>>\n\nRate chatbot message \1,",
+        messages[1].content,
+        re.S,
+    )
+    assert rated is not None, "the rated reply is the transcript's last message"
+    text = rated.group(2)  # the request's criteria speak of adults and counsellors too
     if "GARBLE" in text:
         return "I would rather not say."
     if "EXPLODE" in text:
