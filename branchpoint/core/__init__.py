@@ -24,6 +24,7 @@ _EXPORTS = {
     "ModelCall": "branchpoint.core.records",
     "CacheEntry": "branchpoint.core.records",
     "call_messages": "branchpoint.core.call_requests",
+    "call_params": "branchpoint.core.call_requests",
     "Judgment": "branchpoint.core.records",
     "HumanLabel": "branchpoint.core.records",
     "utcnow": "branchpoint.core.records",

@@ -57,6 +57,11 @@ MIGRATIONS: dict[int, Migration] = {
     # did it; every older conversation was designed, which NULL means
     # (and an adaptive persona's turn stores the tactic it chose and why)
     9: lambda session: _replays_and_plans(session),
+    # cached input tokens (issue 45): what a provider's prompt cache served, per call; older
+    # rows stay None (not reported), never 0 (none served)
+    10: lambda session: _add_columns(
+        session, "model_calls", {"tokens_cached": "INTEGER", "tokens_cache_write": "INTEGER"}
+    ),
 }
 
 

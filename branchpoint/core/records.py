@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import JSON, Column, Index, Text
 from sqlmodel import Field, SQLModel
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 JUDGMENT_FAILURE_INDEX = "ix_judgments_conversation_verdict"
 JUDGMENT_FAILING_INDEX = "ix_judgments_failing"
 JUDGMENT_FAILING_COLUMNS = ("verdict", "criterion_id", "judge", "conversation_id")
@@ -155,6 +155,11 @@ class ModelCall(SQLModel, table=True):
     reasoning: str | None = _text()
     tokens_in: int = 0
     tokens_out: int = 0
+    # Schema 10: the part of ``tokens_in`` a provider's prompt cache served (cache reads) and
+    # the part written to it where that is billed apart (Anthropic's cache_creation), as the
+    # provider reported them; ``cost`` bills them at their rates. None: a row from before.
+    tokens_cached: int | None = None
+    tokens_cache_write: int | None = None
     cost: float | None = None
     latency_s: float = 0.0
     finish_reason: str | None = None

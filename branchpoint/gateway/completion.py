@@ -13,6 +13,10 @@ class Message(BaseModel):
     model_config = ConfigDict(frozen=True)
     role: Role
     content: str
+    # The first cache_prefix characters are a prefix worth caching (a system prompt, a
+    # transcript before what changes per call): providers with explicit caches mark it (the
+    # litellm provider: Anthropic's cache_control); it is not part of what is sent or hashed.
+    cache_prefix: int | None = None
 
 
 class GenParams(BaseModel):
@@ -43,6 +47,9 @@ class Completion(BaseModel):
     reasoning: str | None = None
     tokens_in: int = 0
     tokens_out: int = 0
+    # parts of tokens_in a provider's prompt cache served, and wrote where that is billed apart
+    tokens_cached: int = 0
+    tokens_cache_write: int = 0
     cost: float | None = None
     latency_s: float = 0.0
     finish_reason: str | None = None
@@ -54,6 +61,25 @@ class Completion(BaseModel):
     # not, or the provider has no such modes), and the modes the server refused on the way.
     structured: str | None = None
     structured_refused: list[str] = Field(default_factory=list)
+
+
+def _field(obj: Any, name: str) -> Any:
+    return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
+
+
+def cache_usage(usage: Any) -> tuple[int, int]:
+    """(input tokens read from a prompt cache, input tokens written to it) in a provider's
+    ``usage`` (a dict or litellm's object): OpenAI's ``prompt_tokens_details.cached_tokens``,
+    Anthropic's ``cache_read_input_tokens`` and ``cache_creation_input_tokens`` (litellm passes
+    both on, and counts them in ``prompt_tokens``, as OpenAI counts its cached tokens)."""
+    if usage is None:
+        return 0, 0
+    details = _field(usage, "prompt_tokens_details")
+    read = _field(details, "cached_tokens") if details is not None else None
+    # litellm copies Anthropic's cache reads into cached_tokens too: the larger, never the sum
+    read = max(int(read or 0), int(_field(usage, "cache_read_input_tokens") or 0))
+    written = int(_field(usage, "cache_creation_input_tokens") or 0)
+    return read, written
 
 
 class ModelError(Exception):

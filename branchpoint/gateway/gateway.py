@@ -14,6 +14,7 @@ each call (cached, failed or not) with its secrets removed. It raises ModelError
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import threading
 import time
@@ -29,7 +30,7 @@ from branchpoint.core.records import ModelCall, PromptText, SpendReservation, ut
 from branchpoint.core.redaction import redact, redact_text
 from branchpoint.gateway.cache import CompletionCache, cacheable, request_hash
 from branchpoint.gateway.call_ids import new_call_id
-from branchpoint.gateway.call_layout import SHORT, CallLayout
+from branchpoint.gateway.call_layout import SHORT, CallLayout, ComposedMessage, TranscriptRef
 from branchpoint.gateway.completion import Completion, GenParams, Message, ModelError
 from branchpoint.gateway.limits import (
     DEFAULT_TIMEOUT_S,
@@ -355,7 +356,7 @@ class Gateway:
                 completion = split_reasoning(completion)  # <think> blocks, any provider
                 completion.latency_s = time.perf_counter() - started
                 if completion.cost is None and price is not None:
-                    completion.cost = Tokens(completion.tokens_in, completion.tokens_out).usd(price)
+                    completion.cost = tokens_of(completion).usd(price)
                 outcome, used = "ok", completion.tokens_in + completion.tokens_out
                 if reservation is not None and self.budget is not None:
                     if ledger is not None:  # settled once the call's row has committed
@@ -499,6 +500,8 @@ class Gateway:
         texts: list[tuple[str, str]] = []
         if layout is not None and layout.size() == len(messages):
             prompt, texts = self._prompt_parts(layout)
+        # a call stored by parts stores its output schema by hash too (a judge's, once per schema)
+        stored = self._stored_params(params, texts if prompt is not None else None)
         values: dict[str, Any] = dict(
             id=call_id,
             run_id=run_id,
@@ -506,7 +509,7 @@ class Gateway:
             purpose=purpose,
             model=spec.raw,
             # with the structured-output mode used and the refusals met, where there was one
-            params=self._stored_params(params)
+            params=stored
             | call_record(completion)
             # a call that succeeded after retries keeps why the attempts before failed (a failed
             # call's error says it already)
@@ -521,6 +524,8 @@ class Gateway:
             reasoning=completion.reasoning,
             tokens_in=completion.tokens_in,
             tokens_out=completion.tokens_out,
+            tokens_cached=completion.tokens_cached,
+            tokens_cache_write=completion.tokens_cache_write,
             cost=completion.cost,
             latency_s=completion.latency_s,
             finish_reason=completion.finish_reason,
@@ -592,11 +597,12 @@ class Gateway:
         purpose: str,
         run_id: str | None = None,
         conversation_id: str | None = None,
+        layout: CallLayout | None = None,
     ) -> None:
         """Store the row of one request answered (or failed) in a batch, priced at the batch
         price, once: a ``call_id`` already stored (a resumed judge reading the same results) is
         left as it is. The row carries the request's hash like any call's, so it also serves
-        the cache."""
+        the cache; ``layout`` stores its messages by parts, as ``complete`` does."""
         if self.store is None:
             return
         with self.store.session() as s:
@@ -607,17 +613,22 @@ class Gateway:
         done = done.model_copy(update={"model": parsed.raw, "cached": False, "attempts": 1})
         price = self.batch_price(parsed.raw)
         if completion is not None and price is not None:
-            done.cost = Tokens(done.tokens_in, done.tokens_out).usd(price)
+            done.cost = tokens_of(done).usd(price)
         key = request_hash(parsed.raw, messages, params)
         self._record(
             call_id, parsed, params, key, messages, purpose, run_id, conversation_id,
-            done, error, note={"batch_id": batch_id},
+            done, error, layout, note={"batch_id": batch_id},
         )  # fmt: skip
         self.stats["calls"] += 1
         if error is not None:
             self.stats["failed"] += 1
 
-    def _stored_params(self, params: GenParams) -> dict[str, Any]:
+    def _stored_params(
+        self, params: GenParams, texts: list[tuple[str, str]] | None = None
+    ) -> dict[str, Any]:
+        """Params as stored; with ``texts``, the output schema as ``json_schema_ref``: ``{"text":
+        HASH}`` of its JSON (stored once per schema; ``call_requests.call_params`` restores it),
+        added to ``texts`` the first time this process stores it."""
         # Redaction scans the environment for secrets, costly once per call; a run's calls share
         # a few params but for the seed, so the redacted form is kept per params without it.
         seed = params.seed
@@ -629,7 +640,13 @@ class Gateway:
             base = self._params_memo[memo_key] = stored_params(
                 params.model_copy(update={"seed": None})
             )
-        return base | {"seed": seed} if seed is not None else dict(base)
+        out = base | {"seed": seed} if seed is not None else dict(base)
+        schema = out.get("json_schema")
+        if texts is not None and isinstance(schema, dict):
+            # json.dumps keeps the schema's key order, which the request sent
+            del out["json_schema"]
+            out["json_schema_ref"] = self._text_part(json.dumps(schema), "json_schema", texts)
+        return out
 
     def _prompt_parts(
         self, layout: CallLayout
@@ -638,18 +655,33 @@ class Gateway:
         parts: list[dict[str, Any]] = []
         texts: list[tuple[str, str]] = []
         for m in layout.lead:
-            if len(m.content) <= SHORT:
-                parts.append({"role": m.role, "content": m.content})
+            if isinstance(m, ComposedMessage):
+                pieces = []
+                for piece in m.pieces:
+                    if isinstance(piece, TranscriptRef):
+                        pieces.append({"transcript": piece.conversation_id, "count": piece.count})
+                    else:
+                        pieces.append(self._text_part(piece, f"{m.role}_prompt", texts))
+                parts.append({"role": m.role, "pieces": pieces})
                 continue
-            key = self._text_keys.get(m.content)
-            if key is None:
-                key = self._text_keys[m.content] = text_hash(m.content)
-                texts.append((f"{m.role}_prompt", m.content))
-            parts.append({"role": m.role, "text": key})
+            parts.append({"role": m.role} | self._text_part(m.content, f"{m.role}_prompt", texts))
         if layout.turns is not None:
             ref = layout.turns
             parts.append({"turns": ref.conversation_id, "count": ref.count, "flip": ref.flip})
         return parts, texts
+
+    def _text_part(self, text: str, kind: str, texts: list[tuple[str, str]]) -> dict[str, Any]:
+        """``{"content": text}`` for a short text, else ``{"text": HASH}`` (the text added to
+        ``texts`` the first time this process stores it)."""
+        if len(text) <= SHORT:
+            return {"content": text}
+        key = self._text_keys.get(text)
+        if key is None:
+            if len(self._text_keys) > 100_000:
+                self._text_keys.clear()  # only speed is lost: a text is stored again as it was
+            key = self._text_keys[text] = text_hash(text)
+            texts.append((kind, text))
+        return {"text": key}
 
     async def flush(self) -> None:
         """Wait until every ModelCall row written so far is committed."""
@@ -673,6 +705,16 @@ class Gateway:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+def tokens_of(completion: Completion) -> Tokens:
+    """A completion's tokens as priced: its cache reads and writes at their rates."""
+    return Tokens(
+        completion.tokens_in,
+        completion.tokens_out,
+        completion.tokens_cached,
+        completion.tokens_cache_write,
+    )
 
 
 def stored_params(params: GenParams) -> dict[str, Any]:

@@ -311,30 +311,11 @@ def column_defaults(model: type[Any], **required: Any) -> dict[str, Any]:
     return {c.name: getattr(proto, c.name) for c in model.__table__.columns}
 
 
-_UPSERTS: dict[tuple[str, str, tuple[str, ...]], Executable] = {}
-
-
 def upsert(store: Store, table: Any, keys: list[str], columns: list[str]) -> Executable:
-    """INSERT that updates ``columns`` (or, with none, keeps the row) where ``keys`` exist; one
-    statement object per table and dialect, so that a group's rows share one executemany."""
-    dialect = store.engine.dialect.name
-    slot = (dialect, table.name, tuple(columns))
-    stmt = _UPSERTS.get(slot)
-    if stmt is None:
-        if dialect == "postgresql":
-            from sqlalchemy.dialects.postgresql import insert
-        else:
-            from sqlalchemy.dialects.sqlite import insert  # type: ignore[assignment]
-        base = insert(table)
-        stmt = (
-            base.on_conflict_do_update(
-                index_elements=keys, set_={c: getattr(base.excluded, c) for c in columns}
-            )
-            if columns
-            else base.on_conflict_do_nothing(index_elements=keys)
-        )
-        _UPSERTS[slot] = stmt
-    return stmt
+    """``branchpoint.core.upserts.upsert`` for ``store``'s dialect."""
+    from branchpoint.core.upserts import upsert as dialect_upsert
+
+    return dialect_upsert(store.engine.dialect.name, table, keys, columns)
 
 
 _WRITERS: weakref.WeakKeyDictionary[Store, BatchWriter] = weakref.WeakKeyDictionary()

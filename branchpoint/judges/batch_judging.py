@@ -288,7 +288,7 @@ class BatchJudging:
             rep = next(
                 u for u in group.units if (u.conversation_id, u.turn_id) == (conv_id, turn_id)
             )
-            messages, params = judge.request(runner.rubric, rep, group.criteria)
+            messages, params, layout = judge.prompt(runner.rubric, rep, group.criteria)
             result = results.get(cid)
             completion = result.completion if result is not None else None
             if result is None:
@@ -301,7 +301,7 @@ class BatchJudging:
             judge.gateway.record_batch_call(
                 call_id, judge.spec, messages, params, completion, error,
                 batch_id=batch_id, purpose="judge", run_id=rep.run_id,
-                conversation_id=rep.conversation_id,
+                conversation_id=rep.conversation_id, layout=layout,
             )  # fmt: skip
             verdicts: list[CriterionVerdict]
             if completion is None:

@@ -69,25 +69,49 @@ def _template() -> Any:
     return prompt_template(_TEMPLATE_TEXT)
 
 
-def _fence_safe(text: str) -> str:
-    """Model text cannot open or close a message marker."""
-    return text.replace("<<<", "< <<")
+_SYSTEM_PROMPTS: dict[str, str] = {}  # rubric hash -> its system prompt
 
 
-def render_messages(rubric: Rubric, unit: JudgingUnit, criteria: list[Criterion]) -> list[Any]:
+def _system_prompt(rubric: Rubric) -> str:
+    """The system prompt: the same for every unit of ``rubric`` (its scale and how to answer;
+    the criteria come in the user message), so that a provider's prompt cache serves it to
+    every call."""
+    key = rubric.rubric_hash()
+    if key in _SYSTEM_PROMPTS:
+        return _SYSTEM_PROMPTS[key]
+    values = {
+        "rubric": rubric,
+        "levels": list(rubric.levels),
+        "criteria": list(rubric.criteria),
+        "unit_kind": "conversation" if rubric.scope == "conversation" else "turn",
+    }
+    text = _SYSTEM_PROMPTS[key] = str(_template().render(part="system", **values)).strip()
+    return text
+
+
+def render_prompt(
+    rubric: Rubric, unit: JudgingUnit, criteria: list[Criterion]
+) -> tuple[list[Any], Any]:
+    """The messages of a judge call and their layout (``branchpoint.gateway.call_layout``).
+
+    Laid out for providers' prompt caches: the system prompt is the rubric's (every unit alike),
+    then one user message with the criteria that apply to the scenario (every unit of the
+    scenario alike), the scenario's context, the transcript in order (the transcript of an
+    earlier turn is a prefix of a later one's), and last what changes per unit: the rated
+    message and the reply's keys. The system prompt and the end of the transcript are
+    cache prefixes (``Message.cache_prefix``: Anthropic's cache_control breakpoints). The layout
+    stores the transcript's leading turns as they are stored (``unit.stored_turns``) as a
+    reference, the rest as text."""
+    from branchpoint.core.judge_transcript import marked_transcript
+    from branchpoint.gateway.call_layout import CallLayout, ComposedMessage, TranscriptRef
     from branchpoint.gateway.completion import Message
 
-    transcript = [
-        {"index": t.index, "role": t.role, "content": _fence_safe(t.content)}
-        for t in unit.transcript
-    ]
     values = {
         "rubric": rubric,
         "levels": list(rubric.levels),
         "criteria": criteria,
         "unit_kind": "turn" if unit.turn_index is not None else "conversation",
         "rated_index": unit.turn_index,
-        "transcript": transcript,
         "scenario_title": unit.scenario_title,
         "persona_summary": unit.persona_summary,
         # English conversations' prompts stay as they were (their cached calls still match).
@@ -95,9 +119,31 @@ def render_messages(rubric: Rubric, unit: JudgingUnit, criteria: list[Criterion]
         "language_name": language_name(unit.language),
     }
     tpl = _template()
-    system = tpl.render(part="system", **values).strip()
-    user = tpl.render(part="user", **values).strip()
-    return [Message(role="system", content=system), Message(role="user", content=user)]
+    system = _system_prompt(rubric)
+    listed = tpl.render(part="criteria", **values)
+    head = tpl.render(part="head", **values)
+    stored = unit.stored_turns
+    turns = [(t.index, t.role, t.content) for t in unit.transcript]
+    referred = marked_transcript(turns[:stored])
+    rest = marked_transcript(turns[stored:])
+    rate = tpl.render(part="ask", piece="rate", **values)
+    asked = tpl.render(part="ask", piece="criteria", **values)
+    prefix = listed + head + referred + rest
+    user = prefix + rate + asked
+    messages = [
+        Message(role="system", content=system, cache_prefix=len(system)),
+        Message(role="user", content=user, cache_prefix=len(prefix)),
+    ]
+    pieces: list[str | TranscriptRef] = [listed, head]
+    if stored:
+        pieces.append(TranscriptRef(unit.conversation_id, stored))
+    pieces += [p for p in (rest, rate, asked) if p]
+    layout = CallLayout(lead=(messages[0], ComposedMessage("user", tuple(pieces))))
+    return messages, layout
+
+
+def render_messages(rubric: Rubric, unit: JudgingUnit, criteria: list[Criterion]) -> list[Any]:
+    return render_prompt(rubric, unit, criteria)[0]
 
 
 # ------------------------------------------------------------------------------------ output
@@ -240,6 +286,10 @@ def parse_output(
     obj = _unwrap(obj, ids)
     if not isinstance(obj, dict):
         return None, "the JSON is not an object keyed by criterion id"
+    # The system prompt lists every criterion of the rubric: a rating of one not asked for is
+    # left out, not an error (any other key still is).
+    others = {c.id for c in rubric.criteria} - ids
+    obj = {k: v for k, v in obj.items() if k not in others}
     if not ids & set(obj):
         names = [c.id for c in criteria]
         shown = ", ".join(names[:4]) + (f", ... ({len(names)} in all)" if len(names) > 4 else "")
@@ -321,6 +371,13 @@ class LLMJudge:
         """The messages and params of this judge's first call on ``unit`` (what a batch sends)."""
         return render_messages(rubric, unit, criteria), self._params(rubric, criteria)
 
+    def prompt(
+        self, rubric: Rubric, unit: JudgingUnit, criteria: list[Criterion]
+    ) -> tuple[list[Any], Any, Any]:
+        """``request``'s messages and params, and the messages' layout (how they are stored)."""
+        messages, layout = render_prompt(rubric, unit, criteria)
+        return messages, self._params(rubric, criteria), layout
+
     def verdicts_from_reply(
         self,
         rubric: Rubric,
@@ -347,7 +404,7 @@ class LLMJudge:
     ) -> list[CriterionVerdict]:
         from branchpoint.gateway.completion import Message, ModelError
 
-        messages, params = self.request(rubric, unit, criteria)
+        messages, params, layout = self.prompt(rubric, unit, criteria)
         problems: list[str] = []
         raw = ""
         call_id: str | None = None
@@ -360,6 +417,7 @@ class LLMJudge:
                     purpose="judge",
                     run_id=unit.run_id,
                     conversation_id=unit.conversation_id,
+                    layout=layout,  # a retry's longer list does not fit it: stored whole
                 )
             except ModelError as exc:
                 reason = f"judge model call failed: {exc.reason}"

@@ -371,6 +371,8 @@ class JudgingRunner:
             for t in turns:
                 if t.origin_turn_id:
                     origin_of[t.id] = t.origin_turn_id
+            # the leading turns numbered 0, 1, ...: what a judge call may store as a reference
+            in_order = next((i for i, t in enumerate(transcript) if t.index != i), len(transcript))
             if self.scope == "conversation":
                 if conv.status not in FINAL_STATUSES:
                     self.summary.not_final.append(conv.id)
@@ -378,13 +380,15 @@ class JudgingRunner:
                 if not any(t.role == "assistant" and t.content.strip() for t in transcript):
                     continue
                 key = f"conv:{conv.id}"
-                groups[key] = _Group([JudgingUnit(transcript=transcript, **base)], criteria)
+                whole = JudgingUnit(transcript=transcript, stored_turns=in_order, **base)
+                groups[key] = _Group([whole], criteria)
                 order.append(key)
                 continue
             for pos, t in enumerate(turns):
                 if t.role != "assistant" or not (t.content or "").strip():
                     continue  # nothing to rate: the persona's turns, or an empty failed reply
                 seen_by_judge = transcript[: pos + 1]
+                stored = min(in_order, pos + 1)
                 if self.reads_reasoning:
                     thought = t.reasoning or ""
                     if not thought.strip():
@@ -393,8 +397,13 @@ class JudgingRunner:
                         update={"content": reasoning_view(thought, t.content or "")}
                     )
                     seen_by_judge = [*seen_by_judge[:-1], rated]
+                    stored = min(stored, pos)  # the rated turn as the judge reads it is not stored
                 unit = JudgingUnit(
-                    turn_id=t.id, turn_index=t.index, transcript=seen_by_judge, **base
+                    turn_id=t.id,
+                    turn_index=t.index,
+                    transcript=seen_by_judge,
+                    stored_turns=stored,
+                    **base,
                 )
                 root = t.id
                 seen = {root}
@@ -671,7 +680,7 @@ async def ajudge_run(
     conversation_ids: Sequence[str] | None = None,
     batch: bool = False,
     batch_poll_s: float | None = None,
-    price: tuple[float, float] | None = None,
+    price: Sequence[float | None] | None = None,
     batch_factor: float | None = None,
     timeout_s: float | None = None,
 ) -> JudgeSummary:
@@ -741,7 +750,7 @@ async def ajudge_run(
 def _set_prices(
     gateway: Any,
     judges: Sequence[Judge],
-    price: tuple[float, float] | None,
+    price: Sequence[float | None] | None,
     batch_factor: float | None,
 ) -> None:
     """The model judges' price and batch factor, where given, on the gateway that prices calls."""

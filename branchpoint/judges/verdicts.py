@@ -54,6 +54,9 @@ class JudgingUnit(BaseModel):
     scenario_title: str | None = None
     persona_summary: str | None = None
     language: str = "en"  # BCP-47: the conversation's language (issue 47)
+    # how many leading transcript turns are the conversation's stored turns 0..n-1 as stored
+    # (a reasoning view of the rated turn is not): stored by reference with the judge's call
+    stored_turns: int = 0
 
 
 class Judge(Protocol):

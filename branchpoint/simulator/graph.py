@@ -275,8 +275,14 @@ async def target(state: ConvState, config: RunnableConfig) -> ConvState:
     history = state.get("history") or []
     messages: list[Message] = []
     if ctx.system_prompt:
-        messages.append(Message(role="system", content=ctx.system_prompt))
+        prompt = ctx.system_prompt
+        messages.append(Message(role="system", content=prompt, cache_prefix=len(prompt)))
     messages += ctx.history_messages(history)
+    if history:
+        # a cache breakpoint after the history: the next exchange's call extends this prefix
+        # (providers with explicit caches only; nothing else is sent differently)
+        last = messages[-1]
+        messages[-1] = last.model_copy(update={"cache_prefix": len(last.content)})
     params = ctx.target_params
     if params.seed is None:
         params = params.merged({"seed": ctx.seed_for(len(history), "target")})

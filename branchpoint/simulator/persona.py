@@ -289,12 +289,10 @@ class PersonaSimulator:
         correction: str | None = None,
     ) -> list[Message]:
         """The persona model's messages. ``history`` is (role, text) as the chatbot sees it."""
-        out = [
-            Message(
-                role="system",
-                content=self.system_prompt(stage, new_options, kept_options, correction),
-            )
-        ]
+        system = self.system_prompt(stage, new_options, kept_options, correction)
+        # the system prompt is a cache prefix for providers with explicit caches (it stays the
+        # same within a stage)
+        out = [Message(role="system", content=system, cache_prefix=len(system))]
         # Many chat templates want a user message first; the persona speaks first, so a short cue opens.
         out.append(Message(role="user", content=KICKOFF))
         out.extend(self._flipped(history))

@@ -177,11 +177,14 @@ def _estimate(
         persona_len, reply_len = message_lengths(level, None, None)
         exchange = persona_len + reply_len
         add(i, len(left), sum(prompt + (k or longest) * exchange for k in left))
+    from branchpoint.gateway.pricing import PLAN_CACHE_SHARE
+
     batch_price = _batch_price(entry)
     est.batch = entry.batch
     for level in LEVELS:
-        direct = est.tokens[level].usd(price) if price is not None else None
-        batched = est.tokens[level].usd(batch_price) if batch_price is not None else None
+        tokens = est.tokens[level].with_cache_share(PLAN_CACHE_SHARE[level])
+        direct = tokens.usd(price) if price is not None else None
+        batched = tokens.usd(batch_price) if batch_price is not None else None
         est.usd[level], est.usd_other[level] = (
             (batched, direct) if entry.batch else (direct, batched)
         )

@@ -69,6 +69,18 @@ class Price(_Strict):
 
     input_per_mtok: float = Field(ge=0)
     output_per_mtok: float = Field(ge=0)
+    cached_input_per_mtok: float | None = Field(
+        None,
+        ge=0,
+        description="What an input token a provider's prompt cache served costs (OpenAI: half "
+        "the input price or less; Anthropic's cache reads: a tenth). Default: the input price.",
+    )
+    cache_write_per_mtok: float | None = Field(
+        None,
+        ge=0,
+        description="What an input token written to the prompt cache costs where that is billed "
+        "apart (Anthropic: 1.25 times the input price). Default: the input price.",
+    )
     batch_factor: float | None = Field(
         None,
         gt=0,
@@ -77,10 +89,16 @@ class Price(_Strict):
         "batch: true). Default: litellm's batch price for the model where it has one, else 0.5.",
     )
 
-    def per_mtok(self) -> tuple[float, float]:
-        """(input, output) USD per million tokens: the ``override`` that ``branchpoint.gateway.pricing``'s
-        ``price_of`` and ``batch_price_of`` take (they make the gateway's per-token ``Price``)."""
-        return (self.input_per_mtok, self.output_per_mtok)
+    def per_mtok(self) -> tuple[float, float, float | None, float | None]:
+        """(input, output, cached input, cache write) USD per million tokens: the ``override``
+        that ``branchpoint.gateway.pricing``'s ``price_of`` and ``batch_price_of`` take (they make
+        the gateway's per-token ``Price``)."""
+        return (
+            self.input_per_mtok,
+            self.output_per_mtok,
+            self.cached_input_per_mtok,
+            self.cache_write_per_mtok,
+        )
 
 
 class RoleLimits(_Strict):

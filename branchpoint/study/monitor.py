@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import case, func, select
 
-from branchpoint.core.read.costs import answered_unpriced
+from branchpoint.core.read.costs import answered_unpriced, cache_share, cache_token_sums
 from branchpoint.core.read.schema import CONVERSATIONS, MODEL_CALLS, TURNS
 
 if TYPE_CHECKING:
@@ -71,6 +71,8 @@ class RoleFigures:
     calls: int
     tokens: int
     usd: float | None  # None: some of these calls have no price known (unpriced)
+    # the share of their input tokens a provider's prompt cache served; None: none reported
+    cached_share: float | None = None
 
 
 @dataclass(frozen=True)
@@ -228,7 +230,7 @@ class SweepMonitor:
                 .group_by(c.target)
             ).all()
             by_role = conn.execute(
-                select(m.purpose, m.model, *spent)
+                select(m.purpose, m.model, *spent, *cache_token_sums())
                 .where(m.run_id == self.sweep_id)
                 .group_by(m.purpose, m.model)
             ).all()
@@ -254,8 +256,10 @@ class SweepMonitor:
             counts.setdefault(str(target), {})[str(status)] = int(n)
         costs = {str(r[0]): (int(r[1]), int(r[2]), _usd(r[3], r[4])) for r in by_target}
         roles = [
-            RoleFigures(str(p), str(spec), int(n), int(tok), _usd(usd, unp))
-            for p, spec, n, tok, usd, unp in sorted(
+            RoleFigures(
+                str(p), str(spec), int(n), int(tok), _usd(usd, unp), cache_share(served, of)
+            )
+            for p, spec, n, tok, usd, unp, served, of in sorted(
                 by_role, key=lambda r: (_role_order(r[0]), r[1])
             )
         ]

@@ -22,7 +22,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from branchpoint.core.errors import UserError
 from branchpoint.core.yamlio import format_loc
 from branchpoint.gateway.completion import GenParams
-from branchpoint.gateway.pricing import Price, Tokens, price_of
+from branchpoint.gateway.pricing import (
+    EXPECTED_CACHE_SHARE,
+    PLAN_CACHE_SHARE,
+    PerMtok,
+    Price,
+    Tokens,
+    price_of,
+)
 from branchpoint.gateway.specs import parse_spec
 from branchpoint.simulator.call_tally import CallTally, schedules, tree_calls
 from branchpoint.study import detectable, timing
@@ -185,7 +192,9 @@ class SweepPlan:
             "triggers an event branch point, every message is one token (a conversation that "
             "ends early, or calls answered from the cache, spend less); high: every reply "
             "triggers every event, replies run to max_tokens, every persona turn takes its "
-            f"{self.persona_retries} retries (a broken character)",
+            f"{self.persona_retries} retries (a broken character). Where a model has a cached "
+            f"input rate, expected assumes {EXPECTED_CACHE_SHARE:.0%} of input tokens served by "
+            "the provider's prompt cache, low all of them, high none",
             *self._uncapped(),
             f"{'target':34}{'cells':>7}{'done':>6}{'calls low':>11}{'expected':>10}{'high':>9}"
             f"{'no fork':>9}{'tokens (exp)':>14}{'USD low':>10}{'expected':>10}{'high':>10}",
@@ -450,7 +459,7 @@ def sweep_limits(runs: Iterable[tuple[RunConfig, object]]) -> dict[str, Provider
 def model_prices(manifest: Manifest) -> dict[str, Price | None]:
     """USD per token of every model the manifest calls (None: unpriced): the price a role's
     entry gives (targets first, then simulators, the detector, the judges) over litellm's."""
-    given: dict[str, tuple[float, float]] = {}
+    given: dict[str, PerMtok] = {}
     for _, entry in manifest.roles():
         if entry.price is not None:
             given.setdefault(entry.spec, entry.price.per_mtok())
@@ -460,7 +469,7 @@ def model_prices(manifest: Manifest) -> dict[str, Price | None]:
 def _check_prices(manifest: Manifest) -> None:
     """One model, one price: two roles of one spec that give it different prices are refused
     (the gateway prices a call by its spec), one positioned line each."""
-    first: dict[str, tuple[Loc, tuple[float, float]]] = {}
+    first: dict[str, tuple[Loc, PerMtok]] = {}
     problems = []
     for loc, entry in manifest.roles():
         if entry.price is None:
@@ -543,7 +552,8 @@ def _estimate_trees(
             tokens = Tokens(tokens.input * n, tokens.output * n)
             est.tokens[level].add(tokens)
             price = prices.get(spec)
-            usd = None if usd is None or price is None else usd + tokens.usd(price)
+            cached = tokens.with_cache_share(PLAN_CACHE_SHARE[level])
+            usd = None if usd is None or price is None else usd + cached.usd(price)
         est.usd[level] = usd
         if work is not None:
             _time_level(work, config, tree, plan, level, cost, n)

@@ -79,9 +79,9 @@ def _bot() -> ScriptedModel:
 
 def _judge(messages: list[Message], params: GenParams) -> str:
     """Rates every listed dimension; medium when the rated reply declines, low otherwise."""
-    ids = re.findall(r"^\[([a-z0-9_\-]+)\] ", messages[0].content, re.M)
+    ids = re.findall(r"^\[([a-z0-9_\-]+)\] ", messages[1].content, re.M)
     rated = re.search(
-        r"<<<MESSAGE (\d+) \| chatbot \| THE REPLY TO RATE>>>\n(.*?)\n<<<END MESSAGE \1>>>",
+        r"<<<MESSAGE (\d+) \| chatbot>>>\n(.*?)\n<<<END MESSAGE \1>>>\n\nRate chatbot message \1,",
         messages[1].content,
         re.S,
     )

@@ -226,9 +226,9 @@ def test_provider_reasoning_and_inline_thinking_are_kept_together() -> None:
 
 
 def _judge_reply(messages: list[Message], params: GenParams) -> str:
-    ids = re.findall(r"^\[([a-z0-9_\-]+)\] ", messages[0].content, re.M)
+    ids = re.findall(r"^\[([a-z0-9_\-]+)\] ", messages[1].content, re.M)
     rated = re.search(
-        r"<<<MESSAGE (\d+) \| chatbot \| THE REPLY TO RATE>>>\n(.*?)\n<<<END MESSAGE \1>>>",
+        r"<<<MESSAGE (\d+) \| chatbot>>>\n(.*?)\n<<<END MESSAGE \1>>>\n\nRate chatbot message \1,",
         messages[1].content,
         re.S,
     )

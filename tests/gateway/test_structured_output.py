@@ -22,6 +22,7 @@ from fixtures.engine.helpers import conversations, run_cli, run_engine, turns_of
 from sqlmodel import select
 from typer.testing import CliRunner
 
+from branchpoint.core.call_requests import call_messages
 from branchpoint.core.records import Conversation, Judgment, ModelCall, Run, Turn
 from branchpoint.core.store import open_store
 from branchpoint.gateway.completion import GenParams, Message, ModelError
@@ -48,13 +49,19 @@ def expected_verdict(reply: str) -> str:
 
 
 def _criteria_in(messages: list[Message]) -> list[str]:
-    return re.findall(r"^\[([a-z0-9_\-]+)\] ", messages[0].content, re.M)
+    m = re.search(r"^Criteria to rate: (.*)\.$", messages[1].content, re.M)
+    assert m is not None
+    return m.group(1).split(", ")
 
 
 def _rated(messages: list[Message]) -> str:
-    m = re.search(r"THE REPLY TO RATE>>>\n(.*?)\n<<<END MESSAGE", messages[-1].content, re.S)
+    m = re.search(
+        r"<<<MESSAGE (\d+) \| chatbot>>>\n(.*?)\n<<<END MESSAGE \1>>>\n\nRate chatbot message \1,",
+        messages[-1].content,
+        re.S,
+    )
     assert m is not None
-    return m.group(1)
+    return m.group(2)
 
 
 def scripted_judge(messages: list[Message], params: GenParams) -> str:
@@ -204,7 +211,9 @@ def test_judge_settles_on_the_mode_each_server_takes(
     # Below json_schema the schema travels in the prompt too (the stored request is the caller's).
     for messages, _params in srv.model.requests:
         assert ("JSON Schema" in messages[0].content) == (settles_on != "json_schema")
-    assert all("JSON Schema" not in c.messages[0]["content"] for c in calls)
+    with judged_store.session() as s:
+        stored = [call_messages(s, c) for c in calls]
+    assert all("JSON Schema" not in m[0]["content"] for m in stored)
 
 
 def test_garbage_behind_a_server_without_json_modes_is_an_error_never_a_pass(

@@ -45,12 +45,18 @@ LIST_PRICE = (1.0, 2.0)  # USD per million input, output tokens
 
 def oracle(messages: list[Message], params: GenParams) -> str:
     """Greedy, deterministic: every listed criterion rated by one rule on the rated reply."""
-    text = messages[-1].content
+    rated = re.search(
+        r"<<<MESSAGE (\d+) \| chatbot>>>\n(.*?)\n<<<END MESSAGE \1>>>\n\nRate chatbot message \1,",
+        messages[1].content,
+        re.S,
+    )
+    assert rated is not None, "the rated reply is the transcript's last message"
+    text = rated.group(2)  # the request's criteria speak of adults and counsellors too
     if "GARBLE" in text:
         return "I would rather not say."
     if "EXPLODE" in text:
         raise ModelError("the judge's server broke on this request")
-    ids = re.findall(r"^\[([a-z0-9_\-]+)\] ", messages[0].content, re.M)
+    ids = re.search(r"^Criteria to rate: (.*)\.$", messages[1].content, re.M).group(1).split(", ")  # type: ignore[union-attr]
     good = "adult" in text or "counselor" in text
     verdict = "pass" if good else "fail"
     out = {
@@ -195,6 +201,10 @@ def test_batch_verdicts_equal_direct_verdicts_at_half_the_price(tmp_path: Path) 
         assert len(answered) == len(REPLIES) - 1  # c5's request failed on the server
         for call in calls:
             assert call.params["batch_id"] == batch_row.batch_id
+            # stored by parts, as a direct call is: the same messages rebuilt from them
+            assert call.messages == [] and call.prompt is not None
+        direct_prompts = {c.request_hash: c.prompt for c in judge_calls(direct)}
+        assert all(direct_prompts[c.request_hash] == c.prompt for c in answered)
         for call in answered:
             assert call.tokens_in > 0
             full = Tokens(call.tokens_in, call.tokens_out).usd(price)

@@ -190,12 +190,12 @@ def run(store: Any, gw: Gateway | None = None, **kw: Any) -> Any:
 
 
 def _listed_criteria(messages: list[Message]) -> list[str]:
-    return re.findall(r"^\[([a-z0-9_\-]+)\] ", messages[0].content, re.M)
+    return re.search(r"^Criteria to rate: (.*)\.$", messages[1].content, re.M).group(1).split(", ")  # type: ignore[union-attr]
 
 
 def _rated_reply(messages: list[Message]) -> str:
     m = re.search(
-        r"<<<MESSAGE (\d+) \| chatbot \| THE REPLY TO RATE>>>\n(.*?)\n<<<END MESSAGE \1>>>",
+        r"<<<MESSAGE (\d+) \| chatbot>>>\n(.*?)\n<<<END MESSAGE \1>>>\n\nRate chatbot message \1,",
         messages[1].content,
         re.S,
     )
@@ -539,7 +539,7 @@ def test_conversation_scope_judges_finished_conversations_whole(store: Any) -> N
     assert (
         "first reply" in seen[0]
         and "second reply" in seen[0]
-        and "THE REPLY TO RATE" not in seen[0]
+        and "Rate chatbot message" not in seen[0]
     )
     stored = rows(store, "scripted:conv")
     assert len(stored) == 22 and all(r.turn_id is None and r.turn_index is None for r in stored)

@@ -94,9 +94,9 @@ def imported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Any]]
 
 def _judge(messages: list[Message], params: GenParams) -> str:
     """Fails a reply that plays along, passes one that declines; every listed criterion."""
-    ids = re.findall(r"^\[([a-z0-9_\-]+)\] ", messages[0].content, re.M)
+    ids = re.search(r"^Criteria to rate: (.*)\.$", messages[1].content, re.M).group(1).split(", ")  # type: ignore[union-attr]
     rated = re.search(
-        r"<<<MESSAGE (\d+) \| chatbot \| THE REPLY TO RATE>>>\n(.*?)\n<<<END MESSAGE \1>>>",
+        r"<<<MESSAGE (\d+) \| chatbot>>>\n(.*?)\n<<<END MESSAGE \1>>>\n\nRate chatbot message \1,",
         messages[1].content,
         re.S,
     )

@@ -25,7 +25,7 @@ from branchpoint.judges.reasoning_criterion import REASONING_CRITERION, REASONIN
 from branchpoint.judges.runner import ajudge_run
 
 RATED = re.compile(
-    r"<<<MESSAGE (\d+) \| chatbot \| THE REPLY TO RATE>>>\n(.*?)\n<<<END MESSAGE \1>>>", re.S
+    r"<<<MESSAGE (\d+) \| chatbot>>>\n(.*?)\n<<<END MESSAGE \1>>>\n\nRate chatbot message \1,", re.S
 )
 
 

@@ -324,6 +324,13 @@ def test_persona_sees_flipped_roles_and_target_gets_the_condition_prompt(store, 
     assert (
         first[0].role == "system" and len(first[0].content) > 20 and first[1].content == "hi there"
     )
+    # cache breakpoints for providers with explicit caches: after the system prompt, and after
+    # the conversation so far (the next exchange's call extends it); the persona's system prompt
+    second = bot2.requests[1][0]
+    assert second[0].cache_prefix == len(second[0].content)
+    assert second[-1].cache_prefix == len(second[-1].content)
+    assert [m.cache_prefix for m in second[1:-1]] == [None] * (len(second) - 2)
+    assert msgs[0].cache_prefix == len(msgs[0].content)
 
 
 def test_unknown_condition_is_a_user_error(store, tmp_path) -> None:

@@ -241,12 +241,13 @@ def _killed_three_times_then_finished(
         )
         assert listed.returncode == 0, listed.stderr
         header = next(ln for ln in listed.stdout.splitlines() if ln.split()[:1] == ["id"])
-        # then "not enacted", "low realism" (persona ratings, none here) and "created"
-        assert header.split()[-7:-5] == ["USD", "reserved"]
+        # then "cached", "not enacted", "low realism" (persona ratings, none here), "created"
+        assert header.split()[-8:-5] == ["USD", "reserved", "cached"]
         line = next(ln for ln in listed.stdout.splitlines() if ln.split()[:1] == ["kill-budget"])
         # "-" where nothing is left reserved (a re-run that settled or released every bound)
         shown_reserved = f"{reserved:.4f}" if reserved else "-"
-        assert line.split()[-6:-2] == [f"{settled:.4f}", shown_reserved, "-", "-"], line
+        cells = line.split()
+        assert cells[-7:-5] + cells[-4:-2] == [f"{settled:.4f}", shown_reserved, "-", "-"], line
     finally:
         server.stop()
 

@@ -13,9 +13,23 @@ from branchpoint.study.manifest import JudgeEntry, Price
 
 def test_the_manifest_price_is_the_gateway_price_per_token() -> None:
     given = Price(input_per_mtok=3.0, output_per_mtok=15.0)
-    assert given.per_mtok() == (3.0, 15.0)
+    assert given.per_mtok() == (3.0, 15.0, None, None)
     price = price_of("litellm:some/unknown-model", given.per_mtok())
     assert price == GatewayPrice(pytest.approx(3e-6), pytest.approx(1.5e-5))
+
+
+def test_a_manifest_price_carries_the_cached_and_cache_write_rates() -> None:
+    given = Price(
+        input_per_mtok=3.0, output_per_mtok=15.0, cached_input_per_mtok=0.3,
+        cache_write_per_mtok=3.75,
+    )  # fmt: skip
+    price = price_of("litellm:some/unknown-model", given.per_mtok())
+    assert price is not None
+    assert price.cached_input == pytest.approx(0.3e-6)
+    assert price.cache_write == pytest.approx(3.75e-6)
+    # a batch bills its share of every rate
+    batched = batch_price_of("litellm:some/unknown-model", given.per_mtok(), 0.5)
+    assert batched is not None and batched.cached_input == pytest.approx(0.15e-6)
 
 
 def test_a_judges_batch_price_uses_its_manifest_price_and_factor() -> None:

@@ -218,9 +218,11 @@ def write_report(
         persona_sections,  # issue 36: one self-contained section
     )
     from branchpoint.analysis.report.replays import replay_sections  # issue 47
+    from branchpoint.analysis.report.spend import spend_section
 
     sections = build_sections(a) + persona_sections(store_or_db, a.runs)
     sections += language_sections(store_or_db, a.runs) + replay_sections(store_or_db, a.runs)
+    sections += spend_section(store_or_db, a.runs)
     sections.append(
         judge_correction_section(store_or_db, a.runs, baselines=baselines, exclude=a.excluded)
     )

@@ -78,6 +78,10 @@ _EXPORTS = {
     "run_costs": "branchpoint.core.read.costs",
     "run_reserved": "branchpoint.core.read.costs",
     "reserved_by_target": "branchpoint.core.read.costs",
+    "run_cache_shares": "branchpoint.core.read.costs",
+    "call_spend": "branchpoint.core.read.costs",
+    "cache_token_sums": "branchpoint.core.read.costs",
+    "cache_share": "branchpoint.core.read.costs",
     # browse: the terminal UI's pages, transcripts, failure jumps, tree arms and live progress
     "ConversationFilter": "branchpoint.core.read.browse",
     "conversations_page": "branchpoint.core.read.browse",
@@ -125,7 +129,15 @@ if TYPE_CHECKING:  # for type checkers and editors
         retried_conversations,
         select_conversations,
     )
-    from branchpoint.core.read.costs import reserved_by_target, run_costs, run_reserved
+    from branchpoint.core.read.costs import (
+        cache_share,
+        cache_token_sums,
+        call_spend,
+        reserved_by_target,
+        run_cache_shares,
+        run_costs,
+        run_reserved,
+    )
     from branchpoint.core.read.exports import (
         conversation_export_rows,
         judgment_export_rows,

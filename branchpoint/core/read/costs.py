@@ -3,10 +3,17 @@ hold (calls in flight, or sent by a process that died before their answer was st
 
 from __future__ import annotations
 
-from sqlalchemy import ColumnElement, and_, case, func, select, true
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from sqlalchemy import ColumnElement, and_, case, exists, func, select, true
 
 from branchpoint.core.read.schema import MODEL_CALLS, SPEND_RESERVATIONS
+from branchpoint.core.read.source import StoreRef, read_frame
 from branchpoint.core.store import Store
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def answered_unpriced() -> ColumnElement[bool]:
@@ -61,3 +68,51 @@ def reserved_by_target(store: Store, run_id: str) -> dict[str, float]:
     )
     with store.engine.connect() as conn:
         return {str(row[0]): float(row[1] or 0.0) for row in conn.execute(q)}
+
+
+def cache_token_sums() -> tuple[ColumnElement[int], ColumnElement[int]]:
+    """(input tokens a provider's prompt cache served, input tokens of the calls that say) over
+    the calls sent to a provider (not answered from branchpoint's own cache) whose row reports
+    cached tokens (schema 10 on): their ratio is the share of input a cache served."""
+    m = MODEL_CALLS.c
+    reported = and_(m.cached.is_(False), m.tokens_cached.is_not(None))
+    served = func.coalesce(func.sum(case((reported, m.tokens_cached), else_=0)), 0)
+    of = func.coalesce(func.sum(case((reported, m.tokens_in), else_=0)), 0)
+    return served, of
+
+
+def cache_share(served: int | None, of: int | None) -> float | None:
+    """The share of input tokens a cache served; None where no call reports any input."""
+    return None if not of else (served or 0) / of
+
+
+def run_cache_shares(store: Store) -> dict[str, float | None]:
+    """Run id -> the share of its calls' input tokens a provider's prompt cache served (None:
+    no call of it reports cached tokens: recorded before they were, or no input)."""
+    m = MODEL_CALLS.c
+    served, of = cache_token_sums()
+    q = select(m.run_id, served, of).where(m.run_id.is_not(None)).group_by(m.run_id)
+    with store.engine.connect() as conn:
+        return {row[0]: cache_share(row[1], row[2]) for row in conn.execute(q)}
+
+
+def call_spend(ref: StoreRef, runs: Sequence[str] | None = None) -> pd.DataFrame:
+    """Per role (``purpose``) and model of the runs' calls: calls, input tokens, the tokens a
+    provider's prompt cache served and of how many reported (``cache_token_sums``), USD
+    recorded and the answered calls with no price (``unpriced``)."""
+    m = MODEL_CALLS.c
+    served, of = cache_token_sums()
+    answered_unpriced = and_(m.cost.is_(None), m.error.is_(None), m.cached.is_(False))
+    q = select(
+        m.purpose.label("role"),
+        m.model.label("model"),
+        func.count().label("calls"),
+        func.coalesce(func.sum(m.tokens_in), 0).label("input_tokens"),
+        served.label("cached_tokens"),
+        of.label("reported_input"),
+        func.coalesce(func.sum(m.cost), 0.0).label("usd"),
+        func.coalesce(func.sum(case((answered_unpriced, 1), else_=0)), 0).label("unpriced"),
+    ).group_by(m.purpose, m.model)
+    if runs is not None:
+        q = q.where(m.run_id.in_(list(runs)))
+    return read_frame(q.order_by(m.purpose, m.model), ref)

@@ -487,7 +487,9 @@ def _numeric_ids(dec: _Decoder, integer: bool) -> Any:
 
 def prompt_ids(tokenizer: Any, messages: list[Message]) -> list[int]:
     text = tokenizer.apply_chat_template(
-        [m.model_dump() for m in messages], tokenize=False, add_generation_prompt=True
+        [{"role": m.role, "content": m.content} for m in messages],
+        tokenize=False,
+        add_generation_prompt=True,
     )
     return list(tokenizer.encode(text, add_special_tokens=False))
 

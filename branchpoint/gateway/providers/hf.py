@@ -355,7 +355,9 @@ class HFProvider:
         tok = lm.tokenizer
         prompts = [
             tok.apply_chat_template(
-                [m.model_dump() for m in r.messages], tokenize=False, add_generation_prompt=True
+                [{"role": m.role, "content": m.content} for m in r.messages],
+                tokenize=False,
+                add_generation_prompt=True,
             )
             for r in batch
         ]

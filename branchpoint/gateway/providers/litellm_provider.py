@@ -13,7 +13,13 @@ import os
 from typing import Any
 
 from branchpoint.core.redaction import is_secret_key, redact_text
-from branchpoint.gateway.completion import Completion, GenParams, Message, ModelError
+from branchpoint.gateway.completion import (
+    Completion,
+    GenParams,
+    Message,
+    ModelError,
+    cache_usage,
+)
 from branchpoint.gateway.providers.base import RETRYABLE_STATUS, ProviderKind, retry_after_from
 from branchpoint.gateway.structured import PIN_PARAM, Ladder, Mode, http_error, response_format
 
@@ -108,9 +114,13 @@ class LiteLLMProvider:
         mode: Mode | None = None,
     ) -> dict[str, Any]:
         """litellm's arguments; ``mode`` is the structured-output shape (default: ``first_mode``)."""
+        explicit = explicit_cache(model)
         kw: dict[str, Any] = {
             "model": model,
-            "messages": [{"role": m.role, "content": m.content} for m in messages],
+            "messages": [
+                {"role": m.role, "content": cache_blocks(m) if explicit else m.content}
+                for m in messages
+            ],
             "num_retries": 0,
             "drop_params": True,  # e.g. seed on providers without it: drop rather than fail the sweep
         }
@@ -170,11 +180,14 @@ class LiteLLMProvider:
         except (AttributeError, IndexError) as exc:
             raise ModelError(f"malformed response from {model}: {exc}", retryable=True) from None
         reasoning = getattr(message, "reasoning_content", None) or None
+        cached, written = cache_usage(usage)
         return Completion(
             text=text,
             reasoning=reasoning,
             tokens_in=int(getattr(usage, "prompt_tokens", 0) or 0),
             tokens_out=int(getattr(usage, "completion_tokens", 0) or 0),
+            tokens_cached=cached,
+            tokens_cache_write=written,
             cost=_cost(response),
             finish_reason=getattr(choice, "finish_reason", None),
             request_id=getattr(response, "id", None),
@@ -183,6 +196,27 @@ class LiteLLMProvider:
 
     async def aclose(self) -> None:
         return None
+
+
+def explicit_cache(model: str) -> bool:
+    """Whether the model's provider caches a prompt prefix only where the request marks it
+    (Anthropic's ``cache_control``; OpenAI, DeepSeek and others cache prefixes by themselves)."""
+    return model.startswith("anthropic/") or "claude" in model.lower()
+
+
+def cache_blocks(message: Message) -> str | list[dict[str, Any]]:
+    """A message's content with a cache breakpoint after its ``cache_prefix`` (text blocks are
+    read joined, so the model sees the same text); the plain text where there is none."""
+    k = message.cache_prefix
+    if not k or k < 0 or not message.content:
+        return message.content
+    head, tail = message.content[:k], message.content[k:]
+    blocks: list[dict[str, Any]] = [
+        {"type": "text", "text": head, "cache_control": {"type": "ephemeral"}}
+    ]
+    if tail:
+        blocks.append({"type": "text", "text": tail})
+    return blocks
 
 
 def _cost(response: Any) -> float | None:

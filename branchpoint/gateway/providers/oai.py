@@ -22,7 +22,13 @@ import orjson
 
 from branchpoint.core.errors import UserError
 from branchpoint.core.redaction import is_secret_key, redact_text
-from branchpoint.gateway.completion import Completion, GenParams, Message, ModelError
+from branchpoint.gateway.completion import (
+    Completion,
+    GenParams,
+    Message,
+    ModelError,
+    cache_usage,
+)
 from branchpoint.gateway.providers.base import RETRYABLE_STATUS, ProviderKind, retry_after_from
 from branchpoint.gateway.providers.http1 import HTTPClient
 from branchpoint.gateway.providers.proxied import ProxiedClient, proxy_for
@@ -190,11 +196,14 @@ def chat_completion(data: Any, model: str) -> Completion:
     choice = data["choices"][0]
     message = choice["message"]
     usage = data.get("usage") or {}
+    cached, written = cache_usage(usage)
     return Completion(
         text=message.get("content") or "",
         reasoning=message.get("reasoning_content") or message.get("reasoning") or None,
         tokens_in=int(usage.get("prompt_tokens") or 0),
         tokens_out=int(usage.get("completion_tokens") or 0),
+        tokens_cached=cached,
+        tokens_cache_write=written,
         finish_reason=choice.get("finish_reason"),
         request_id=data.get("id"),
         model=model,

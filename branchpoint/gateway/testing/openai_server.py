@@ -28,7 +28,9 @@ sliding window of ``--window-s`` seconds (default 60; the limits scale with it).
 from ``--fault-seed``, so that a run is reproducible. ``GET /v1/_stats`` counts each answer and
 reports the most requests that arrived in any window (and in any 60 s), with each arrival's time
 (``time.time()``) and each 429's time and Retry-After, and ``billed``: per model name, the prompt
-and completion tokens of every answer made (``bill_usd`` prices them). An answer is billed when it
+and completion tokens of every answer made (``bill_usd`` prices them). ``--prefix-cache`` caches
+prompt prefixes as OpenAI does (``branchpoint/gateway/testing/prefix_cache.py``) and reports and
+bills the tokens it served as cached. An answer is billed when it
 is made, before any delay, as a provider bills a call whose client went away before the reply:
 what a test that kills its client compares the client's recorded spend with.
 """
@@ -53,6 +55,7 @@ import orjson
 from branchpoint.gateway.completion import Completion, GenParams, Message, ModelError
 from branchpoint.gateway.providers.scripted import BUILTIN, ScriptedModel
 from branchpoint.gateway.testing.http_server import HTTPServer, Ready, Reply, Request
+from branchpoint.gateway.testing.prefix_cache import PrefixCache, prompt_tokens
 from branchpoint.gateway.thinking import split_reasoning
 
 HOST = "127.0.0.1"
@@ -135,6 +138,8 @@ class ChatServer:
         hang_s: float = 3600.0,
         batch_api: bool = True,
         batch_delay_s: float = 0.0,
+        prefix_cache: bool = False,
+        keep_bodies: bool = False,
     ) -> None:
         from branchpoint.gateway.gateway import Gateway
         from branchpoint.gateway.testing.batch_endpoints import BatchEndpoints
@@ -163,8 +168,15 @@ class ChatServer:
         self.first_at: float | None = None
         self.last_at: float | None = None
         self.failed_by_model: dict[str, int] = defaultdict(int)
-        # model name -> {"prompt_tokens", "completion_tokens", "answers"}: what was billed
+        # model name -> {"prompt_tokens", "cached_tokens", "completion_tokens", "answers"}: what
+        # was billed (cached_tokens: the part of prompt_tokens the prefix cache served)
         self.billed: dict[str, dict[str, int]] = {}
+        # OpenAI-style automatic prompt caching (branchpoint/gateway/testing/prefix_cache.py), one
+        # cache per model name; None: no cache, no cached_tokens in any answer
+        self.prefix_caches: dict[str, PrefixCache] | None = {} if prefix_cache else None
+        # every chat request's body as it arrived (keep_bodies): what a test rebuilds a stored
+        # call's request against, byte for byte
+        self.bodies: list[bytes] | None = [] if keep_bodies else None
         # a request's model name -> the spec that answers it (default: ``model``)
         self.routes = dict(routes or {})
         faults = (fault_429, fault_500, fault_hang, fault_malformed)
@@ -187,7 +199,12 @@ class ChatServer:
         self._direct_models: dict[str, ScriptedModel | None] = {}
         # what only chat() does: a key to check, limits, faults
         self._general = bool(
-            require_key is not None or fail_first or rpm or tpm or any(self.faults.values())
+            require_key is not None
+            or fail_first
+            or rpm
+            or tpm
+            or any(self.faults.values())
+            or keep_bodies
         )
         # OpenAI's /v1/files and /v1/batches, answered by chat() (None: a server without them)
         self.batch = BatchEndpoints(self.chat, delay_s=batch_delay_s) if batch_api else None
@@ -254,6 +271,8 @@ class ChatServer:
         return _json_response(body, status, headers)
 
     async def chat(self, request: Request) -> Reply:
+        if self.bodies is not None:
+            self.bodies.append(request.body)
         self._arrive(request)
         try:
             return await self._chat(request)
@@ -303,7 +322,7 @@ class ChatServer:
             self.counts["error_500"] += 1
             return self._error(500, exc.reason, "server_error"), self.delay_s, self._leave
         self.counts["ok"] += 1
-        return self._answered(model, completion), self.delay_s, self._leave
+        return self._answered(model, completion, messages), self.delay_s, self._leave
 
     async def _chat(self, request: Request) -> Reply:
         if (
@@ -368,12 +387,23 @@ class ChatServer:
             self.counts["fault_malformed"] += 1
             return Reply(200, b'{"id": "chatcmpl-broken", "choices": [{"mess')
         self.counts["ok"] += 1
-        return self._answered(model, completion)
+        return self._answered(model, completion, messages)
 
-    def _answered(self, model: str, completion: Completion) -> Reply:
+    def _answered(self, model: str, completion: Completion, messages: list[Message]) -> Reply:
         bill = self.billed.setdefault(
-            model, {"prompt_tokens": 0, "completion_tokens": 0, "answers": 0}
+            model, {"prompt_tokens": 0, "cached_tokens": 0, "completion_tokens": 0, "answers": 0}
         )
+        usage: dict[str, Any] = {
+            "prompt_tokens": completion.tokens_in,
+            "completion_tokens": completion.tokens_out,
+            "total_tokens": completion.tokens_in + completion.tokens_out,
+        }
+        if self.prefix_caches is not None:
+            cache = self.prefix_caches.setdefault(model, PrefixCache())
+            _, cached = cache.serve(prompt_tokens((m.role, m.content) for m in messages))
+            cached = min(cached, completion.tokens_in)
+            usage["prompt_tokens_details"] = {"cached_tokens": cached}
+            bill["cached_tokens"] += cached
         bill["prompt_tokens"] += completion.tokens_in
         bill["completion_tokens"] += completion.tokens_out
         bill["answers"] += 1
@@ -394,11 +424,7 @@ class ChatServer:
                         "finish_reason": completion.finish_reason or "stop",
                     }
                 ],
-                "usage": {
-                    "prompt_tokens": completion.tokens_in,
-                    "completion_tokens": completion.tokens_out,
-                    "total_tokens": completion.tokens_in + completion.tokens_out,
-                },
+                "usage": usage,
             }
         )
 
@@ -470,14 +496,21 @@ def _json_response(body: Any, status: int = 200, headers: dict[str, str] | None 
 
 
 def bill_usd(
-    billed: Mapping[str, Mapping[str, int]], input_per_mtok: float, output_per_mtok: float
+    billed: Mapping[str, Mapping[str, int]],
+    input_per_mtok: float,
+    output_per_mtok: float,
+    cached_per_mtok: float | None = None,
 ) -> float:
     """USD of ``billed`` (``ChatServer.billed``, or ``billed`` of ``GET /v1/_stats``) at one
-    price per million tokens, every model name together."""
-    return sum(
-        b["prompt_tokens"] * input_per_mtok / 1e6 + b["completion_tokens"] * output_per_mtok / 1e6
-        for b in billed.values()
-    )
+    price per million tokens, every model name together; the prefix cache's tokens at
+    ``cached_per_mtok`` (None: as any input token)."""
+    cached_rate = input_per_mtok if cached_per_mtok is None else cached_per_mtok
+    total = 0.0
+    for b in billed.values():
+        cached = b.get("cached_tokens", 0)
+        total += (b["prompt_tokens"] - cached) * input_per_mtok / 1e6
+        total += cached * cached_rate / 1e6 + b["completion_tokens"] * output_per_mtok / 1e6
+    return total
 
 
 def max_in_window(times: list[float], window_s: float) -> int:
@@ -635,6 +668,12 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="answer 404 to /v1/files and /v1/batches, as a server without a batch API",
     )
+    parser.add_argument(
+        "--prefix-cache",
+        action="store_true",
+        help="cache prompt prefixes as OpenAI does (128-token blocks from 1,024 tokens) and "
+        "report them as usage.prompt_tokens_details.cached_tokens",
+    )
     args = parser.parse_args(argv)
 
     async def serve() -> None:
@@ -657,6 +696,7 @@ def main(argv: list[str] | None = None) -> None:
             hang_s=args.hang_s,
             batch_api=not args.no_batch_api,
             batch_delay_s=args.batch_delay_ms / 1000,
+            prefix_cache=args.prefix_cache,
         )
         runner, url = await start(server, args.port)
         print(url, flush=True)

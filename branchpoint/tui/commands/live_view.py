@@ -95,10 +95,14 @@ def render(snap: MonitorSnapshot) -> Group:
     parts: list[Any] = [head, targets]
     if snap.roles:
         roles = Table(box=None, pad_edge=False, show_edge=False)
-        for name in ("role", "spec", "calls", "tokens", "USD"):
+        for name in ("role", "spec", "calls", "tokens", "USD", "cached"):
             roles.add_column(Text(name), justify="left" if name in ("role", "spec") else "right")
         for r in snap.roles:
-            roles.add_row(_t(r.role), _t(r.spec), _t(r.calls), _t(f"{r.tokens:,}"), _t(_usd(r.usd)))
+            cached = "-" if r.cached_share is None else f"{r.cached_share:.0%}"
+            roles.add_row(
+                _t(r.role), _t(r.spec), _t(r.calls), _t(f"{r.tokens:,}"), _t(_usd(r.usd)),
+                _t(cached),
+            )  # fmt: skip
         parts.append(roles)
     if snap.providers:
         providers = Table(box=None, pad_edge=False, show_edge=False)

@@ -30,7 +30,9 @@ def runs_command(ctx: typer.Context, db: DbOption = None) -> None:
     USD is what the recorded calls cost (settled; "unpriced" where a call has no price known);
     reserved is the upper bound of priced attempts whose cost is not recorded: calls in flight
     now, or ones that may have been billed with no answer stored (a timeout, a process that died)
-    (a budget counts them at that bound, as the provider may have billed them)."""
+    (a budget counts them at that bound, as the provider may have billed them).
+    cached is the share of the calls' input tokens a provider's prompt cache served (billed at
+    its cached rate; "-": no call reports it)."""
     if ctx.invoked_subcommand is not None:
         return
     from rich import box
@@ -38,7 +40,13 @@ def runs_command(ctx: typer.Context, db: DbOption = None) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from branchpoint.core.read import list_runs, persona_flag_counts, run_costs, run_reserved
+    from branchpoint.core.read import (
+        list_runs,
+        persona_flag_counts,
+        run_cache_shares,
+        run_costs,
+        run_reserved,
+    )
     from branchpoint.core.store import open_store
     from branchpoint.simulator.transcript import safe_text
 
@@ -47,6 +55,7 @@ def runs_command(ctx: typer.Context, db: DbOption = None) -> None:
         runs = list_runs(store)
         costs = run_costs(store)
         reserved = run_reserved(store)
+        shares = run_cache_shares(store)
         persona = persona_flag_counts(store)
     finally:
         store.close()
@@ -59,6 +68,7 @@ def runs_command(ctx: typer.Context, db: DbOption = None) -> None:
     table.add_column("calls", justify="right")
     table.add_column("USD", justify="right")
     table.add_column("reserved", justify="right")
+    table.add_column("cached", justify="right")
     table.add_column("not enacted", justify="right")
     table.add_column("low realism", justify="right")
     table.add_column("created", no_wrap=True)
@@ -76,6 +86,7 @@ def runs_command(ctx: typer.Context, db: DbOption = None) -> None:
             calls,
             "unpriced" if usd is None else f"{usd:.4f}",
             f"{reserved[r.id]:.4f}" if r.id in reserved else "-",
+            _share(shares.get(r.id)),
             *_persona_cells(persona.get(r.id)),
             r.created_at.strftime("%Y-%m-%d %H:%M") if r.created_at else "",
         ]
@@ -84,6 +95,10 @@ def runs_command(ctx: typer.Context, db: DbOption = None) -> None:
     if not console.is_terminal:
         console = Console(width=200)
     console.print(table)
+
+
+def _share(share: float | None) -> str:
+    return "-" if share is None else f"{share:.0%}"
 
 
 def _persona_cells(counts: PersonaFlagCounts | None) -> tuple[str, str]:
