@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from sqlalchemy import ColumnElement, and_, case, exists, func, select, true
+from sqlalchemy import ColumnElement, and_, case, func, select, true
 
 from branchpoint.core.read.schema import MODEL_CALLS, SPEND_RESERVATIONS
 from branchpoint.core.read.source import StoreRef, read_frame
