@@ -1,0 +1,205 @@
+"""``branchpoint compare``: two chatbots on the same design cells (one store, or two stores run
+from one manifest), what regressed with both transcripts' ids, and the ranking of a store's
+targets. The statistics are in ``branchpoint.analysis.chatbots``."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from branchpoint.core.errors import UserError
+from branchpoint.tui.commands.options import DbOption
+
+SHOWN_PAIRS = 5  # pairs listed per regression in text (every one in json and --out)
+
+
+def _pct(x: Any) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:+.1f}"
+
+
+def _rate(x: Any) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f}%"
+
+
+def _interval(lo: Any, hi: Any) -> str:
+    if lo is None or (isinstance(lo, float) and math.isnan(lo)):
+        return "none"
+    return f"{_pct(lo)} to {_pct(hi)}"
+
+
+def _p(x: Any) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3g}"
+
+
+def comparison_display(tab: Any, with_arm: bool) -> Any:
+    """A family's rows as printed: rates, difference in points with its interval, Holm p."""
+    import pandas as pd
+
+    cols: dict[str, Any] = {}
+    if with_arm:
+        cols["arm"] = tab["arm"]
+    cols.update({
+        "criterion": tab["criterion_id"], "condition": tab["condition"],
+        "rate A": [_rate(x) for x in tab["rate_a"]], "rate B": [_rate(x) for x in tab["rate_b"]],
+        "B - A (points)": [_pct(x) for x in tab["diff"]],
+        "95% interval": [_interval(lo, hi) for lo, hi in zip(tab["ci_low"], tab["ci_high"])],
+        "test": tab["interval"], "p (Holm)": [_p(x) for x in tab["p_scenario_holm"]],
+        "pairs": tab["n_pairs"],
+    })  # fmt: skip
+    return pd.DataFrame(cols)
+
+
+def _records(frame: Any) -> Any:
+    if frame is None or getattr(frame, "empty", True):
+        return []
+    return json.loads(frame.to_json(orient="records", date_format="iso"))
+
+
+def compare_json(c: Any, ranking: Any = None) -> str:
+    out = {
+        "a": c.label_a,
+        "b": c.label_b,
+        "sign": "B minus A, on failure: > 0 means B fails more",
+        "alpha": c.alpha,
+        "overall": _records(c.overall),
+        "by_arm": _records(c.by_arm),
+        "regressions": _records(c.regressions),
+        "regressed_pairs": _records(c.regressed_pairs),
+        "ranking": _records(ranking),
+        "notes": list(c.notes),
+    }
+    return json.dumps(out, indent=1, default=str)
+
+
+def compare_command(
+    a: Annotated[str, typer.Option("--a", help="Target A, the reference (e.g. the last release).")],
+    b: Annotated[
+        str, typer.Option("--b", help="Target B, compared with A (e.g. the new release).")
+    ],
+    db: DbOption = None,
+    db_b: Annotated[
+        str | None,
+        typer.Option(
+            "--db-b",
+            metavar="PATH|URL",
+            help="B's store, when B ran in another store from the same manifest (default: --db).",
+        ),
+    ] = None,
+    run_a: Annotated[
+        list[str] | None, typer.Option("--run-a", help="Runs of A's store to use (repeatable).")
+    ] = None,
+    run_b: Annotated[
+        list[str] | None, typer.Option("--run-b", help="Runs of B's store to use (repeatable).")
+    ] = None,
+    alpha: Annotated[
+        float,
+        typer.Option("--alpha", min=0.0, max=0.5, help="Holm-adjusted level for 'regressed'."),
+    ] = 0.05,
+    rank: Annotated[
+        bool,
+        typer.Option(
+            "--rank", help="Also rank every target of A's store (bootstrap over scenarios)."
+        ),
+    ] = False,
+    fmt: Annotated[str, typer.Option("--format", help="text or json.")] = "text",
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out", help="Folder for the tables as CSV (every family, regression, pair)."
+        ),
+    ] = None,
+) -> None:
+    """Compare two chatbots on the same design cells (scenario, variant, condition, simulator,
+    replicate): per criterion and over the rubric, B's failure rate minus A's with the
+    scenario-level test and interval of the matched contrasts, Holm over each family, per arm
+    too; and what regressed, with the conversation ids of both transcripts."""
+    if fmt not in ("text", "json"):
+        raise UserError(f"--format {fmt!r}: expected text or json")
+    from branchpoint.analysis.chatbots.alignment import Side, align
+    from branchpoint.analysis.chatbots.comparison import compare_chatbots, pair_export
+    from branchpoint.core.store import open_store
+
+    store_a = open_store(db, create=False)
+    two = db_b is not None
+    store_b = open_store(db_b, create=False) if two else store_a
+    side_a = Side(store_a, a, run_a or None, str(db or ""))
+    side_b = Side(store_b, b, run_b or None, str(db_b or ""))
+    c = compare_chatbots(align(side_a, side_b, two_stores=two), alpha=alpha)
+    ranking = None
+    if rank:
+        from branchpoint.analysis.chatbots.ranking import rank_targets
+        from branchpoint.analysis.tables.judgments import judgment_table
+
+        ranking = rank_targets(judgment_table(store_a, run_a or None))
+    if out is not None:
+        if out.exists() and not out.is_dir():
+            raise UserError(f"--out {out}: exists and is not a folder")
+        out.mkdir(parents=True, exist_ok=True)
+        for name, frame in (("overall", c.overall), ("by_arm", c.by_arm),
+                            ("regressions", c.regressions), ("regressed_pairs", c.regressed_pairs),
+                            ("pairs", pair_export(c)), ("ranking", ranking)):  # fmt: skip
+            if frame is not None and not frame.empty:
+                frame.to_csv(out / f"compare_{name}.csv", index=False)
+    if fmt == "json":
+        typer.echo(compare_json(c, ranking))
+        return
+    _print_text(c, ranking, db, db_b)
+
+
+def _print_text(c: Any, ranking: Any, db: str | None, db_b: str | None) -> None:
+    from rich.console import Console
+
+    from branchpoint.tui.commands.analysis_cmds import _print_table, _text
+
+    console = Console()
+    console.print(
+        _text(
+            f"A = {c.label_a}, B = {c.label_b}; differences are B minus A, in points of failure rate (> 0: B fails more)"
+        )
+    )
+    if c.overall.empty:
+        for note in c.notes:
+            console.print(_text("note: " + note))
+        return
+    _print_table(console, "Overall (per criterion and over the rubric; Holm over this table)",
+                 comparison_display(c.overall, with_arm=False))  # fmt: skip
+    if c.regressions.empty:
+        console.print(
+            _text(
+                f"What regressed: nothing; no arm, criterion or condition where B fails "
+                f"more with a Holm-adjusted p below {c.alpha:g}"
+            )  # fmt: skip
+        )
+    else:
+        _print_table(console, "What regressed (B worse; Holm-adjusted p below alpha)",
+                     comparison_display(c.regressions, with_arm=True))  # fmt: skip
+        show_a = f" --db {db}" if db else ""
+        show_b = f" --db {db_b}" if db_b else show_a
+        rp = c.regressed_pairs
+        for reg in c.regressions.itertuples(index=False):
+            hit = rp[(rp["family"] == reg.family) & (rp["regression_arm"] == reg.arm)
+                     & (rp["regression_criterion"] == reg.criterion_id)]  # fmt: skip
+            console.print(_text(f"  {reg.arm} / {reg.criterion_id} / {reg.condition}: "
+                                f"{len(hit)} pairs where B failed more, e.g."))  # fmt: skip
+            for row in hit.head(SHOWN_PAIRS).itertuples(index=False):
+                console.print(_text(
+                    f"    {row.scenario_id} ({row.criterion_id}, replicate {row.replicate}): "
+                    f"A {row.fails_a}/{row.rated_a} failed, B {row.fails_b}/{row.rated_b}: "
+                    f"branchpoint show {row.conversation_a}{show_a} | "
+                    f"branchpoint show {row.conversation_b}{show_b}"
+                ))  # fmt: skip
+    if ranking is not None and not ranking.empty:
+        from branchpoint.analysis.chatbots.ranking import ranking_display
+
+        _print_table(console, "Ranking of the store's targets (1: fewest failures)",
+                     ranking_display(ranking))  # fmt: skip
+    for note in c.notes:
+        console.print(_text("note: " + note))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("compare")(compare_command)
