@@ -22,6 +22,7 @@ from typing import Any
 import pandas as pd
 
 from branchpoint.analysis.pairing.forks import attach_tree
+from branchpoint.analysis.survival.first_failure import with_endings
 from branchpoint.analysis.tables.judgments import choice_columns, judgment_table
 from branchpoint.core.errors import UserError
 
@@ -64,7 +65,7 @@ def side_labels(a: Side, b: Side, two_stores: bool) -> tuple[str, str]:
 
 def _side_table(side: Side, label: str, prefix: str) -> pd.DataFrame:
     jt = judgment_table(side.store, side.runs)
-    jt = attach_tree(jt, side.store, side.runs)
+    jt = with_endings(attach_tree(jt, side.store, side.runs), side.store, side.runs)
     targets = sorted(jt["target"].dropna().astype(str).unique())
     if side.target not in targets:
         where = f" of {side.store_label}" if side.store_label else ""

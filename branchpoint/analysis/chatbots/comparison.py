@@ -35,6 +35,7 @@ import numpy as np
 import pandas as pd
 
 from branchpoint.analysis.chatbots.alignment import Aligned, store_conversation_id
+from branchpoint.analysis.chatbots.arms import arm_labels
 from branchpoint.analysis.contrasts.matched import (
     CRITERION_KEYS,
     candidate_pairs,
@@ -42,12 +43,10 @@ from branchpoint.analysis.contrasts.matched import (
     summarise_pairs,
 )
 from branchpoint.analysis.stats.inference import holm
-from branchpoint.analysis.tables.judgments import CHOICE_PREFIX, choice_columns
 from branchpoint.core.errors import UserError
 
 ALL_CRITERIA = "(all criteria)"
 ALL_ARMS = "(all arms)"
-NO_CHOICES = "(no branch points)"
 GROUP = ["arm", *CRITERION_KEYS, "condition"]
 
 
@@ -64,25 +63,6 @@ class Comparison:
     pairs: pd.DataFrame  # every pair x criterion compared (for exports)
     alpha: float = 0.05
     notes: list[str] = field(default_factory=list)
-
-
-def arm_labels(frame: pd.DataFrame) -> pd.Series:
-    """Each row's arm as text: its choices, ``key=option`` joined, keys in order."""
-    cols = sorted(choice_columns(frame))
-    if not cols:
-        return pd.Series(NO_CHOICES, index=frame.index, dtype=object)
-    parts = [
-        frame[c]
-        .astype(object)
-        .map(lambda v, k=c.removeprefix(CHOICE_PREFIX): "" if pd.isna(v) else f"{k}={v}")
-        for c in cols
-    ]
-    joined = parts[0].astype(str)
-    for p in parts[1:]:
-        joined = joined.str.cat(p.astype(str), sep=", ")
-    return joined.str.replace(r"(^(, )+|(, )+$)", "", regex=True).str.replace(
-        r"(, ){2,}", ", ", regex=True
-    )
 
 
 def _pairs(aligned: Aligned) -> tuple[pd.DataFrame, list[str]]:
@@ -238,3 +218,21 @@ def pair_export(comparison: Comparison) -> pd.DataFrame:
         "fails_a": p["n_fail_a"], "rated_a": p["n_rated_a"], "fails_b": p["n_fail_b"],
         "rated_b": p["n_rated_b"], "diff": diff,
     })  # fmt: skip
+
+
+def time_to_failure(aligned: Aligned, comparison: Comparison) -> dict[str, pd.DataFrame]:
+    """The matched time-to-first-failure comparison of the two chatbots on the compared pairs
+    (``branchpoint.analysis.survival.compare``): pooled over arms and per arm, each outcome (any
+    criterion, each criterion) per condition. ``rmst_diff`` < 0: B fails sooner."""
+    from branchpoint.analysis.survival.compare import conversation_pairs, matched_time_to_failure
+    from branchpoint.analysis.survival.first_failure import first_failures
+
+    if comparison.pairs.empty:
+        return {"overall": pd.DataFrame(), "by_arm": pd.DataFrame()}
+    ff = first_failures(aligned.judgments)
+    pooled = conversation_pairs(comparison.pairs, ["condition"])
+    per_arm = conversation_pairs(comparison.pairs, ["condition", "arm"])
+    return {
+        "overall": matched_time_to_failure(ff, pooled, ["condition"]),
+        "by_arm": matched_time_to_failure(ff, per_arm, ["condition", "arm"]),
+    }

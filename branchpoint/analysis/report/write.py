@@ -221,6 +221,9 @@ def write_report(
     sections.append(
         judge_correction_section(store_or_db, a.runs, baselines=baselines, exclude=a.excluded)
     )
+    from branchpoint.analysis.survival.section import time_to_failure_section  # issue 46
+
+    sections.append(time_to_failure_section(store_or_db, a.runs, a.primary_judge))
     pages = example_pages(store_or_db, a.examples, out)  # each failing example's own page
     if pages is not None:
         sections.append(pages)

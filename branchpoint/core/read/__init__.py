@@ -36,6 +36,7 @@ _EXPORTS = {
     "find_conversation": "branchpoint.core.read.conversations",
     "conversation_provenance": "branchpoint.core.read.conversations",
     "conversation_tree": "branchpoint.core.read.conversations",
+    "conversation_endings": "branchpoint.core.read.conversations",
     "retried_conversations": "branchpoint.core.read.conversations",
     # turns
     "turn_rows": "branchpoint.core.read.turns",

@@ -59,7 +59,7 @@ def _records(frame: Any) -> Any:
     return json.loads(frame.to_json(orient="records", date_format="iso"))
 
 
-def compare_json(c: Any, ranking: Any = None) -> str:
+def compare_json(c: Any, ranking: Any = None, ttf: Any = None) -> str:
     out = {
         "a": c.label_a,
         "b": c.label_b,
@@ -70,6 +70,7 @@ def compare_json(c: Any, ranking: Any = None) -> str:
         "regressions": _records(c.regressions),
         "regressed_pairs": _records(c.regressed_pairs),
         "ranking": _records(ranking),
+        "time_to_failure": {k: _records(v) for k, v in (ttf or {}).items()},
         "notes": list(c.notes),
     }
     return json.dumps(out, indent=1, default=str)
@@ -120,7 +121,11 @@ def compare_command(
     if fmt not in ("text", "json"):
         raise UserError(f"--format {fmt!r}: expected text or json")
     from branchpoint.analysis.chatbots.alignment import Side, align
-    from branchpoint.analysis.chatbots.comparison import compare_chatbots, pair_export
+    from branchpoint.analysis.chatbots.comparison import (
+        compare_chatbots,
+        pair_export,
+        time_to_failure,
+    )
     from branchpoint.core.store import open_store
 
     store_a = open_store(db, create=False)
@@ -128,7 +133,9 @@ def compare_command(
     store_b = open_store(db_b, create=False) if two else store_a
     side_a = Side(store_a, a, run_a or None, str(db or ""))
     side_b = Side(store_b, b, run_b or None, str(db_b or ""))
-    c = compare_chatbots(align(side_a, side_b, two_stores=two), alpha=alpha)
+    aligned = align(side_a, side_b, two_stores=two)
+    c = compare_chatbots(aligned, alpha=alpha)
+    ttf = time_to_failure(aligned, c)
     ranking = None
     if rank:
         from branchpoint.analysis.chatbots.ranking import rank_targets
@@ -141,16 +148,37 @@ def compare_command(
         out.mkdir(parents=True, exist_ok=True)
         for name, frame in (("overall", c.overall), ("by_arm", c.by_arm),
                             ("regressions", c.regressions), ("regressed_pairs", c.regressed_pairs),
-                            ("pairs", pair_export(c)), ("ranking", ranking)):  # fmt: skip
+                            ("pairs", pair_export(c)), ("ranking", ranking),
+                            ("time_to_failure", ttf["overall"]),
+                            ("time_to_failure_by_arm", ttf["by_arm"])):  # fmt: skip
             if frame is not None and not frame.empty:
                 frame.to_csv(out / f"compare_{name}.csv", index=False)
     if fmt == "json":
-        typer.echo(compare_json(c, ranking))
+        typer.echo(compare_json(c, ranking, ttf))
         return
-    _print_text(c, ranking, db, db_b)
+    _print_text(c, ranking, db, db_b, ttf)
 
 
-def _print_text(c: Any, ranking: Any, db: str | None, db_b: str | None) -> None:
+def ttf_display(tab: Any) -> Any:
+    """Matched time-to-first-failure rows as printed (exchanges; < 0: B fails sooner)."""
+    import pandas as pd
+
+    def ex(x: Any) -> str:
+        return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.2f}"
+
+    return pd.DataFrame({
+        "outcome": tab["outcome"], "condition": tab["condition"],
+        "exchanges without failure A": [ex(x) for x in tab["rmst_a"]],
+        "B": [ex(x) for x in tab["rmst_b"]], "B - A": [f"{x:+.2f}" for x in tab["rmst_diff"]],
+        "95% interval": ["none" if math.isnan(lo) else f"{lo:+.2f} to {hi:+.2f}"
+                         for lo, hi in zip(tab["ci_low"], tab["ci_high"])],
+        "p (Holm)": [_p(x) for x in tab["p_scenario_holm"]],
+        "log-rank p (stratified)": [_p(x) for x in tab["p_logrank"]],
+        "first": [f"{int(x)}" for x in tab["tau"]], "pairs": tab["n_pairs"],
+    })  # fmt: skip
+
+
+def _print_text(c: Any, ranking: Any, db: str | None, db_b: str | None, ttf: Any = None) -> None:
     from rich.console import Console
 
     from branchpoint.tui.commands.analysis_cmds import _print_table, _text
@@ -192,6 +220,13 @@ def _print_text(c: Any, ranking: Any, db: str | None, db_b: str | None) -> None:
                     f"branchpoint show {row.conversation_a}{show_a} | "
                     f"branchpoint show {row.conversation_b}{show_b}"
                 ))  # fmt: skip
+    if ttf is not None and not ttf["overall"].empty:
+        from branchpoint.analysis.survival.first_failure import ANY
+
+        tab = ttf["overall"][ttf["overall"]["outcome"] == ANY]
+        _print_table(console, "Time to the first failure (restricted mean exchanges without a "
+                     "failure over the first 'first' exchanges, matched by scenario; < 0: B fails "
+                     "sooner; every criterion in --format json)", ttf_display(tab))  # fmt: skip
     if ranking is not None and not ranking.empty:
         from branchpoint.analysis.chatbots.ranking import ranking_display
 
