@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from sqlmodel import col, select
 
+from branchpoint.core.analysis_plan import registration
 from branchpoint.core.records import Conversation, Run, utcnow
 from branchpoint.study.identity import identity_record
 
@@ -199,6 +200,9 @@ def _begin(store: Store, plan: SweepPlan, owner: str, *, retry_failed: bool = Fa
     with store.session() as s:
         row = s.get(Run, plan.sweep_id)
         record = identity_record(plan.manifest, plan.path, plan.scenario_hashes)
+        record["analysis_plan"] = plan.analysis_registration or registration(
+            record["manifest"].get("analysis")
+        )  # issue 46: registered as the first cell runs; kept (or amended) by each re-run
         if row is None:
             s.add(
                 Run(

@@ -227,6 +227,15 @@ def write_report(
     pages = example_pages(store_or_db, a.examples, out)  # each failing example's own page
     if pages is not None:
         sections.append(pages)
+    from branchpoint.analysis.preregistered.section import (  # issue 46
+        confirmatory_sections,
+        label_exploratory,
+    )
+
+    confirmatory = confirmatory_sections(store_or_db, a.runs)
+    if confirmatory:  # a registered plan: it opens the report, the rest is exploratory
+        label_exploratory(sections)
+        sections[:0] = confirmatory
     written, missing = [], []
     for s in sections:
         if s.plot is not None:

@@ -85,6 +85,9 @@ def first_failures(
         endings = judgments[["conversation_id", *cols]].drop_duplicates("conversation_id")
         endings = endings.assign(conversation_id=endings["conversation_id"].astype(str))
     j = judgments[judgments["exchange"].notna()]
+    # Only rubrics rated pass / partial / fail have a failing verdict (the ED risk levels do not).
+    ppf = j["verdict"].isin(["pass", "partial", "fail"])
+    j = j[j["rubric_id"].isin(set(j.loc[ppf, "rubric_id"]))]
     if j.empty:
         return pd.DataFrame()
     exchange = pd.to_numeric(j["exchange"]).to_numpy(float)

@@ -153,6 +153,11 @@ def time_to_failure_section(
         return section
     jt = with_endings(attach_tree(jt, store_or_db, runs), store_or_db, runs)
     ff = first_failures(jt, criteria=False)
+    if ff.empty:
+        section.text.append("No pass/partial/fail verdicts (risk levels have no failing verdict "
+                            "to time): no time to a first failure to show.")  # fmt: skip
+        section.plot = (PLOT, None, "no pass/partial/fail verdicts")
+        return section
     copies = copied_conversations(jt)
     own = ff[~ff["conversation_id"].isin(copies)]
     per_target = km_summary(own, ["target"])
