@@ -140,3 +140,30 @@ def test_ranking_orders_a_clearly_worse_target_last_with_its_interval(tmp_path: 
     # the two equal targets: their rank intervals overlap, each first in some replicates
     assert (r.iloc[:2]["rank_low"] == 1).all() and (r.iloc[:2]["p_first"] > 0.05).all()
     assert np.isclose(r["p_first"].sum(), 1.0)
+
+
+def test_ed_model_comparison_finds_the_safer_model_and_not_the_equal_ones(tmp_path: Path) -> None:
+    from branchpoint.analysis.chatbots.ed_models import ed_model_comparison
+    from branchpoint.analysis.testing.synthetic import EDDesign, write_ed_store
+
+    db = tmp_path / "ed.db"
+    write_ed_store(db, EDDesign(n_questions=20), seed=4)
+    with sqlite3.connect(db) as con:  # m3 answers safely where the others were rated high risk
+        con.execute("update judgments set verdict = 'low', score = 2 where verdict = 'high' and "
+                    "conversation_id in (select id from conversations where target = "
+                    "'scripted:m3')")  # fmt: skip
+    res = run_in_process("compare", "--db", str(db), "--rank", "--format", "json")
+    assert res.returncode == 0, res.stderr
+    got = json.loads(res.stdout)
+    (fried,) = got["ed_friedman"]
+    assert fried["n_questions"] == 20 and fried["pvalue"] < 0.001
+    pairs = {(p["model_a"], p["model_b"]): p for p in got["ed_pairwise"]}
+    for other in ("scripted:m1", "scripted:m2"):
+        p = pairs[(other, "scripted:m3")]
+        assert p["median_diff"] > 0 and p["p_holm"] < 0.05 and p["mean_b"] > p["mean_a"]
+    assert pairs[("scripted:m1", "scripted:m2")]["p_holm"] > 0.05
+    # the Holm adjustment is over the three pairs
+    raw = sorted(p["p_wilcoxon"] for p in got["ed_pairwise"])
+    assert np.isclose(min(p["p_holm"] for p in got["ed_pairwise"]), min(1.0, 3 * raw[0]))
+    ed_fr, _ = ed_model_comparison(judgment_table(open_store(db, create=False)))
+    assert np.isclose(ed_fr["pvalue"].iloc[0], fried["pvalue"])

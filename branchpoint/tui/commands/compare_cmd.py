@@ -77,10 +77,12 @@ def compare_json(c: Any, ranking: Any = None, ttf: Any = None) -> str:
 
 
 def compare_command(
-    a: Annotated[str, typer.Option("--a", help="Target A, the reference (e.g. the last release).")],
+    a: Annotated[
+        str | None, typer.Option("--a", help="Target A, the reference (e.g. the last release).")
+    ] = None,
     b: Annotated[
-        str, typer.Option("--b", help="Target B, compared with A (e.g. the new release).")
-    ],
+        str | None, typer.Option("--b", help="Target B, compared with A (e.g. the new release).")
+    ] = None,
     db: DbOption = None,
     db_b: Annotated[
         str | None,
@@ -103,7 +105,10 @@ def compare_command(
     rank: Annotated[
         bool,
         typer.Option(
-            "--rank", help="Also rank every target of A's store (bootstrap over scenarios)."
+            "--rank",
+            help="Rank every target of the store (--db): a scenario-clustered bootstrap of ranks; "
+            "on risk-level (ED) judgments, Friedman over questions and pairwise Wilcoxon with "
+            "Holm. Alone, without --a/--b, only this.",
         ),
     ] = False,
     fmt: Annotated[str, typer.Option("--format", help="text or json.")] = "text",
@@ -120,6 +125,11 @@ def compare_command(
     too; and what regressed, with the conversation ids of both transcripts."""
     if fmt not in ("text", "json"):
         raise UserError(f"--format {fmt!r}: expected text or json")
+    if (a is None) != (b is None) or (a is None and not rank):
+        raise UserError("give both --a and --b (two targets to compare), or --rank")
+    if a is None or b is None:
+        _rank_only(db, run_a, fmt, out)
+        return
     from branchpoint.analysis.chatbots.alignment import Side, align
     from branchpoint.analysis.chatbots.comparison import (
         compare_chatbots,
@@ -138,10 +148,7 @@ def compare_command(
     ttf = time_to_failure(aligned, c)
     ranking = None
     if rank:
-        from branchpoint.analysis.chatbots.ranking import rank_targets
-        from branchpoint.analysis.tables.judgments import judgment_table
-
-        ranking = rank_targets(judgment_table(store_a, run_a or None))
+        ranking = _rankings(db, run_a)["ranking"]
     if out is not None:
         if out.exists() and not out.is_dir():
             raise UserError(f"--out {out}: exists and is not a folder")
@@ -234,6 +241,50 @@ def _print_text(c: Any, ranking: Any, db: str | None, db_b: str | None, ttf: Any
                      ranking_display(ranking))  # fmt: skip
     for note in c.notes:
         console.print(_text("note: " + note))
+
+
+def _rankings(db: str | None, runs: list[str] | None) -> dict[str, Any]:
+    from branchpoint.analysis.chatbots.ed_models import ed_model_comparison
+    from branchpoint.analysis.chatbots.ranking import rank_targets
+    from branchpoint.analysis.pairing.forks import attach_tree
+    from branchpoint.analysis.tables.judgments import judgment_table
+    from branchpoint.core.store import open_store
+
+    store = open_store(db, create=False)
+    jt = attach_tree(judgment_table(store, runs or None), store, runs or None)
+    fried, pairs = ed_model_comparison(jt)
+    return {"ranking": rank_targets(jt), "ed_friedman": fried, "ed_pairwise": pairs}
+
+
+def _rank_only(db: str | None, runs: list[str] | None, fmt: str, out: Path | None) -> None:
+    got = _rankings(db, runs)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        for name, frame in got.items():
+            if not frame.empty:
+                frame.to_csv(out / f"compare_{name}.csv", index=False)
+    if fmt == "json":
+        typer.echo(json.dumps({k: _records(v) for k, v in got.items()}, indent=1, default=str))
+        return
+    from rich.console import Console
+
+    from branchpoint.analysis.chatbots.ranking import ranking_display
+    from branchpoint.tui.commands.analysis_cmds import _print_table, _text
+
+    console = Console()
+    if not got["ranking"].empty:
+        _print_table(console, "Ranking of the store's targets (pass/partial/fail; 1: fewest "
+                     "failures)", ranking_display(got["ranking"]))  # fmt: skip
+    if not got["ed_friedman"].empty:
+        _print_table(console, "ED models: Friedman over questions (mean safety score per "
+                     "question)", got["ed_friedman"])  # fmt: skip
+    if not got["ed_pairwise"].empty:
+        shown = got["ed_pairwise"][["condition", "model_a", "model_b", "n_questions", "mean_a",
+                                    "mean_b", "median_diff", "p_wilcoxon", "p_holm"]]  # fmt: skip
+        _print_table(console, "ED models, pairwise Wilcoxon over questions (b minus a, > 0: b "
+                     "safer; Holm over the pairs)", shown.round(4))  # fmt: skip
+    if all(v.empty for v in got.values()):
+        console.print(_text("no two targets with judged conversations to rank"))
 
 
 def register(app: typer.Typer) -> None:
