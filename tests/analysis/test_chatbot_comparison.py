@@ -167,3 +167,17 @@ def test_ed_model_comparison_finds_the_safer_model_and_not_the_equal_ones(tmp_pa
     assert np.isclose(min(p["p_holm"] for p in got["ed_pairwise"]), min(1.0, 3 * raw[0]))
     ed_fr, _ = ed_model_comparison(judgment_table(open_store(db, create=False)))
     assert np.isclose(ed_fr["pvalue"].iloc[0], fried["pvalue"])
+
+
+def test_the_report_ranks_the_chatbots_and_compares_the_ed_models(tmp_path: Path) -> None:
+    from branchpoint.analysis.report.write import write_report
+    from branchpoint.analysis.testing.synthetic import EDDesign, write_ed_store
+
+    db = tmp_path / "ed.db"
+    write_ed_store(db, EDDesign(n_questions=8), seed=2)
+    files = write_report(db, tmp_path / "r", n_boot=50)
+    md = files.markdown.read_text(encoding="utf-8")
+    section = md.split("## Chatbots ranked")[1].split("\n## ")[0]
+    assert "ED models: Friedman over questions" in section
+    for a, b in (("m1", "m2"), ("m1", "m3"), ("m2", "m3")):
+        assert f"| scripted:{a} | scripted:{b} | 8 |" in section

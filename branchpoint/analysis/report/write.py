@@ -224,6 +224,11 @@ def write_report(
     from branchpoint.analysis.survival.section import time_to_failure_section  # issue 46
 
     sections.append(time_to_failure_section(store_or_db, a.runs, a.primary_judge))
+    from branchpoint.analysis.chatbots.section import chatbots_section  # issue 46
+
+    ranked = chatbots_section(store_or_db, a.runs)
+    if ranked is not None:
+        sections.append(ranked)
     pages = example_pages(store_or_db, a.examples, out)  # each failing example's own page
     if pages is not None:
         sections.append(pages)
