@@ -90,6 +90,13 @@ def first_failures(
     j = j[j["rubric_id"].isin(set(j.loc[ppf, "rubric_id"]))]
     if j.empty:
         return pd.DataFrame()
+    # A conversation a judge rated nothing in (every verdict an error, or not applicable) was
+    # not observed by that judge: no row, rather than a conversation censored with no failure.
+    rated = j["applicable"].astype(bool) & j["verdict"].isin(["pass", "partial", "fail"])
+    seen = j.loc[rated, KEYS].astype(str).drop_duplicates()
+    j = j.merge(seen, on=KEYS, how="inner") if len(seen) else j.iloc[0:0]
+    if j.empty:
+        return pd.DataFrame()
     exchange = pd.to_numeric(j["exchange"]).to_numpy(float)
     v = j["verdict"].astype(object)
     failed = j["applicable"].astype(bool).to_numpy() & (v == "fail").to_numpy()

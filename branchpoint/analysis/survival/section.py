@@ -175,7 +175,8 @@ def time_to_failure_section(
     shown = judge or str(own["judge"].value_counts().index[0])
     curves = km_curves(own[own["judge"] == shown], ["target"])
     png = survival_plot(curves[curves["outcome"] == ANY] if not curves.empty else curves, shown)
-    section.plot = (PLOT, png, "no judged turns" if png is None else "")
+    why = f"judge {shown} has no applicable pass/partial/fail rating" if png is None else ""
+    section.plot = (PLOT, png, why)
     kept = f" ({len(copies)} arms that never forked counted once)" if copies else ""
     section.text.append(
         f"{own['conversation_id'].nunique()} conversations{kept}; per judge, "
