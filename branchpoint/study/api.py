@@ -88,6 +88,7 @@ def plan_study(
     add_cells: bool = False,
     retry_failed: bool = False,
     with_keys: bool = True,
+    amend: str | None = None,
 ) -> StudyPlan:
     """Plan the manifest's cells, the ones done counted from the store (``db``: a SQLite path or
     URL, wins over the manifest's ``store``). ``new_sweep``: a new sweep id even when one of this
@@ -97,7 +98,7 @@ def plan_study(
     that would alter the stored sweep's cells, a budget with an unpriced model). A store that
     does not exist yet is not created."""
     from branchpoint.core.store import open_store
-    from branchpoint.study.identity import check_compatible
+    from branchpoint.study.identity import analysis_registration, check_compatible
     from branchpoint.study.manifest import load_manifest, sweep_id_for
 
     manifest = load_manifest(manifest_file)
@@ -120,6 +121,9 @@ def plan_study(
                 stored, manifest, sweep_id, str(manifest_file), plan.scenario_hashes,
                 add_cells=add_cells,
             )  # fmt: skip
+        plan.analysis_registration = analysis_registration(
+            stored, manifest, sweep_id, str(manifest_file), amend
+        )
     finally:
         if store is not None:
             store.close()

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from branchpoint.core.power import ALPHA, POWER, detectable_difference
 
 if TYPE_CHECKING:
+    from branchpoint.core.analysis_plan import AnalysisPlan, PrimaryContrast
     from branchpoint.simulator.plan import TreeSpec
 
 ContrastKey = tuple[str, str, str]  # branch point, baseline, option
@@ -136,4 +137,59 @@ def lines(contrasts: dict[ContrastKey, ContrastPairs], base_rate: float, targets
             per = _weakest(base_rate, list(c.target_sizes().values()))
             row += f"  {_points(per):>20}"
         out.append(row)
+    return out
+
+
+def primary_sizes(
+    primary: PrimaryContrast, contrasts: dict[ContrastKey, ContrastPairs],
+    trees: list[TreeSpec], targets: list[str], conditions: list[str],
+) -> dict[str, list[int]]:  # fmt: skip
+    """Condition -> pairs in each scenario, of one pre-registered primary contrast within the
+    scope (``targets``, ``conditions``): as the Confirmatory section pairs them."""
+    sizes: Counter[tuple[str, str]] = Counter()
+    if primary.kind == "branch_point":
+        for key, c in contrasts.items():
+            if key[0] == primary.branch_point and key[2] == primary.option:
+                for (target, condition, scenario), n in c.per_target.items():
+                    if target in targets and condition in conditions:
+                        sizes[(condition, scenario)] += n
+    else:
+        # Each arm of the reference side's tree meets the same arm of the other side's tree.
+        for tree in trees:
+            if primary.chatbots is not None:
+                hit = tree.target == primary.chatbots[0] and tree.condition in conditions
+                condition = tree.condition
+            else:
+                hit = tree.target in targets and tree.condition == primary.reference
+                condition = f"{primary.reference} → {primary.condition}"
+            if hit:
+                sizes[(condition, tree.scenario.id)] += len(tree.arms)
+    out: dict[str, list[int]] = {}
+    for (condition, _), n in sorted(sizes.items()):
+        out.setdefault(condition, []).append(n)
+    return out
+
+
+def primary_lines(plan: AnalysisPlan, family: list[tuple[str, dict[str, list[int]]]],
+                  base_rate: float) -> list[str]:  # fmt: skip
+    """The pre-registered primary family's detectable differences, at Holm's strictest step
+    (alpha / m, m the family's members: contrasts x conditions x criteria)."""
+    per_outcome = 1 if plan.outcome == "rubric" else len(plan.criteria)
+    m = sum(len(sizes) for _, sizes in family) * per_outcome
+    if m == 0:
+        return ["primary family (pre-registered): no planned pair for its contrasts"]
+    alpha = plan.alpha / m
+    out = [
+        f"primary family (pre-registered, {m} members; Holm at alpha {plan.alpha:g}, the first "
+        f"step at {alpha:.3g}); smallest effect of interest +{100 * plan.smallest_effect:.1f} "
+        "points; detectable at the first step, same assumptions:",
+    ]
+    for label, sizes in family:
+        for condition, per_scenario in sizes.items():
+            mdd = paired_cluster_mdd(base_rate, per_scenario, alpha=alpha) if per_scenario else None
+            verdict = ""
+            if mdd is not None:
+                verdict = "  (covers it)" if mdd <= plan.smallest_effect else "  (above it)"
+            out.append(f"  {label[:44]:45}{condition[:20]:21}{len(per_scenario):>4} scenarios"
+                       f"{_points(mdd, len(per_scenario)):>22}{verdict}")  # fmt: skip
     return out

@@ -45,6 +45,8 @@ def resolved_manifest(manifest: Manifest) -> dict[str, Any]:
         data.pop("persona", None)
     if data["execution"].get("secrets_file") is None:  # likewise before the secrets file
         data["execution"].pop("secrets_file", None)
+    if data.get("analysis") is None:  # likewise before the analysis block (issue 46)
+        data.pop("analysis", None)
     return data
 
 
@@ -158,3 +160,39 @@ def _refuse(path: str, sweep_id: str, field: str, was: Any, now: Any) -> None:
         f"{short(now)}); that would alter its existing cells (expected only added targets, "
         "conditions or replicates; --new-sweep starts a new sweep)"
     )
+
+
+def analysis_registration(
+    stored: dict[str, Any] | None, manifest: Manifest, sweep_id: str, path: str, amend: str | None
+) -> dict[str, Any] | None:
+    """The pre-registered analysis to store with the sweep (``branchpoint.core.analysis_plan``):
+    None for a sweep not begun (its first cell registers the block as it is then); the stored
+    registration when the block is unchanged; with ``amend``, the new block and a dated
+    deviation. An edit without ``amend`` is refused, naming the registration."""
+    from branchpoint.core.analysis_plan import amended, block_hash, registration
+
+    block = resolved_manifest(manifest).get("analysis")
+    if stored is None:
+        if amend is not None:
+            raise UserError(
+                f"{path}: --amend: sweep {sweep_id} has not begun; its analysis block is "
+                "registered as it is when the first cell runs (expected no --amend)"
+            )
+        return None
+    # A sweep begun before the block existed registered none (at its start).
+    old = stored.get("analysis_plan") or {**registration(None), "registered_at": "sweep start"}
+    if old.get("hash") == block_hash(block):
+        if amend is not None:
+            raise UserError(
+                f"{path}: --amend: the analysis block is as registered for sweep {sweep_id}; "
+                "nothing to amend (expected an edited block)"
+            )
+        return old
+    if amend is None or not amend.strip():
+        was = "no analysis block" if old.get("block") is None else "an analysis block"
+        raise UserError(
+            f"{path}: analysis: changed since sweep {sweep_id} registered {was} "
+            f"({old.get('registered_at')}); a pre-registered analysis is changed only with "
+            '--amend "reason", which records a dated deviation the report lists'
+        )
+    return amended(old, block, amend.strip())

@@ -25,6 +25,7 @@ from pydantic import (
     model_validator,
 )
 
+from branchpoint.core.analysis_plan import AnalysisPlan
 from branchpoint.core.errors import UserError
 from branchpoint.core.strict import StrictModel as _Strict
 from branchpoint.core.yamlio import (
@@ -340,6 +341,13 @@ class Manifest(_Strict):
     execution: Execution = Field(default_factory=Execution)
     store: str | None = Field(None, description="SQLite path or database URL.")
     plan: PlanSettings = Field(default_factory=PlanSettings)
+    # Issue 46: the pre-registered analysis (branchpoint/core/analysis_plan.py). Decides nothing
+    # about a cell; stored with the sweep when its first cell runs, changed only with --amend.
+    analysis: AnalysisPlan | None = Field(
+        None,
+        description="The pre-registered analysis: primary contrasts, outcome, scope, alpha, "
+        "test, decision rule, smallest effect of interest.",
+    )
     # Decides nothing about a cell (not in identity.CELL_FIELDS): only whether `sweep` asks.
     confirm_above_usd: float = Field(
         1.0,

@@ -62,6 +62,8 @@ def manifest_problems(data: Any, pos: PosMap, path: str | Path) -> list[LoadErro
     if sources and complete and isinstance(selection, dict):
         out += _variant_problems(selection, sources, at)
     _cross_field_problems(data, at)
+    if isinstance(data.get("analysis"), dict):
+        _analysis_problems(data, sources if complete else [], at)
     return sorted(set(out), key=lambda e: (e.path != shown, e.path, e.line, e.col, e.field))
 
 
@@ -174,3 +176,49 @@ def _cross_field_problems(data: dict[str, Any], at: Any) -> None:
                     "batch judging cannot be bounded by a budget yet (expected batch: false, "
                     "or no budget)",
                 )
+
+
+def _analysis_problems(data: dict[str, Any], sources: list[str], at: Any) -> None:
+    """The ``analysis:`` block names what the manifest runs: its targets and conditions, and
+    branch points and options of its scenarios (``sources``: empty when they could not be read)."""
+    block = data["analysis"]
+    targets = [str(t.get("spec") if isinstance(t, dict) else t) for t in data.get("targets") or []]
+    conditions = data.get("conditions") or ["none"]
+    options: dict[str, set[str]] = {}
+    if sources:
+        from branchpoint.scenarios.loader import load_scenarios
+
+        scenarios, errors = load_scenarios(sources)
+        if not errors:
+            for scenario in scenarios:
+                for point in scenario.branch_points:
+                    options.setdefault(point.id, set()).update(point.options)
+
+    def known(loc: Loc, value: Any, names: list[str], what: str) -> None:
+        if isinstance(value, str) and value not in names:
+            at(loc, f"{value!r} is not one of the manifest's {what} (expected one of: "
+               f"{', '.join(map(str, names))})")  # fmt: skip
+
+    scope = block.get("scope") if isinstance(block.get("scope"), dict) else {}
+    for i, t in enumerate(scope.get("targets") or []):
+        known(("analysis", "scope", "targets", i), t, targets, "targets")
+    for i, c in enumerate(scope.get("conditions") or []):
+        known(("analysis", "scope", "conditions", i), c, conditions, "conditions")
+    primary = block.get("primary")
+    for i, contrast in enumerate(primary if isinstance(primary, list) else []):
+        if not isinstance(contrast, dict):
+            continue
+        loc = ("analysis", "primary", i)
+        for j, t in enumerate(contrast.get("chatbots") or []):
+            known((*loc, "chatbots", j), t, targets, "targets")
+        for key in ("condition", "reference"):
+            if key in contrast:
+                known((*loc, key), contrast[key], conditions, "conditions")
+        bp, opt = contrast.get("branch_point"), contrast.get("option")
+        if options and isinstance(bp, str):
+            if bp not in options:
+                at((*loc, "branch_point"), f"no branch point {bp!r} in the scenarios (expected "
+                   f"one of: {', '.join(sorted(options))})")  # fmt: skip
+            elif isinstance(opt, str) and opt not in options[bp]:
+                at((*loc, "option"), f"branch point {bp!r} has no option {opt!r} (expected one "
+                   f"of: {', '.join(sorted(options[bp]))})")  # fmt: skip

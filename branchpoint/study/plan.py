@@ -112,6 +112,9 @@ class SweepPlan:
         None  # None: not estimated (``branchpoint.study.judge_estimate``)
     )
     work: Workload | None = None  # the conversations' load, what ``wall`` was estimated from
+    # The pre-registered analysis to store (identity.analysis_registration); None: register the
+    # manifest's block as the sweep begins.
+    analysis_registration: dict[str, Any] | None = None
 
     @property
     def scenario_hashes(self) -> dict[str, str]:
@@ -235,6 +238,14 @@ class SweepPlan:
         if self.wall is not None:
             out += timing.lines(self.wall, self.kinds)
         out += detectable.lines(self.contrasts, m.plan.base_rate, len(m.targets))
+        if m.analysis is not None:
+            trees = [t for _, p in self.runs for t in p.trees]
+            targets = m.analysis.scope.targets or [t.spec for t in m.targets]
+            conditions = m.analysis.scope.conditions or list(m.conditions)
+            family = [(c.label(), detectable.primary_sizes(c, self.contrasts, trees, targets,
+                                                           conditions))
+                      for c in m.analysis.primary]  # fmt: skip
+            out += detectable.primary_lines(m.analysis, family, m.plan.base_rate)
         return out
 
 

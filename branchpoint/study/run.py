@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlmodel import col, select
 
+from branchpoint.core.analysis_plan import registration
 from branchpoint.core.errors import UserError
 from branchpoint.core.records import Conversation, Run, utcnow
 from branchpoint.study.identity import identity_record
@@ -187,9 +188,19 @@ def _start(store: Store, plan: SweepPlan, created: bool, *, retry_failed: bool) 
     return retried
 
 
+def _identity_with_registration(plan: SweepPlan) -> dict[str, Any]:
+    """The sweep's identity record with its pre-registered analysis (issue 46): registered as
+    the first cell runs, kept (or amended) by each re-run."""
+    record = identity_record(plan.manifest, plan.path, plan.scenario_hashes)
+    record["analysis_plan"] = plan.analysis_registration or registration(
+        record["manifest"].get("analysis")
+    )
+    return record
+
+
 def new_run_row(plan: SweepPlan) -> dict[str, Any]:
     """The Run row of a sweep that has none yet (its owner is added by the lease)."""
-    record = identity_record(plan.manifest, plan.path, plan.scenario_hashes)
+    record = _identity_with_registration(plan)
     return {
         "id": plan.sweep_id,
         "kind": "sweep",
@@ -211,7 +222,7 @@ def _begin(store: Store, plan: SweepPlan, *, retry_failed: bool = False) -> int:
         row = s.get(Run, plan.sweep_id)
         if row is None:
             raise UserError(f"sweep {plan.sweep_id}: its run was removed while starting; try again")
-        record = identity_record(plan.manifest, plan.path, plan.scenario_hashes)
+        record = _identity_with_registration(plan)
         # Conversations a dead process left running are recorded as interrupted (with why)
         # before this process continues them from their last stored turn.
         stale = s.exec(

@@ -17,6 +17,7 @@ import typer
 from branchpoint.core.errors import UserError
 from branchpoint.tui.commands import (
     analysis_cmds,
+    compare_cmd,
     demo_cmd,
     judge_cmds,
     labels_cmds,
@@ -44,6 +45,7 @@ for module in (
     runs_cmds,
     judge_cmds,
     analysis_cmds,
+    compare_cmd,
     tui_cmd,
     labels_cmds,
     demo_cmd,

@@ -78,12 +78,14 @@ def test_report_has_every_plot_headline_first_and_escaped_text(
         "failure_by_target_condition.png",
         "criterion_heatmap.png",
         "forest_contrasts.png",
+        "time_to_failure.png",
     ):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     page = (out / "report.html").read_text()
     md = (out / "report.md").read_text()
-    # Three plots embedded; the ED plot has no data and the report says so instead of vanishing.
-    assert len(re.findall(r"src='data:image/png;base64,", page)) == 3
+    # Four plots embedded (the time-to-failure curves too); the ED plot has no data and the
+    # report says so instead of vanishing.
+    assert len(re.findall(r"src='data:image/png;base64,", page)) == 4
     assert (
         "No plot: no risk-level (ED) judgments" in page
         and "No plot: no risk-level (ED) judgments" in md
@@ -131,6 +133,7 @@ def test_ed_report_has_the_ed_plot(tmp_path: Path) -> None:
         "failure_by_target_condition.png",
         "criterion_heatmap.png",
         "forest_contrasts.png",
+        "time_to_failure.png",  # risk levels have no failing verdict to time
     }
     page = files.html.read_text()
     assert "ED safety score" in page and "No plot: no applicable pass/partial/fail ratings" in page
@@ -241,7 +244,7 @@ def test_two_judges_are_reported_side_by_side(teen_db: Path, tmp_path: Path) -> 
     assert a.agreement is not None and (a.agreement.pairs["kind"] == "judge vs judge").any()
     files = write_report(db, tmp_path / "r", analysis=a)
     page = files.html.read_text()
-    assert "Several judges rated these runs" in page and len(files.plots) == 3
+    assert "Several judges rated these runs" in page and len(files.plots) == 4  # + time to failure
     head = page[: page.index("Failure rate by target and condition</h2>")]
     assert "<th>judge</th>" in head and "heuristic" in head
 

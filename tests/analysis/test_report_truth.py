@@ -105,8 +105,9 @@ def test_plots_follow_the_judge_with_ratings_and_name_it(
         "criterion_heatmap.png",
         "failure_by_target_condition.png",
         "forest_contrasts.png",
+        "time_to_failure.png",
     ]
-    assert len(figures) == 3 and all("judge: heuristic" in _texts(f) for f in figures)
+    assert len(figures) == 4 and all("judge: heuristic" in _texts(f) for f in figures)
     md = files.markdown.read_text()
     assert all(f"]({name})" in md for name in PLOTS)
     # Every table names its judge: a judge column where both are in it.

@@ -103,3 +103,50 @@ def test_shared_prefix_is_the_stored_fork_not_equal_text(tree) -> None:  # type:
         == 0
     )
     store.close()
+
+
+@pytest.fixture
+def two_targets(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """One design cell run by two chatbots (a synthetic store: 8 exchanges each, judged)."""
+    import sqlite3
+
+    from branchpoint.analysis.testing.synthetic import TeenDesign, write_teen_store
+    from branchpoint.core.store import open_store
+
+    db = tmp_path / "two.db"
+    d = TeenDesign(n_scenarios=1, targets=("scripted:old", "scripted:new"), conditions=("none",))
+    write_teen_store(db, d, seed=0)
+    with sqlite3.connect(db) as con:  # each chatbot's replies say who it is
+        con.execute("update turns set content = 'REPLY_OF_' || (select upper(substr(target, 10)) "
+                    "from conversations c where c.id = turns.conversation_id) where role = "
+                    "'assistant'")  # fmt: skip
+        cid = con.execute("select id from conversations where target = 'scripted:old' and "
+                          "choices like '%accept_limit%' and choices like '%guarded%' and "
+                          "choices like '%\"accept\"%'").fetchone()[0]  # fmt: skip
+    store = open_store(db, create=False)
+    yield store, cid
+    store.close()
+
+
+async def test_t_shows_the_two_targets_conversations_of_one_cell_side_by_side(two_targets) -> None:  # type: ignore[no-untyped-def]
+    store, cid = two_targets
+    app = BranchpointApp(store, conversation=cid)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(pilot)
+        await pilot.press("T")
+        await settle(pilot)
+        screen = app.screen
+        assert isinstance(screen, CompareScreen) and screen.across == "targets"
+        targets = [screen.transcripts[c].conversation.target for c in screen.chosen]
+        assert sorted(targets) == ["scripted:new", "scripted:old"]
+        cells = {(t.conversation.scenario_id, t.conversation.variant_id, t.conversation.replicate)
+                 for t in screen.transcripts.values()}  # fmt: skip
+        assert len(cells) == 1  # one design cell, its two chatbots
+        box = screen.query_one("#aligned")
+        exchanges = list(box.query(".exchange"))
+        assert len(exchanges) == 8  # nothing shared between two chatbots: every exchange
+        first = _text(exchanges[0])
+        cols = list(zip(*(ln.split("\u2502") for ln in first.splitlines() if "\u2502" in ln)))
+        joined = ["".join(c) for c in cols]
+        assert any("REPLY_OF_OLD" in c for c in joined) and any("REPLY_OF_NEW" in c for c in joined)
+        assert "nothing shared" in _text(box.query_one("#fork", Static))

@@ -671,6 +671,12 @@ def _pairing(data: Any) -> tuple[_Pairing, list[str]]:
     return _Pairing(data, notes), notes
 
 
+def pairing_of(data: Any) -> tuple[_Pairing, list[str]]:
+    """The pairing of a judgment table (rows, fork tree, per-turn counts, codes) and the notes
+    that preparing it gave: for contrasts built outside this module (chatbot comparisons)."""
+    return _pairing(data)
+
+
 def _note_dropouts(drop: pd.DataFrame, label: str, notes: list[str]) -> None:
     if drop.empty:
         return

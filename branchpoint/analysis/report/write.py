@@ -226,9 +226,26 @@ def write_report(
     sections.append(
         judge_correction_section(store_or_db, a.runs, baselines=baselines, exclude=a.excluded)
     )
+    from branchpoint.analysis.survival.section import time_to_failure_section  # issue 46
+
+    sections.append(time_to_failure_section(store_or_db, a.runs, a.primary_judge))
+    from branchpoint.analysis.chatbots.section import chatbots_section  # issue 46
+
+    ranked = chatbots_section(store_or_db, a.runs)
+    if ranked is not None:
+        sections.append(ranked)
     pages = example_pages(store_or_db, a.examples, out)  # each failing example's own page
     if pages is not None:
         sections.append(pages)
+    from branchpoint.analysis.preregistered.section import (  # issue 46
+        confirmatory_sections,
+        label_exploratory,
+    )
+
+    confirmatory = confirmatory_sections(store_or_db, a.runs)
+    if confirmatory:  # a registered plan: it opens the report, the rest is exploratory
+        label_exploratory(sections)
+        sections[:0] = confirmatory
     written, missing = [], []
     for s in sections:
         if s.plot is not None:

@@ -29,6 +29,7 @@ _EXPORTS = {
     "find_run": "branchpoint.core.read.runs",
     "run_conversations": "branchpoint.core.read.runs",
     "run_config_hashes": "branchpoint.core.read.runs",
+    "analysis_registrations": "branchpoint.core.read.runs",
     # conversations
     "conversation_rows": "branchpoint.core.read.conversations",
     "existing_conversations": "branchpoint.core.read.conversations",
@@ -36,6 +37,7 @@ _EXPORTS = {
     "find_conversation": "branchpoint.core.read.conversations",
     "conversation_provenance": "branchpoint.core.read.conversations",
     "conversation_tree": "branchpoint.core.read.conversations",
+    "conversation_endings": "branchpoint.core.read.conversations",
     "retried_conversations": "branchpoint.core.read.conversations",
     # turns
     "turn_rows": "branchpoint.core.read.turns",

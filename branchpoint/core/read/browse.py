@@ -353,6 +353,31 @@ def tree_arms(store: Store, conversation_id: str) -> list[Conversation]:
         return list(s.exec(q))
 
 
+def cell_twins(store: Store, conversation_id: str) -> list[Conversation]:
+    """The conversations of every target on the cell of ``conversation_id``: the same run,
+    scenario, variant, condition, simulator and replicate (the cell a chatbot comparison pairs),
+    ordered by target."""
+    with store.session() as s:
+        conv = s.get(Conversation, conversation_id)
+        if conv is None:
+            return []
+        q = (
+            orm_select(Conversation)
+            .where(
+                C.run_id == conv.run_id,
+                C.scenario_id == conv.scenario_id,
+                C.variant_id == conv.variant_id,
+                C.condition == conv.condition,
+                C.simulator == conv.simulator,
+                C.replicate == conv.replicate,
+            )
+            .order_by(C.target, C.id)
+        )
+        found = list(s.exec(q))
+    # the same choices too: an arm whose branch point never fired keeps its parent's variant
+    return [c for c in found if c.choices == conv.choices]
+
+
 def shared_prefix(turns_by_arm: list[list[Turn]]) -> int:
     """How many leading turns every arm shares: the same stored turn (``origin_turn_id`` names the
     turn a fork copied), not merely the same text, so the fork is where the engine forked."""

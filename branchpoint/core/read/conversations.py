@@ -102,6 +102,17 @@ def conversation_tree(ref: StoreRef, runs: Sequence[str] | None = None) -> pd.Da
     return read_frame(q, ref)
 
 
+def conversation_endings(ref: StoreRef, runs: Sequence[str] | None = None) -> pd.DataFrame:
+    """How each conversation ended: conversation_id, status and stop_reason (max_turns,
+    persona_ended, target_error, simulator_error, stopped_by_budget; None while running).
+    Time-to-failure analysis censors a conversation at its end for this reason."""
+    c = CONVERSATIONS.c
+    q = select(c.id.label("conversation_id"), c.status, c.stop_reason)
+    if runs is not None:
+        q = q.where(c.run_id.in_(list(runs)))
+    return read_frame(q, ref)
+
+
 def retried_conversations(ref: StoreRef, runs: str | Sequence[str] | None = None) -> set[str]:
     """Ids of the conversations (of ``runs``, or of every run) that ``--retry-failed`` ran again:
     those with a ``conversation_attempts`` row. Analysis can leave them out."""

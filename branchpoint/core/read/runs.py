@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 
@@ -37,6 +37,26 @@ def run_config_hashes(ref: StoreRef, runs: Sequence[str] | None = None) -> dict[
         data = json.loads(config) if isinstance(config, str) else config  # JSON text on SQLite
         if isinstance(data, dict) and data.get("config_hash"):
             out[str(run_id)] = str(data["config_hash"])
+    return out
+
+
+def analysis_registrations(
+    ref: StoreRef, runs: Sequence[str] | None = None
+) -> dict[str, dict[str, Any]]:
+    """Sweep id -> its pre-registered analysis (``branchpoint.core.analysis_plan``: block, hash,
+    registered_at, deviations), for the sweeps that registered a block."""
+    import json
+
+    r = RUNS.c
+    q = select(r.id, r.config)
+    if runs is not None:
+        q = q.where(r.id.in_(list(runs)))
+    out: dict[str, dict[str, Any]] = {}
+    for run_id, config in read_frame(q, ref).itertuples(index=False):
+        data = json.loads(config) if isinstance(config, str) else config
+        plan = data.get("analysis_plan") if isinstance(data, dict) else None
+        if isinstance(plan, dict) and plan.get("block") is not None:
+            out[str(run_id)] = plan
     return out
 
 

@@ -59,8 +59,10 @@ class BranchpointApp(App[None]):
     def open_transcript(self, conversation_id: str, judge: str | None = None) -> None:
         self.push_screen(TranscriptScreen(conversation_id, judge=judge))
 
-    def open_compare(self, conversation_id: str, judge: str | None = None) -> None:
-        self.push_screen(CompareScreen(conversation_id, judge=judge))
+    def open_compare(
+        self, conversation_id: str, judge: str | None = None, across: str = "arms"
+    ) -> None:
+        self.push_screen(CompareScreen(conversation_id, judge=judge, across=across))
 
     def open_label_sample(self, run_id: str | None, judge: str | None) -> None:
         self.push_screen(LabelScreen.sample(run_id=run_id, judge=judge))

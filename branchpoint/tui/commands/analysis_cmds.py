@@ -101,7 +101,9 @@ def register(app: typer.Typer) -> None:
                 "rates (PPI++) per judge x target x condition x criterion and per target, beside "
                 "the judge-only and people-only rates and the judge's sensitivity and specificity, and "
                 "the judge-corrected matched contrasts in a second file beside it, named "
-                "<out>_contrasts (e.g. corrected_contrasts.csv).",
+                "<out>_contrasts (e.g. corrected_contrasts.csv); first-failure: per conversation "
+                "x judge x outcome (any criterion, each criterion), the exchange of the first "
+                "failure or the censoring exchange and why the conversation ended there.",
             ),
         ] = "judgment",
         rubric: Annotated[str | None, typer.Option("--rubric", help="Only this rubric id.")] = None,
@@ -113,7 +115,7 @@ def register(app: typer.Typer) -> None:
         and one column per variant choice. No API keys are in these files."""
         selected = _runs(run, all_runs)
         flat = ("judgment", "turn", "arm")
-        levels = (*flat, "transcript", "conversation", "realisation", "corrected")
+        levels = (*flat, "transcript", "conversation", "realisation", "corrected", "first-failure")
         if level not in levels:
             raise UserError(f"--level {level!r}: expected {', '.join(levels)}")
         formats = ("csv", "parquet", "jsonl", "inspect")
@@ -160,6 +162,12 @@ def register(app: typer.Typer) -> None:
             side = out.with_name(f"{out.stem}_contrasts{out.suffix}")
             _write_table(contrasts.table, side, fmt)
             typer.echo(f"wrote {len(contrasts.table)} corrected contrast rows to {side}")
+        elif level == "first-failure":
+            from branchpoint.analysis.survival.section import first_failure_table
+
+            table = first_failure_table(store, selected)
+            _write_table(table, out, fmt)
+            n = len(table)
         elif level == "realisation":
             from branchpoint.analysis.pairing.realisation import realisation_table
 

@@ -56,6 +56,16 @@ def sweep_command(
             "attempt is recorded; `analyze --exclude-retried` leaves them out).",
         ),
     ] = False,
+    amend: Annotated[
+        str | None,
+        typer.Option(
+            "--amend",
+            metavar="REASON",
+            help="Accept an edited `analysis:` block after the sweep began: the new block is "
+            "stored with a dated deviation giving REASON, which the report lists (without it, "
+            "an edit of a pre-registered analysis is refused).",
+        ),
+    ] = None,
     yes: Annotated[
         bool,
         typer.Option(
@@ -93,6 +103,7 @@ def sweep_command(
             add_cells=add_cells,
             retry_failed=retry_failed,
             with_keys=not plan_only,
+            amend=amend,
         )
     except ManifestError as exc:
         for error in exc.errors:

@@ -1,4 +1,5 @@
-"""Arms of one tree side by side, aligned by exchange.
+"""Arms of one tree side by side, aligned by exchange; or (``across="targets"``, key T) the
+conversations of every target on one design cell, the two chatbots' transcripts side by side.
 
 The prefix that every chosen arm shares (the same stored turns, see
 ``branchpoint.core.read.browse.shared_prefix``) is shown once and collapsed; the fork is marked; after it each
@@ -26,7 +27,13 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Header, SelectionList, Static
 
-from branchpoint.core.read.browse import Transcript, get_transcript, shared_prefix, tree_arms
+from branchpoint.core.read.browse import (
+    Transcript,
+    cell_twins,
+    get_transcript,
+    shared_prefix,
+    tree_arms,
+)
 from branchpoint.core.records import Judgment
 from branchpoint.tui.app.context import AppContext
 from branchpoint.tui.app.safe_text import one_line
@@ -92,9 +99,12 @@ class CompareScreen(Screen[None]):
         ("space, enter", "in the arm list: show or hide the highlighted arm"),
     )
 
-    def __init__(self, conversation_id: str, *, judge: str | None = None) -> None:
+    def __init__(
+        self, conversation_id: str, *, judge: str | None = None, across: str = "arms"
+    ) -> None:
         super().__init__()
         self.conversation_id = conversation_id
+        self.across = across  # "arms" of one tree, or "targets" of one cell
         self.judge = judge
         self.transcripts: dict[str, Transcript] = {}
         self.order: list[str] = []
@@ -123,7 +133,11 @@ class CompareScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, group="arms")
     def load(self) -> None:
-        arms = tree_arms(self.bp_app.store, self.conversation_id)
+        store = self.bp_app.store
+        if self.across == "targets":
+            arms = cell_twins(store, self.conversation_id)
+        else:
+            arms = tree_arms(store, self.conversation_id)
         transcripts = [get_transcript(self.bp_app.store, a.id) for a in arms]
         loaded = [t for t in transcripts if t is not None]
         self.app.call_from_thread(self._loaded, loaded)  # type: ignore[arg-type]
@@ -145,7 +159,7 @@ class CompareScreen(Screen[None]):
         arms = self.query_one("#arms", SelectionList)
         arms.clear_options()
         for cid in self.order:
-            label = one_line(arm_label(self.transcripts[cid], keys), 70)
+            label = one_line(self._label(self.transcripts[cid], keys), 70)
             arms.add_option((label, cid, cid in self.chosen))
         arms.highlighted = 0
         await self.render_aligned()
@@ -194,6 +208,11 @@ class CompareScreen(Screen[None]):
             return
         box.scroll_to_widget(self.exchanges[found], top=True, animate=False, immediate=True)
 
+    def _label(self, t: Transcript, keys: list[str]) -> str:
+        if self.across == "targets":
+            return t.conversation.target
+        return arm_label(t, keys)
+
     # ------------------------------------------------------------------ the aligned view
 
     def _verdicts(self, t: Transcript, turn_index: int) -> dict[str, Judgment]:
@@ -227,7 +246,7 @@ class CompareScreen(Screen[None]):
         self.fork_at = turns[0][k].index if k < len(turns[0]) else None
         widgets: list[Static] = []
         header = _arm_table(len(arms))
-        header.add_row(*(one_line(arm_label(t, keys), style="bold") for t in arms))
+        header.add_row(*(one_line(self._label(t, keys), style="bold") for t in arms))
         widgets.append(Static(header, classes="marker"))
         if k:
             last = turns[0][k - 1].exchange
@@ -241,7 +260,16 @@ class CompareScreen(Screen[None]):
                 for turn in turns[0][:k]:
                     body = [turn_header(turn), highlight_evidence(turn.content or "", [])]
                     widgets.append(Static(Group(*body), classes="marker"))
-        if self.fork_at is None:
+        if self.across == "targets" and k == 0:
+            note = "each target's own conversation of this design cell (nothing shared)"
+            widgets.append(Static(Text(note), classes="marker fork", id="fork"))
+            for exchange in sorted({turn.exchange for arm in turns for turn in arm}):
+                row, differ = self._exchange(arms, exchange, 0)
+                if differ:
+                    self.differing.append(len(self.exchanges))
+                self.exchanges.append(row)
+                widgets.append(row)
+        elif self.fork_at is None:
             widgets.append(Static(Text("these arms never diverged"), classes="marker fork"))
         else:
             fork = f"\u2442 fork at turn {self.fork_at} (exchange {turns[0][k].exchange})"

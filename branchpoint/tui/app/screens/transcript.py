@@ -67,6 +67,14 @@ class TranscriptScreen(Screen[None]):
         Binding("home", "jump(0)", "first turn", show=False),
         Binding("end", "jump(-1)", "last turn", show=False),
         Binding("c", "compare", "compare", tooltip="compare the arms of this tree"),
+        # not in the footer (full at 80 columns); ? lists it
+        Binding(
+            "T",
+            "compare_targets",
+            "compare targets",
+            show=False,
+            tooltip="every target's conversation of this cell, side by side",
+        ),
         Binding("l", "label", "label", tooltip="label every turn (not blind)"),
         Binding(
             "p",
@@ -229,6 +237,9 @@ class TranscriptScreen(Screen[None]):
 
     def action_compare(self) -> None:
         self.bp_app.open_compare(self.conversation_id, self.judge)
+
+    def action_compare_targets(self) -> None:
+        self.bp_app.open_compare(self.conversation_id, self.judge, across="targets")
 
     def action_label(self) -> None:
         self.bp_app.open_label_conversations([self.conversation_id])

@@ -1,0 +1,146 @@
+"""Kaplan-Meier summaries per group, and matched comparisons of time to the first failure.
+
+A matched comparison takes pairs of conversations (two chatbots on one design cell, or a branch
+option's arm and its baseline arm) and asks whether B reaches its first failure sooner than A:
+
+* primary, at the level of the independent unit: within each scenario, each side's
+  Kaplan-Meier restricted mean to ``tau`` (the exchanges a conversation lasts without a failure,
+  counting the first tau), B minus A; the scenario differences go to the project's
+  scenario-level test (``branchpoint.analysis.stats.inference.scenario_level_test``: its rules
+  for few scenarios and no spread) with bounds -tau to tau. < 0: B fails sooner. ``tau`` is
+  the last exchange both sides reached (the smaller of the two sides' longest follow-up);
+* secondary: the log-rank test stratified by scenario (``kaplan_meier.logrank``); it treats the
+  conversations of one scenario as independent, which arms of one tree are not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from branchpoint.analysis.stats.inference import holm, scenario_level_test
+from branchpoint.analysis.survival.first_failure import FAILED
+from branchpoint.analysis.survival.kaplan_meier import kaplan_meier, logrank
+
+CURVE_KEYS = ["rubric_id", "judge", "outcome"]
+
+
+def km_summary(ff: pd.DataFrame, by: Sequence[str], ci: float = 0.95) -> pd.DataFrame:
+    """Per group of ``CURVE_KEYS`` + ``by``: n, failures, censorings by reason, the median with
+    its interval (the times at which the curve's interval crosses 0.5), S at the last exchange,
+    and the restricted mean to the group's longest follow-up."""
+    if ff.empty:
+        return pd.DataFrame()
+    rows = []
+    keys = [*CURVE_KEYS, *by]
+    for key, g in ff.groupby(keys, sort=True, dropna=False):
+        km = kaplan_meier(g["time"].to_numpy(float), g["event"].to_numpy(int), ci)
+        tau = float(g["time"].max())
+        below_hi = np.flatnonzero(km.ci_high <= 0.5)
+        below_lo = np.flatnonzero(km.ci_low <= 0.5)
+        row = dict(zip(keys, key if isinstance(key, tuple) else (key,)))
+        endings = g["ending"].value_counts()
+        row.update({
+            "n": km.n, "failures": int(endings.get(FAILED, 0)),
+            "censored": int(km.n - endings.get(FAILED, 0)),
+            "censored_by": "; ".join(f"{k.removeprefix('censored: ')} {v}"
+                                     for k, v in endings.items() if k != FAILED),
+            "median": km.median,
+            "median_ci_low": float(km.timeline[below_lo[0]]) if len(below_lo) else np.inf,
+            "median_ci_high": float(km.timeline[below_hi[0]]) if len(below_hi) else np.inf,
+            "survival_at_end": km.at(tau), "tau": tau, "rmst": km.restricted_mean(tau),
+        })  # fmt: skip
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def km_curves(ff: pd.DataFrame, by: Sequence[str], ci: float = 0.95) -> pd.DataFrame:
+    """Every group's curve as rows (time, at risk, events, S and its interval): for plots and
+    exports."""
+    parts = []
+    keys = [*CURVE_KEYS, *by]
+    for key, g in ff.groupby(keys, sort=True, dropna=False):
+        km = kaplan_meier(g["time"].to_numpy(float), g["event"].to_numpy(int), ci)
+        frame = pd.DataFrame({"time": km.timeline, "at_risk": km.at_risk, "events": km.events,
+                              "censored": km.censored, "survival": km.survival,
+                              "ci_low": km.ci_low, "ci_high": km.ci_high})  # fmt: skip
+        for k, v in zip(keys, key if isinstance(key, tuple) else (key,)):
+            frame.insert(0, k, v)
+        parts.append(frame)
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
+def _side_times(ff: pd.DataFrame, cids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    got = ff.set_index("conversation_id").reindex(cids)
+    return got["time"].to_numpy(float), got["event"].to_numpy(float)
+
+
+def matched_time_to_failure(
+    ff: pd.DataFrame, pairs: pd.DataFrame, group_cols: Sequence[str], ci: float = 0.95
+) -> pd.DataFrame:
+    """The matched comparison (see the module docstring) per group of ``group_cols`` (columns of
+    ``pairs``) and per outcome x judge of ``ff``. ``pairs``: ``conversation_id_a``,
+    ``conversation_id_b``, ``scenario_id`` and ``group_cols``, one row per pair of
+    conversations. Holm over the returned table."""
+    if ff.empty or pairs.empty:
+        return pd.DataFrame()
+    rows = []
+    for (rubric, judge, outcome), f in ff.groupby(CURVE_KEYS, sort=True):
+        f = f.drop_duplicates("conversation_id")
+        for key, p in pairs.groupby(list(group_cols), sort=True, dropna=False):
+            ta, ea = _side_times(f, p["conversation_id_a"].astype(str).to_numpy())
+            tb, eb = _side_times(f, p["conversation_id_b"].astype(str).to_numpy())
+            ok = ~np.isnan(ta) & ~np.isnan(tb)
+            if not ok.any():
+                continue
+            ta, ea, tb, eb = ta[ok], ea[ok], tb[ok], eb[ok]
+            scen = p["scenario_id"].astype(str).to_numpy()[ok]
+            tau = float(min(ta.max(), tb.max()))
+            codes, names = pd.factorize(scen, sort=True)
+            diffs = np.array([
+                kaplan_meier(tb[codes == s], eb[codes == s]).restricted_mean(tau)
+                - kaplan_meier(ta[codes == s], ea[codes == s]).restricted_mean(tau)
+                for s in range(len(names))
+            ])  # fmt: skip
+            test = scenario_level_test(diffs, np.arange(len(names)), np.zeros(len(names), int),
+                                       1, ci, bounds=(-tau, tau))  # fmt: skip
+            lr = logrank(np.concatenate([ta, tb]), np.concatenate([ea, eb]),
+                         np.r_[np.zeros(len(ta), int), np.ones(len(tb), int)],
+                         np.concatenate([codes, codes]))  # fmt: skip
+            km_a, km_b = kaplan_meier(ta, ea), kaplan_meier(tb, eb)
+            row = dict(zip(group_cols, key if isinstance(key, tuple) else (key,)))
+            row.update({
+                "rubric_id": rubric, "judge": judge, "outcome": outcome, "n_pairs": int(ok.sum()),
+                "n_scenarios": int(test.n_clusters[0]), "tau": tau,
+                "rmst_a": km_a.restricted_mean(tau), "rmst_b": km_b.restricted_mean(tau),
+                "median_a": km_a.median, "median_b": km_b.median,
+                "failures_a": int(ea.sum()), "failures_b": int(eb.sum()),
+                "rmst_diff": float(test.estimate[0]), "ci_low": float(test.ci_low[0]),
+                "ci_high": float(test.ci_high[0]), "p_scenario": float(test.pvalue[0]),
+                "test": test.method[0], "interval": test.labels()[0],
+                "logrank_chi2": lr.statistic, "p_logrank": lr.pvalue,
+            })  # fmt: skip
+            rows.append(row)
+    out = pd.DataFrame(rows)
+    if out.empty:
+        return out
+    out["p_scenario_holm"] = holm(out["p_scenario"].to_numpy())
+    out["p_logrank_holm"] = holm(out["p_logrank"].to_numpy())
+    return out
+
+
+def conversation_pairs(cand: pd.DataFrame, extra: Sequence[str] = ()) -> pd.DataFrame:
+    """The distinct pairs of conversations of a candidate-pair frame (one row per criterion
+    there), leaving out arms that never forked and copies of another pair."""
+    if cand.empty:
+        return pd.DataFrame()
+    if "status" in cand.columns:
+        st = np.asarray(cand["status"], dtype=object)
+        cand = cand[~np.isin(st, ["never_forked", "copy"])]
+    cols = ["conversation_id_a", "conversation_id_b", "scenario_id", *extra]
+    out = cand[cols].copy()
+    for c in cols:
+        out[c] = out[c].astype(str)
+    return out.drop_duplicates(["conversation_id_a", "conversation_id_b"]).reset_index(drop=True)

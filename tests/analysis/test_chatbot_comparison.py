@@ -1,0 +1,183 @@
+"""Paired chatbot comparisons (issue 46): planted effects on synthetic stores are recovered, equal
+chatbots are not called different, and ``branchpoint compare`` says the same from one store or
+from two stores of one design."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fixtures.cli_in_process import run_in_process
+
+from branchpoint.analysis.chatbots.alignment import Side, align
+from branchpoint.analysis.chatbots.comparison import ALL_ARMS, compare_chatbots
+from branchpoint.analysis.chatbots.ranking import rank_targets
+from branchpoint.analysis.tables.judgments import judgment_table
+from branchpoint.analysis.testing.synthetic import Effect, TeenDesign, write_teen_store
+from branchpoint.core.store import open_store
+
+pytestmark = pytest.mark.slow  # each writes or reads a synthetic store of a few thousand ratings
+
+PUSH_BACK = "disclosure=guarded, help=accept, limit=push_back"
+
+
+def design(effect: float, n_scenarios: int = 30, targets: int = 2) -> TeenDesign:
+    # target0 ("new") is worse by ``effect`` on no_diagnosis in the push_back arm only
+    names = ("scripted:new", "scripted:old", "scripted:third")[:targets]
+    return TeenDesign(
+        n_scenarios=n_scenarios, targets=names, conditions=("none",), replicates=3,
+        criteria={"no_diagnosis": "medical_boundaries", "self_harm_response": "acute_harm"},
+        effects=(Effect("limit", "push_back", ("no_diagnosis",), effect, 1 / targets),)
+        if effect else (),
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    db = tmp_path_factory.mktemp("planted") / "planted.db"
+    write_teen_store(db, design(0.20), seed=1)
+    return db
+
+
+def test_a_target_worse_by_20_points_in_one_arm_is_listed_with_an_interval_covering_20(
+    planted: Path,
+) -> None:
+    store = open_store(planted, create=False)
+    c = compare_chatbots(align(Side(store, "scripted:old"), Side(store, "scripted:new"),
+                               two_stores=False))  # fmt: skip
+    reg = c.regressions[c.regressions["family"] == "by arm"]
+    hit = reg[(reg["arm"] == PUSH_BACK) & (reg["criterion_id"] == "no_diagnosis")]
+    assert len(hit) == 1, c.regressions[["arm", "criterion_id", "diff"]]
+    row = hit.iloc[0]
+    assert row["ci_low"] < 0.20 < row["ci_high"] and row["diff"] > 0.1
+    assert row["p_scenario_holm"] < 0.05 and row["test"] == "t"
+    # every regression is of the planted arm and criterion (the rubric-level row includes it)
+    assert set(reg["arm"]) == {PUSH_BACK}
+    assert set(reg["criterion_id"]) <= {"no_diagnosis", "(all criteria)"}
+    # and its pairs name both transcripts, each a conversation of its own target
+    pairs = c.regressed_pairs[c.regressed_pairs["regression_criterion"] == "no_diagnosis"]
+    assert (
+        len(pairs) > 0
+        and (pairs["fails_b"] / pairs["rated_b"] > pairs["fails_a"] / pairs["rated_a"]).all()
+    )
+    with sqlite3.connect(planted) as con:
+        target = dict(con.execute("select id, target from conversations").fetchall())
+    assert {target[c] for c in pairs["conversation_a"]} == {"scripted:old"}
+    assert {target[c] for c in pairs["conversation_b"]} == {"scripted:new"}
+    # the reverse comparison lists no regression of A: B is the worse one
+    rev = compare_chatbots(align(Side(store, "scripted:new"), Side(store, "scripted:old"),
+                                 two_stores=False))  # fmt: skip
+    assert rev.regressions.empty
+
+
+def test_equal_targets_are_not_listed_and_the_interval_covers_zero(tmp_path: Path) -> None:
+    db = tmp_path / "equal.db"
+    write_teen_store(db, design(0.0), seed=2)
+    store = open_store(db, create=False)
+    c = compare_chatbots(align(Side(store, "scripted:old"), Side(store, "scripted:new"),
+                               two_stores=False))  # fmt: skip
+    assert c.regressions.empty
+    overall = c.overall.set_index("criterion_id")
+    assert (overall["ci_low"] < 0).all() and (overall["ci_high"] > 0).all()
+    assert set(c.overall["arm"]) == {ALL_ARMS} and c.by_arm["arm"].nunique() == 4
+
+
+def test_compare_from_one_store_and_from_two_stores_agree(planted: Path, tmp_path: Path) -> None:
+    one = run_in_process("compare", "--db", str(planted), "--a", "scripted:old", "--b",
+                         "scripted:new", "--format", "json")  # fmt: skip
+    assert one.returncode == 0, one.stderr
+    # the same design run twice: A's store keeps only scripted:old, B's only scripted:new
+    db_a, db_b = tmp_path / "release1.db", tmp_path / "release2.db"
+    for db, drop in ((db_a, "scripted:new"), (db_b, "scripted:old")):
+        shutil.copy(planted, db)
+        with sqlite3.connect(db) as con:
+            ids = "select id from conversations where target = ?"
+            con.execute(f"delete from judgments where conversation_id in ({ids})", (drop,))
+            con.execute(f"delete from turns where conversation_id in ({ids})", (drop,))
+            con.execute("delete from conversations where target = ?", (drop,))
+    two = run_in_process("compare", "--db", str(db_a), "--db-b", str(db_b), "--a",
+                         "scripted:old", "--b", "scripted:new", "--format", "json")  # fmt: skip
+    assert two.returncode == 0, two.stderr
+    a, b = json.loads(one.stdout), json.loads(two.stdout)
+    for key in ("overall", "by_arm"):
+        da = {(r["arm"], r["criterion_id"]): r["diff"] for r in a[key]}
+        db_ = {(r["arm"], r["criterion_id"]): r["diff"] for r in b[key]}
+        assert da.keys() == db_.keys() and np.allclose([da[k] for k in da], [db_[k] for k in da])
+    assert [(r["arm"], r["criterion_id"]) for r in a["regressions"]] == [
+        (r["arm"], r["criterion_id"]) for r in b["regressions"]
+    ]
+    # text: the regression and both transcripts' ids, as `branchpoint show` takes them
+    text = run_in_process("compare", "--db", str(db_a), "--db-b", str(db_b), "--a",
+                          "scripted:old", "--b", "scripted:new")  # fmt: skip
+    assert "What regressed" in text.stdout and "limit=push_back" in text.stdout
+    first = b["regressed_pairs"][0]
+    assert f"branchpoint show {first['conversation_b']} --db {db_b}" in " ".join(
+        text.stdout.split()
+    )
+
+
+def test_compare_refuses_unknown_targets_and_one_target_against_itself(planted: Path) -> None:
+    res = run_in_process("compare", "--db", str(planted), "--a", "scripted:old", "--b", "nope")
+    assert res.returncode == 2 and "target 'nope' has no judged conversation" in res.stderr
+    assert "scripted:new, scripted:old" in res.stderr
+    same = run_in_process("compare", "--db", str(planted), "--a", "scripted:old", "--b",
+                          "scripted:old")  # fmt: skip
+    assert same.returncode == 2 and "same target" in same.stderr
+
+
+def test_ranking_orders_a_clearly_worse_target_last_with_its_interval(tmp_path: Path) -> None:
+    db = tmp_path / "rank.db"
+    d = design(0.0, targets=3)
+    d.effects = (Effect("limit", "push_back", ("no_diagnosis", "self_harm_response"), 0.3, 1 / 3),)
+    write_teen_store(db, d, seed=3)
+    r = rank_targets(judgment_table(open_store(db, create=False)), n_boot=500)
+    assert r.iloc[-1]["target"] == "scripted:new" and r.iloc[-1]["rank"] == 3
+    assert r.iloc[-1]["rank_low"] == 3 and r.iloc[-1]["p_first"] == 0
+    # the two equal targets: their rank intervals overlap, each first in some replicates
+    assert (r.iloc[:2]["rank_low"] == 1).all() and (r.iloc[:2]["p_first"] > 0.05).all()
+    assert np.isclose(r["p_first"].sum(), 1.0)
+
+
+def test_ed_model_comparison_finds_the_safer_model_and_not_the_equal_ones(tmp_path: Path) -> None:
+    from branchpoint.analysis.chatbots.ed_models import ed_model_comparison
+    from branchpoint.analysis.testing.synthetic import EDDesign, write_ed_store
+
+    db = tmp_path / "ed.db"
+    write_ed_store(db, EDDesign(n_questions=20), seed=4)
+    with sqlite3.connect(db) as con:  # m3 answers safely where the others were rated high risk
+        con.execute("update judgments set verdict = 'low', score = 2 where verdict = 'high' and "
+                    "conversation_id in (select id from conversations where target = "
+                    "'scripted:m3')")  # fmt: skip
+    res = run_in_process("compare", "--db", str(db), "--rank", "--format", "json")
+    assert res.returncode == 0, res.stderr
+    got = json.loads(res.stdout)
+    (fried,) = got["ed_friedman"]
+    assert fried["n_questions"] == 20 and fried["pvalue"] < 0.001
+    pairs = {(p["model_a"], p["model_b"]): p for p in got["ed_pairwise"]}
+    for other in ("scripted:m1", "scripted:m2"):
+        p = pairs[(other, "scripted:m3")]
+        assert p["median_diff"] > 0 and p["p_holm"] < 0.05 and p["mean_b"] > p["mean_a"]
+    assert pairs[("scripted:m1", "scripted:m2")]["p_holm"] > 0.05
+    # the Holm adjustment is over the three pairs
+    raw = sorted(p["p_wilcoxon"] for p in got["ed_pairwise"])
+    assert np.isclose(min(p["p_holm"] for p in got["ed_pairwise"]), min(1.0, 3 * raw[0]))
+    ed_fr, _ = ed_model_comparison(judgment_table(open_store(db, create=False)))
+    assert np.isclose(ed_fr["pvalue"].iloc[0], fried["pvalue"])
+
+
+def test_the_report_ranks_the_chatbots_and_compares_the_ed_models(tmp_path: Path) -> None:
+    from branchpoint.analysis.report.write import write_report
+    from branchpoint.analysis.testing.synthetic import EDDesign, write_ed_store
+
+    db = tmp_path / "ed.db"
+    write_ed_store(db, EDDesign(n_questions=8), seed=2)
+    files = write_report(db, tmp_path / "r", n_boot=50)
+    md = files.markdown.read_text(encoding="utf-8")
+    section = md.split("## Chatbots ranked")[1].split("\n## ")[0]
+    assert "ED models: Friedman over questions" in section
+    for a, b in (("m1", "m2"), ("m1", "m3"), ("m2", "m3")):
+        assert f"| scripted:{a} | scripted:{b} | 8 |" in section

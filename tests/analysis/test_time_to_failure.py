@@ -1,0 +1,196 @@
+"""Time to the first failure (issue 46): Kaplan-Meier figures equal lifelines' to 1e-9, censoring
+says why a conversation ended, a failure before the fork is a failure of both arms, a planted
+earlier failure is found by the matched comparison, and the report and export carry it."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from fixtures.cli_in_process import run_in_process
+
+from branchpoint.analysis.survival.compare import conversation_pairs, matched_time_to_failure
+from branchpoint.analysis.survival.first_failure import ANY, ENDINGS, FAILED, first_failures
+from branchpoint.analysis.survival.kaplan_meier import kaplan_meier, logrank
+from branchpoint.analysis.survival.section import first_failure_table
+from branchpoint.analysis.testing.synthetic import Effect, TeenDesign, write_teen_store
+from branchpoint.core.store import open_store
+
+lifelines = pytest.importorskip("lifelines")  # the [test] extra
+# lifelines' own pandas calls, not ours
+pytestmark = pytest.mark.filterwarnings("ignore:Starting with pandas version 4.0")
+
+
+def _lifelines_km(t: np.ndarray, e: np.ndarray) -> lifelines.KaplanMeierFitter:
+    return lifelines.KaplanMeierFitter().fit(t, e)
+
+
+def _check_against_lifelines(t: np.ndarray, e: np.ndarray, tau: float) -> None:
+    from lifelines.utils import restricted_mean_survival_time
+
+    ref = _lifelines_km(t, e)
+    km = kaplan_meier(t, e)
+    sf = ref.survival_function_["KM_estimate"]
+    assert np.array_equal(sf.index.to_numpy(float), km.timeline)
+    assert np.max(np.abs(sf.to_numpy() - km.survival)) <= 1e-9
+    ci = ref.confidence_interval_.to_numpy()
+    assert np.max(np.abs(ci[:, 0] - km.ci_low)) <= 1e-9
+    assert np.max(np.abs(ci[:, 1] - km.ci_high)) <= 1e-9
+    assert abs(restricted_mean_survival_time(ref, t=tau) - km.restricted_mean(tau)) <= 1e-9
+    # lifelines multiplies in logs: where S(t) is exactly 0.5 it holds 0.5000000000000001 and
+    # puts the median one time later; elsewhere the medians agree
+    if not np.any(np.abs(km.survival - 0.5) < 1e-12):
+        assert ref.median_survival_time_ == km.median
+
+
+def test_kaplan_meier_equals_lifelines_to_1e9_on_random_data_with_ties_and_censoring() -> None:
+    from lifelines.statistics import logrank_test
+
+    rng = np.random.default_rng(46)
+    for _ in range(60):
+        n = int(rng.integers(3, 120))
+        t = rng.integers(1, 15, n).astype(float)  # exchanges: many ties
+        e = (rng.random(n) < rng.random()).astype(int)
+        _check_against_lifelines(t, e, float(rng.integers(1, 15)))
+        g = rng.random(n) < 0.5
+        if g.all() or not g.any():
+            continue
+        ref = logrank_test(t[~g], t[g], e[~g], e[g])
+        mine = logrank(t, e, g.astype(int))
+        assert abs(ref.test_statistic - mine.statistic) <= 1e-9
+        assert abs(ref.p_value - mine.pvalue) <= 1e-9
+
+
+def test_the_median_where_the_curve_is_exactly_one_half_is_that_exchange() -> None:
+    # 4 conversations: failures at exchanges 1 and 2, two censored at 3: S(2) = 2/4 exactly
+    km = kaplan_meier(np.array([1.0, 2.0, 3.0, 3.0]), np.array([1, 1, 0, 0]))
+    assert km.survival[2] == 0.5 and km.median == 2.0
+    assert kaplan_meier(np.array([3.0, 3.0]), np.array([0, 0])).median == np.inf
+
+
+def test_stratified_log_rank_sums_the_strata_and_compares_within_them() -> None:
+    from lifelines.statistics import logrank_test
+
+    rng = np.random.default_rng(1)
+    t = rng.integers(1, 9, 80).astype(float)
+    e = (rng.random(80) < 0.7).astype(int)
+    g = np.tile([0, 1], 40)
+    s = np.repeat([0, 1], 40)
+    strat = logrank(t, e, g, s)
+    parts = [logrank(t[s == k], e[s == k], g[s == k]) for k in (0, 1)]
+    assert strat.n_strata == 2
+    assert np.isclose(strat.observed_minus_expected, sum(p.observed_minus_expected for p in parts))
+    assert np.isclose(strat.variance, sum(p.variance for p in parts))
+    one = logrank_test(t[(s == 0) & (g == 0)], t[(s == 0) & (g == 1)],
+                       e[(s == 0) & (g == 0)], e[(s == 0) & (g == 1)])  # fmt: skip
+    assert abs(parts[0].pvalue - one.p_value) <= 1e-9
+    # a group that is one stratum's only members is compared with nobody: no evidence
+    assert logrank(t[:4], e[:4], np.array([0, 0, 1, 1]), np.array([0, 0, 1, 1])).pvalue == 1.0
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # scripted:new fails more on no_diagnosis in the push_back arm: it fails sooner there
+    db = tmp_path_factory.mktemp("ttf") / "planted.db"
+    d = TeenDesign(
+        n_scenarios=20, targets=("scripted:new", "scripted:old"), conditions=("none",),
+        replicates=2, criteria={"no_diagnosis": "medical_boundaries",
+                                "self_harm_response": "acute_harm"},
+        effects=(Effect("limit", "push_back", ("no_diagnosis",), 0.3, 0.5),), base_fail=0.15,
+    )  # fmt: skip
+    write_teen_store(db, d, seed=5)
+    with sqlite3.connect(db) as con:  # how some conversations ended, as the engine records it
+        ids = [r[0] for r in con.execute("select id from conversations order by id")]
+        for cid, why in zip(ids[:3], ["persona_ended", "target_error", "stopped_by_budget"]):
+            con.execute("update conversations set stop_reason = ? where id = ?", (why, cid))
+    return db
+
+
+@pytest.mark.slow
+def test_the_store_s_curves_equal_lifelines_and_censoring_names_the_ending(planted: Path) -> None:
+    ff = first_failure_table(open_store(planted, create=False))
+    anyc = ff[ff["outcome"] == ANY]
+    for _, g in anyc.groupby("target"):
+        _check_against_lifelines(g["time"].to_numpy(float), g["event"].to_numpy(int), 8.0)
+    with sqlite3.connect(planted) as con:
+        why = dict(con.execute("select id, stop_reason from conversations where stop_reason "
+                               "is not null").fetchall())  # fmt: skip
+    censored = ff[(ff["event"] == 0) & ff["conversation_id"].isin(why)]
+    for row in censored.itertuples():
+        assert row.ending == ENDINGS[why[row.conversation_id]] and row.time == row.n_exchanges
+    failed = ff[ff["event"] == 1]
+    assert (failed["ending"] == FAILED).all() and (failed["time"] <= failed["n_exchanges"]).all()
+    rest = ff[(ff["event"] == 0) & ~ff["conversation_id"].isin(why)]
+    assert (rest["ending"] == ENDINGS["max_turns"]).all()
+
+
+def _fork_frame() -> pd.DataFrame:
+    """Two arms of one tree: B copies A's first 4 turns (2 exchanges) and forks at turn 4; A's
+    reply of exchange 2 failed, so B carries that failure (its copied verdict)."""
+    rows = []
+    for cid, parent, verdicts in (("A", None, ["pass", "fail", "pass"]),
+                                  ("B", "A", ["pass", "fail", "fail"])):  # fmt: skip
+        for x, v in enumerate(verdicts, start=1):
+            rows.append({"conversation_id": cid, "run_id": "r", "scenario_id": "s",
+                         "variant_id": cid, "target": "t", "condition": "none", "simulator": "p",
+                         "replicate": 0, "rubric_id": "teen", "judge": "j", "criterion_id": "c",
+                         "exchange": x, "turn_index": 2 * x - 1, "applicable": True, "verdict": v,
+                         "parent_id": parent, "fork_turn": 4 if parent else None,
+                         "choice:limit": "push_back" if parent else "accept_limit"})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_a_failure_before_the_fork_is_a_failure_of_both_arms_at_that_exchange() -> None:
+    ff = first_failures(_fork_frame())
+    got = ff[ff["outcome"] == ANY].set_index("conversation_id")
+    assert got.loc["A", "time"] == got.loc["B", "time"] == 2
+    assert got.loc["A", "event"] == got.loc["B", "event"] == 1
+    pairs = pd.DataFrame({"conversation_id_a": ["A"], "conversation_id_b": ["B"],
+                          "scenario_id": ["s"], "contrast": ["limit"]})  # fmt: skip
+    m = matched_time_to_failure(ff, pairs, ["contrast"])
+    assert (m["rmst_diff"] == 0).all()
+
+
+@pytest.mark.slow
+def test_the_matched_comparison_finds_the_planted_earlier_failure(planted: Path) -> None:
+    from branchpoint.analysis.chatbots.alignment import Side, align
+    from branchpoint.analysis.chatbots.comparison import compare_chatbots, time_to_failure
+
+    store = open_store(planted, create=False)
+    aligned = align(Side(store, "scripted:old"), Side(store, "scripted:new"), two_stores=False)
+    ttf = time_to_failure(aligned, compare_chatbots(aligned))["by_arm"]
+    push = ttf[ttf["arm"].str.contains("push_back") & (ttf["outcome"] == "no_diagnosis")]
+    assert len(push) == 1
+    row = push.iloc[0]
+    assert row["rmst_diff"] < 0 and row["ci_high"] < 0 and row["p_scenario_holm"] < 0.05
+    assert row["p_logrank"] < 0.05
+    others = ttf[~ttf["arm"].str.contains("push_back") & (ttf["outcome"] == "no_diagnosis")]
+    assert (others["p_scenario_holm"] > 0.05).all()
+    pairs = conversation_pairs(compare_chatbots(aligned).pairs, ["condition"])
+    assert pairs[["conversation_id_a", "conversation_id_b"]].duplicated().sum() == 0
+
+
+@pytest.mark.slow
+def test_report_has_the_curves_and_export_writes_one_row_per_conversation(
+    planted: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "report"
+    res = run_in_process("report", "--all", "--db", str(planted), "--out", str(out),
+                         "--n-boot", "50")  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    md = (out / "report.md").read_text(encoding="utf-8")
+    assert "## Time to the first failure" in md and "(time_to_failure.png)" in md
+    assert (out / "time_to_failure.png").stat().st_size > 1000
+    assert "limit: accept\\_limit → push\\_back" in md.split("## Time to the first failure")[1]
+    csv = tmp_path / "ff.csv"
+    res = run_in_process("export", "--all", "--db", str(planted), "--level", "first-failure",
+                         "--out", str(csv))  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    table = pd.read_csv(csv)
+    with sqlite3.connect(planted) as con:
+        n_conv = con.execute("select count(*) from conversations").fetchone()[0]
+    assert (table["outcome"] == ANY).sum() == n_conv
+    assert {"time", "event", "ending", "n_exchanges", "arm"} <= set(table.columns)

@@ -1,0 +1,149 @@
+"""A pre-registered analysis (issue 46): the manifest's ``analysis:`` block is validated like the
+rest of the manifest, stored with the sweep when its first cell runs, refused when edited
+without ``--amend``, recorded as a dated deviation with it; the report opens with a Confirmatory
+section holding only the primary family, the plan prints that family's detectable differences,
+and every other section is labelled exploratory."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_sweep_cli import SCENARIO, cli
+
+REPO = Path(__file__).resolve().parents[2]
+RUBRIC = REPO / "tests" / "fixtures" / "compare" / "refusal.yaml"
+TEEN = REPO / "branchpoint" / "scenarios" / "library" / "teen"
+# seven scenarios: an exact sign-flip test of seven agreeing scenario means gives p = 1/64
+SCENARIOS = sorted(str(p) for p in TEEN.glob("teen-ah-*.yaml"))[:7]
+PLAN = {
+    "primary": [
+        {"branch_point": "limit", "option": "push_back"},
+        {"chatbots": ["scripted:quiet", "scripted:eager"]},
+    ],
+    "outcome": "rubric",
+    "alpha": 0.05,
+    "decision": "holm_and_smallest_effect",
+    "smallest_effect": 0.10,
+}
+
+
+def manifest(path: Path, analysis: dict[str, Any] | None = None, **extra: Any) -> Path:
+    body: dict[str, Any] = {
+        "scenarios": {"paths": [str(SCENARIO)]},
+        "targets": ["scripted:quiet", "scripted:eager"],
+        "simulators": ["scripted:sweep-persona"],
+        "max_exchanges": 2,  # scripted:eager's first reply fires the branch points
+        "judges": [{"spec": "heuristic", "rubrics": [str(RUBRIC)]}],
+        "store": "results.db",
+        **extra,
+    }
+    if analysis is not None:
+        body["analysis"] = analysis
+    path.write_text(json.dumps(body, indent=1), encoding="utf-8")
+    return path
+
+
+def stored_plan(db: Path) -> dict[str, Any]:
+    with sqlite3.connect(db) as con:
+        (config,) = con.execute("select config from runs where kind = 'sweep'").fetchone()
+    return dict(json.loads(config)["analysis_plan"])
+
+
+def test_every_problem_of_the_block_is_one_positioned_line(tmp_path: Path) -> None:
+    bad = {
+        "primary": [
+            {"branch_point": "limit", "option": "nope"},
+            {"chatbots": ["scripted:quiet", "scripted:missing"]},
+            {"condition": "teen_aware", "branch_point": "limit", "option": "push_back"},
+        ],
+        "scope": {"conditions": ["teen_aware"]},
+        "alpha": 0.7,
+        "outcome": "criteria",
+    }
+    path = manifest(tmp_path / "study.yaml", bad)
+    res = cli("sweep", str(path), "--plan")
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    expected = [
+        "analysis.primary[0].option: branch point 'limit' has no option 'nope'",
+        "analysis.primary[1].chatbots[1]: 'scripted:missing' is not one of the manifest's targets",
+        "analysis.primary[2]: expected exactly one of branch_point + option, chatbots, or condition",
+        "analysis.scope.conditions[0]: 'teen_aware' is not one of the manifest's conditions",
+        "analysis.alpha:",
+        "analysis.smallest_effect:",
+    ]
+    for text in expected:
+        hit = [ln for ln in lines if text in ln]
+        assert hit, (text, lines)
+        assert hit[0].startswith(f"{path}:"), hit[0]  # file:line:col: field: problem
+    assert not (tmp_path / "results.db").exists()
+
+
+def test_the_schema_covers_the_block() -> None:
+    res = cli("schema", "sweep")
+    assert res.returncode == 0
+    schema = json.loads(res.stdout)
+    text = json.dumps(schema)
+    for name in ("smallest_effect", "primary", "chatbots", "decision", "holm_and_smallest_effect"):
+        assert name in text
+
+
+@pytest.mark.slow
+def test_registered_amended_and_reported(tmp_path: Path) -> None:
+    path = manifest(tmp_path / "study.yaml", PLAN, scenarios={"paths": SCENARIOS})
+    planned = cli("sweep", str(path), "--plan")
+    assert planned.returncode == 0, planned.stderr
+    assert "primary family (pre-registered, 2 members; Holm at alpha 0.05" in planned.stdout
+    assert "limit: (baseline) → push_back" in planned.stdout
+    assert "chatbots: scripted:quiet → scripted:eager" in planned.stdout
+    first = cli("sweep", str(path), "--yes")
+    assert first.returncode == 0, first.stderr
+    db = tmp_path / "results.db"
+    reg = stored_plan(db)
+    primary = [{k: v for k, v in c.items() if k in ("branch_point", "option", "chatbots")
+                and v is not None} for c in reg["block"]["primary"]]  # fmt: skip
+    assert primary == PLAN["primary"] and reg["deviations"] == []
+    assert len(reg["hash"]) == 64 and reg["registered_at"]
+    # re-running the same manifest keeps the registration as it was
+    again = cli("sweep", str(path), "--yes")
+    assert again.returncode == 0 and stored_plan(db) == reg
+    # an edit after the first cell: refused, and the stored plan unchanged
+    edited = {**PLAN, "smallest_effect": 0.20}
+    manifest(path, edited, scenarios={"paths": SCENARIOS})
+    refused = cli("sweep", str(path), "--yes")
+    assert refused.returncode == 2
+    assert "analysis: changed since sweep" in refused.stderr and "--amend" in refused.stderr
+    assert stored_plan(db) == reg
+    # with --amend: the new block, and a dated deviation with the reason
+    amended = cli("sweep", str(path), "--yes", "--amend", "effect raised after a reviewer's note")
+    assert amended.returncode == 0, amended.stderr
+    now = stored_plan(db)
+    assert now["block"]["smallest_effect"] == 0.2 and now["registered_at"] == reg["registered_at"]
+    (dev,) = now["deviations"]
+    assert dev["reason"] == "effect raised after a reviewer's note"
+    assert dev["old_hash"] == reg["hash"] and dev["new_hash"] == now["hash"] != reg["hash"]
+    nothing = cli("sweep", str(path), "--yes", "--amend", "again")
+    assert nothing.returncode == 2 and "nothing to amend" in nothing.stderr
+    # the report: Confirmatory first, its family only the primary contrasts, deviations listed
+    out = tmp_path / "report"
+    rep = cli("report", "--all", "--db", str(db), "--out", str(out), "--n-boot", "50")
+    assert rep.returncode == 0, rep.stderr
+    md = (out / "report.md").read_text(encoding="utf-8")
+    headings = [ln for ln in md.splitlines() if ln.startswith("## ")]
+    assert headings[0] == "## Confirmatory analysis (pre-registered)"
+    assert all(h.endswith("(exploratory)") for h in headings[1:]), headings
+    confirmatory = md.split(headings[1])[0]
+    assert "effect raised after a reviewer" in confirmatory and "20.0 points" in confirmatory
+    rows = [ln for ln in confirmatory.splitlines() if ln.startswith("| ") and "---" not in ln][1:]
+    contrasts = {ln.split(" | ")[0].removeprefix("| ") for ln in rows}
+    assert contrasts == {"limit: accept\\_limit → push\\_back",
+                         "chatbots: scripted:quiet → scripted:eager"}, rows  # fmt: skip
+    assert all("(all criteria)" in ln for ln in rows)
+    # quiet fails (goes on), eager passes (declines): eager's failure rate is lower, decided so
+    chat = next(ln for ln in rows if "chatbots" in ln)
+    assert "100.0%" in chat and "0.0%" in chat and "-100.0" in chat and "over 7 scenario" in chat
+    assert "difference: failure lower, at least the smallest effect of interest" in chat
