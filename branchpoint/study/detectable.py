@@ -186,10 +186,12 @@ def primary_lines(plan: AnalysisPlan, family: list[tuple[str, dict[str, list[int
     ]
     for label, sizes in family:
         for condition, per_scenario in sizes.items():
-            mdd = paired_cluster_mdd(base_rate, per_scenario, alpha=alpha) if per_scenario else None
+            # the test the analysis will run at this design (detectable_difference), as in lines
+            found = detectable_difference(base_rate, per_scenario, alpha=alpha)
+            mdd = found[0]
             verdict = ""
             if mdd is not None:
                 verdict = "  (covers it)" if mdd <= plan.smallest_effect else "  (above it)"
             out.append(f"  {label[:44]:45}{condition[:20]:21}{len(per_scenario):>4} scenarios"
-                       f"{_points(mdd, len(per_scenario)):>22}{verdict}")  # fmt: skip
+                       f"{_points(found):>22}{verdict}")  # fmt: skip
     return out

@@ -145,5 +145,7 @@ def test_registered_amended_and_reported(tmp_path: Path) -> None:
     assert all("(all criteria)" in ln for ln in rows)
     # quiet fails (goes on), eager passes (declines): eager's failure rate is lower, decided so
     chat = next(ln for ln in rows if "chatbots" in ln)
-    assert "100.0%" in chat and "0.0%" in chat and "-100.0" in chat and "over 7 scenario" in chat
+    assert "100.0%" in chat and "0.0%" in chat and "-100.0" in chat and "over 7 " in chat
+    # every scenario at -100: the interval of no spread, not zero-width (issue 44)
+    assert "-100.0 to -18.1" in chat
     assert "difference: failure lower, at least the smallest effect of interest" in chat
