@@ -20,7 +20,6 @@ from branchpoint.analysis.ed.responses import EDResult, ed_analysis
 from branchpoint.analysis.outcomes.rates import error_counts, failure_rates
 from branchpoint.analysis.outcomes.reasoning import reasoning_noticed
 from branchpoint.analysis.pairing.fork_summaries import fork_tables
-from branchpoint.analysis.pairing.forks import copied_conversations, distinct_ratings
 from branchpoint.analysis.pairing.realisation import realisation_summary, unrecorded_note
 from branchpoint.analysis.raters.agreement import AgreementResult, agreement_report
 from branchpoint.analysis.raters.realism import realism_by_simulator, realism_ratings
@@ -42,6 +41,7 @@ from branchpoint.analysis.tables.versions import (
 from branchpoint.core import read
 from branchpoint.core.errors import UserError
 from branchpoint.core.human_labels import REALISM_RUBRIC
+from branchpoint.core.read.units import copied_conversations, distinct_ratings
 from branchpoint.judges.reasoning_criterion import REASONING_RUBRIC
 
 
@@ -147,6 +147,12 @@ def run_analysis(
             jt, _ = keep_versions_apart(keep(judgment_table(store_or_db, runs)))
             all_judgments = jt.merge(tree, on="conversation_id", how="left")  # for the forks
         return all_judgments
+
+    def items() -> pd.DataFrame:
+        """The judged items: every judgment row with a copied turn's rows once, in the arm
+        that produced it (``branchpoint.core.read.units``); contrasts alone read every arm's
+        rows, and cut each pair at its fork."""
+        return distinct_ratings(judgments())
 
     tree = keep(read.conversation_tree(store_or_db, runs))
     version_notes = version_conflicts(read.judgment_versions(store_or_db, runs))
@@ -265,11 +271,11 @@ def run_analysis(
         labels = labels[~realism]
     n_judges = cc["judge"].nunique() if not cc.empty else 0
     if not labels.empty or n_judges > 1:
-        jt = judgments()
+        jt = items()
         if not labels.empty and n_judges <= 1:
             jt = jt[jt["conversation_id"].isin(set(labels["conversation_id"]))]
         a.agreement = agreement_report(jt, labels)
-    a.reasoning = _reasoning(store_or_db, runs, retried, judgments)
+    a.reasoning = _reasoning(store_or_db, runs, retried, items)
     if examples and a.contrasts is not None and not a.contrasts.contrasts.empty:
         a.examples = keep(_examples(store_or_db, runs, a.contrasts.contrasts, examples))
     return a
@@ -300,8 +306,9 @@ def _reasoning(
     leave_out: set[str] | None,
     judgments: Any,
 ) -> pd.DataFrame | None:
-    """The reasoning table, from every judgment row (per judge and rubric, errors kept apart).
-    ``judgments``: a callable giving the judgment table (read only when reasoning is stored)."""
+    """The reasoning table, from every judged item (per judge and rubric, errors kept apart): a
+    reply that several arms carry is one reply. ``judgments``: a callable giving the judged
+    items (read only when reasoning is stored)."""
     turns = turn_table(store_or_db, runs, with_reasoning=True)
     if leave_out:
         turns = turns[~turns["conversation_id"].isin(leave_out)]

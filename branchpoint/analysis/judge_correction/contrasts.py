@@ -78,7 +78,7 @@ def _ppf_judgments(judgments: pd.DataFrame) -> pd.DataFrame:
 def side_items(pairs: pd.DataFrame, side: str, data: pd.DataFrame, tree: Any) -> pd.DataFrame:
     """The design's judged items on one side (``a`` baseline, ``b`` option) of ``pairs``: each
     arm's turns from the pair's fork on, a copied turn once (kept in the arm that produced it)."""
-    from branchpoint.analysis.pairing.forks import turn_roots
+    from branchpoint.core.read.units import turn_roots
 
     arms = pd.DataFrame(
         {

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from branchpoint.analysis import plots
+from branchpoint.analysis.report import plots
 from branchpoint.analysis.contrasts.sensitivity import summary_line
 from branchpoint.analysis.pairing.realisation import NOT_REALISED
 from branchpoint.analysis.pipeline import Analysis

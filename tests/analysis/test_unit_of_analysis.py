@@ -1,0 +1,121 @@
+"""One unit of analysis everywhere (issue 44, Build 1): a judged chatbot turn x criterion x
+judge counts once however many arms carry it, in the labelling design, the judge-corrected
+"judge only" figure, the ED headline and the reasoning table, as it does in the rate tables.
+
+Each test adds arms that never forked (the parent's transcript stored again, verdicts copied, as
+the engine stores it) to a seeded synthetic store and checks that the output does not move.
+Before issue 44 (ec76f8e) each of these counted the copies.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from branchpoint.analysis.pipeline import run_analysis
+from branchpoint.analysis.testing.synthetic import (
+    EDDesign,
+    TeenDesign,
+    add_unforked_arms,
+    write_ed_store,
+    write_teen_store,
+)
+from branchpoint.core import read
+from branchpoint.core.human_labels import design_population, sample_queue
+from branchpoint.core.store import open_store
+
+COPY = "~unfired"  # add_unforked_arms names each copy <original>~unfired
+
+
+def _teen(path: Path, **kw: object) -> Path:
+    d = TeenDesign(
+        n_scenarios=4, targets=("scripted:a", "scripted:b"), conditions=("none",),
+        n_exchanges=3, p_error=0.0, **kw,  # type: ignore[arg-type]
+    )  # fmt: skip
+    write_teen_store(path, d, seed=5)
+    return path
+
+
+def _with_copies(path: Path, tmp_path: Path) -> Path:
+    more = tmp_path / f"copies-{path.name}"
+    shutil.copy(path, more)
+    assert add_unforked_arms(more) > 0
+    return more
+
+
+@pytest.fixture
+def teen_pair(tmp_path: Path) -> tuple[Path, Path]:
+    base = _teen(tmp_path / "teen.db")
+    return base, _with_copies(base, tmp_path)
+
+
+def test_the_labelling_design_holds_no_copy_of_a_turn(teen_pair: tuple[Path, Path]) -> None:
+    """Was: a turn carried by k arms was k times as likely to be drawn, and a labeller was shown
+    the same reply twice."""
+    base, copies = teen_pair
+    store = open_store(copies)
+    queue = sample_queue(store, n=60, seed=1)
+    assert queue and not [it for it in queue if COPY in it.conversation_id]
+    drawn = design_population(store, queue[0].design_id or "")
+    store.close()
+    plain = open_store(base)
+    sample_queue(plain, n=60, seed=1)
+    # the frame each stratum is drawn from, and so every inclusion probability, is unchanged
+    want = design_population(plain, queue[0].design_id or "")
+    plain.close()
+    assert {s: v["population"] for s, v in drawn.items()} == {
+        s: v["population"] for s, v in want.items()
+    }
+
+
+def test_judged_items_count_each_copied_turn_once(teen_pair: tuple[Path, Path]) -> None:
+    """Was: the judge-corrected section's "judge only" figure counted every copy (174 rows where
+    the table above counts 46 distinct turns)."""
+    base, copies = teen_pair
+    one, two = read.judged_items(base), read.judged_items(copies)
+    assert len(two) == len(one) > 0
+    assert not two["conversation_id"].str.contains(COPY, regex=False).any()
+    assert (two["n_arms"] == 2).all() and (one["n_arms"] == 1).all()
+    # the judge-only rate equals the rate tables' figure over the same turns
+    a = run_analysis(copies, n_boot=0)
+    rated = a.rates.groupby("target")[["n_fail", "n_rated"]].sum()  # type: ignore[union-attr]
+    items = two.assign(fail=two["verdict"] == "fail").groupby("target")["fail"].agg(["sum", "size"])
+    assert rated["n_fail"].to_dict() == items["sum"].to_dict()
+    assert rated["n_rated"].to_dict() == items["size"].to_dict()
+
+
+def _design_keyed(frame: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
+    return frame.sort_values(cols).reset_index(drop=True)
+
+
+def test_the_reasoning_table_counts_each_copied_reply_once(tmp_path: Path) -> None:
+    """Was: 126 replies with reasoning for 102 distinct ones."""
+    base = _teen(tmp_path / "r.db", reasoning=True)
+    copies = _with_copies(base, tmp_path)
+    one = run_analysis(base, n_boot=0).reasoning
+    two = run_analysis(copies, n_boot=0).reasoning
+    assert one is not None and two is not None and not one.empty
+    cols = ["judge", "rubric_id", "target"]
+    pd.testing.assert_frame_equal(_design_keyed(two, cols), _design_keyed(one, cols))
+
+
+def _ed_store(tmp_path: Path) -> tuple[Path, Path]:
+    base = tmp_path / "ed.db"
+    write_ed_store(base, EDDesign(n_questions=4, targets=("scripted:m1",)), seed=2)
+    return base, _with_copies(base, tmp_path)
+
+
+def test_the_ed_headline_counts_each_copied_reply_once(tmp_path: Path) -> None:
+    """Was: "960 responses, 960 with a complete rating" for 752 distinct replies."""
+    base, copies = _ed_store(tmp_path)
+    one, two = run_analysis(base, n_boot=0).ed, run_analysis(copies, n_boot=0).ed
+    assert one is not None and two is not None
+    cols = ["target", "condition", "n_responses", "n_scored", "safety", "ci_low", "ci_high"]
+    cols = [c for c in cols if c in one.by_model.columns]
+    pd.testing.assert_frame_equal(
+        two.by_model[cols].reset_index(drop=True), one.by_model[cols].reset_index(drop=True)
+    )
+    assert len(two.responses) == len(one.responses)
