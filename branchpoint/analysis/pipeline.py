@@ -41,7 +41,7 @@ from branchpoint.analysis.tables.versions import (
 from branchpoint.core import read
 from branchpoint.core.errors import UserError
 from branchpoint.core.human_labels import REALISM_RUBRIC
-from branchpoint.core.read.units import copied_conversations, distinct_ratings
+from branchpoint.core.read.units import Tree, copied_conversations, distinct_ratings, own_turns
 from branchpoint.judges.reasoning_criterion import REASONING_RUBRIC
 
 
@@ -70,6 +70,9 @@ class Analysis:
     agreement: AgreementResult | None = None
     realism: pd.DataFrame | None = None  # persona realism ratings by simulator (human labels)
     reasoning: pd.DataFrame | None = None
+    # replies that carry reasoning text (distinct turns): the reasoning section says why its
+    # table is empty when some do
+    n_reasoning_replies: int = 0
     examples: pd.DataFrame | None = None
     primary_judge: str | None = None  # the judge whose pass/partial/fail verdicts are plotted
     ed_judge: str | None = None  # the judge whose ED safety scores are plotted
@@ -275,7 +278,7 @@ def run_analysis(
         if not labels.empty and n_judges <= 1:
             jt = jt[jt["conversation_id"].isin(set(labels["conversation_id"]))]
         a.agreement = agreement_report(jt, labels)
-    a.reasoning = _reasoning(store_or_db, runs, retried, items)
+    a.reasoning, a.n_reasoning_replies = _reasoning(store_or_db, runs, retried, items)
     if examples and a.contrasts is not None and not a.contrasts.contrasts.empty:
         a.examples = keep(_examples(store_or_db, runs, a.contrasts.contrasts, examples))
     return a
@@ -305,7 +308,7 @@ def _reasoning(
     runs: Sequence[str] | None,
     leave_out: set[str] | None,
     judgments: Any,
-) -> pd.DataFrame | None:
+) -> tuple[pd.DataFrame | None, int]:
     """The reasoning table, from every judged item (per judge and rubric, errors kept apart): a
     reply that several arms carry is one reply. ``judgments``: a callable giving the judged
     items (read only when reasoning is stored)."""
@@ -313,17 +316,22 @@ def _reasoning(
     if leave_out:
         turns = turns[~turns["conversation_id"].isin(leave_out)]
     if turns.empty:
-        return None
+        return None, 0
     jt = judgments()
+    tree = Tree(jt) if "parent_id" in jt.columns else None
+    # a reply that several arms carry is one reply (the unit of analysis)
+    own = own_turns(turns, tree) if tree is not None else turns
+    text = own["reasoning"].notna() & (own["reasoning"].astype(str).str.strip() != "")
+    n_with = int(text.sum())
     if jt.empty:
-        return None
+        return None, n_with
     cols = ["conversation_id", "turn_index", "judge", "rubric_id", "verdict"]
     # The judged reasoning rubric is the reasoning criterion itself, not a reply outcome.
     keep = jt["conversation_id"].isin(set(turns["conversation_id"])) & (
         jt["rubric_id"] != REASONING_RUBRIC
     )
     j = jt.loc[keep.to_numpy(), cols]
-    return reasoning_noticed(j, turns)
+    return reasoning_noticed(j, turns), n_with
 
 
 def _examples(

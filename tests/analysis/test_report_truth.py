@@ -14,7 +14,7 @@ import pytest
 from fixtures.engine.helpers import run_cli
 from typer.testing import CliRunner
 
-from branchpoint.analysis import plots
+from branchpoint.analysis.report import plots
 from branchpoint.analysis.testing.synthetic import (
     EDDesign,
     Effect,

@@ -119,3 +119,81 @@ def test_the_ed_headline_counts_each_copied_reply_once(tmp_path: Path) -> None:
         two.by_model[cols].reset_index(drop=True), one.by_model[cols].reset_index(drop=True)
     )
     assert len(two.responses) == len(one.responses)
+
+
+# --------------------------------------------------------------------------- counts and words
+
+
+def _unfork_option_arms(path: Path, option: str = "push_back") -> int:
+    """Make every ``limit: option`` arm a copy of its matched baseline arm that never forked (the
+    limit never came up): each such pair is a pair that never forked. Returns the pairs made."""
+    import json
+    import sqlite3
+
+    conn = sqlite3.connect(path)
+    rows = conn.execute(
+        "SELECT id, scenario_id, target, condition, replicate, choices FROM conversations"
+    ).fetchall()
+    base = {
+        (s, t, c, r): i
+        for i, s, t, c, r, ch in rows
+        if all(
+            v == opts[0]
+            for v, opts in zip(json.loads(ch).values(), [["guarded"], ["accept"], ["accept_limit"]])
+        )
+    }
+    n = 0
+    with conn:
+        for i, s, t, c, r, ch in rows:
+            if json.loads(ch).get("limit") == option:
+                conn.execute(
+                    "UPDATE conversations SET parent_id = ?, fork_turn = NULL WHERE id = ?",
+                    (base[(s, t, c, r)], i),
+                )
+                n += 1
+    conn.close()
+    return n
+
+
+def test_the_never_forked_note_counts_pairs_not_pair_criterion_rows(tmp_path: Path) -> None:
+    """Was: "64 pairs never forked" where there were 16 (the note summed over criteria)."""
+    path = _teen(tmp_path / "nf.db")
+    n = _unfork_option_arms(path)
+    assert n == 8  # 4 scenarios x 2 targets
+    a = run_analysis(path, n_boot=0)
+    lines = [x for x in a.contrasts.notes if "never forked" in x]  # type: ignore[union-attr]
+    assert lines and all(f": {n} pairs never forked" in x for x in lines), lines
+
+
+def test_realised_pairs_are_out_of_the_pairs_assigned_not_those_rated(tmp_path: Path) -> None:
+    """Was: "realised pairs 8 of 14" where 16 pairs were assigned (the denominator was the pairs
+    rated on that criterion)."""
+    from branchpoint.analysis.report.sections import _contrast_display
+
+    path = _teen(tmp_path / "rp.db", p_applicable=0.3)
+    a = run_analysis(path, n_boot=0)
+    c = a.contrasts.contrasts  # type: ignore[union-attr]
+    shown = _contrast_display(c)["realised pairs"]
+    assigned = 8  # 4 scenarios x 2 targets, each contrast
+    assert (c["n_pairs"] < assigned).any()  # some criterion is rated in fewer pairs
+    assert all(s.endswith(f" of {assigned} assigned") for s in shown), list(shown)
+
+
+def test_reasoning_without_a_turn_verdict_is_not_said_to_be_absent(tmp_path: Path) -> None:
+    """Was: "No reasoning text stored for these replies" when every reply carried reasoning."""
+    import sqlite3
+
+    from branchpoint.analysis.report.sections import build_sections
+
+    path = _teen(tmp_path / "rz.db", reasoning=True)
+    conn = sqlite3.connect(path)
+    with conn:  # the only judge rated whole conversations, and could not answer
+        conn.execute("UPDATE judgments SET verdict = 'error', turn_index = NULL, turn_id = NULL")
+    n_replies = conn.execute(
+        "SELECT count(*) FROM turns WHERE role = 'assistant' AND reasoning != ''"
+    ).fetchone()[0]
+    conn.close()
+    a = run_analysis(path, n_boot=0)
+    text = " ".join(t for s in build_sections(a) for t in s.text)
+    assert "No reasoning text stored" not in text
+    assert f"{n_replies} replies carry reasoning text" in text

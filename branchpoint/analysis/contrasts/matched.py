@@ -671,11 +671,14 @@ def _pairing(data: Any) -> tuple[_Pairing, list[str]]:
     return _Pairing(data, notes), notes
 
 
-def _note_dropouts(drop: pd.DataFrame, label: str, notes: list[str]) -> None:
+def _note_dropouts(drop: pd.DataFrame, label: str, notes: list[str], cand: pd.DataFrame) -> None:
     if drop.empty:
         return
     a, b = int(drop["n_only_baseline"].sum()), int(drop["n_only_option"].sum())
-    never = int(drop["n_never_forked"].sum())
+    # Pairs, not pair x criterion rows: a pair that never forked is one pair however many
+    # criteria it carries (``drop`` counts it once per criterion).
+    never_rows = cand[(cand["status"] == "never_forked").to_numpy()]
+    never = len(never_rows.drop_duplicates(["conversation_id_a", "conversation_id_b"]))
     if a or b:
         notes.append(
             f"{label}: {a} pairs rated a criterion after the fork in the baseline arm only and {b} "
@@ -816,7 +819,7 @@ def _contrasts(
             gcols = ["contrast", "branch_point", "baseline", "option", *CRITERION_KEYS,
                      "risk_area", *by]  # fmt: skip
             drop = _dropouts(cand, gcols)
-            _note_dropouts(drop, label["contrast"], notes)
+            _note_dropouts(drop, label["contrast"], notes, cand)
             pairs = per_protocol_pairs(cand)
             arms.append(arm_counts(cand, ["contrast", "branch_point", "baseline", "option", *by]))
             if pairs.empty:
@@ -968,7 +971,7 @@ def condition_contrast(
         cand = cand.assign(**_constants(len(cand), contrast=label, baseline=reference, option=lvl))
         gcols = ["contrast", "baseline", "option", *CRITERION_KEYS, "risk_area"]
         drop = _dropouts(cand, gcols)
-        _note_dropouts(drop, label, notes)
+        _note_dropouts(drop, label, notes, cand)
         pairs = cand[cand["status"] == "pair"]
         pooled.append(
             summarise_pairs(pairs, gcols, n_boot=n_boot, seed=seed, ci=ci).merge(

@@ -10,10 +10,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from branchpoint.analysis.report import plots
 from branchpoint.analysis.contrasts.sensitivity import summary_line
 from branchpoint.analysis.pairing.realisation import NOT_REALISED
 from branchpoint.analysis.pipeline import Analysis
+from branchpoint.analysis.report import plots
 from branchpoint.analysis.stats.inference import T_TEST
 from branchpoint.judges.reasoning_criterion import REASONING_CRITERION, REASONING_RUBRIC
 
@@ -430,6 +430,12 @@ def build_sections(a: Analysis) -> list[Section]:
                 _round(a.reasoning, 3),
             )
         )
+    elif a.n_reasoning_replies:
+        s.text.append(
+            f"{a.n_reasoning_replies} replies carry reasoning text, but none of them has a "
+            "verdict on a turn to compare it with (no judge rated these turns, or rated only "
+            "whole conversations)."
+        )
     else:
         s.text.append("No reasoning text stored for these replies.")
     secs.append(s)
@@ -743,12 +749,15 @@ def _realised_diff(c: pd.DataFrame) -> list[str]:
 
 
 def _realised_pairs(c: pd.DataFrame) -> list[str]:
-    """Pairs realised in both arms, of the pairs assigned (a table without realisation: pairs)."""
-    if "n_pairs_itt" not in c.columns:
+    """Pairs realised in both arms and rated on the criterion after the fork, of the pairs
+    assigned to the contrast (``n_assigned_pairs``, every pair whatever it rated; a table without
+    realisation: pairs)."""
+    total = "n_assigned_pairs" if "n_assigned_pairs" in c.columns else "n_pairs_itt"
+    if total not in c.columns:
         return [str(n) for n in c["n_pairs"]]
     return [
-        f"{int(n)} of {int(m)}" if m == m else str(int(n))
-        for n, m in zip(c["n_pairs"], c["n_pairs_itt"])
+        f"{int(n)} of {int(m)} assigned" if m == m else str(int(n))
+        for n, m in zip(c["n_pairs"], c[total])
     ]
 
 
