@@ -71,6 +71,7 @@ def test_the_labelling_design_holds_no_copy_of_a_turn(teen_pair: tuple[Path, Pat
     }
 
 
+@pytest.mark.slow  # a whole analysis
 def test_judged_items_count_each_copied_turn_once(teen_pair: tuple[Path, Path]) -> None:
     """Was: the judge-corrected section's "judge only" figure counted every copy (174 rows where
     the table above counts 46 distinct turns)."""
@@ -91,6 +92,7 @@ def _design_keyed(frame: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
     return frame.sort_values(cols).reset_index(drop=True)
 
 
+@pytest.mark.slow  # a whole analysis
 def test_the_reasoning_table_counts_each_copied_reply_once(tmp_path: Path) -> None:
     """Was: 126 replies with reasoning for 102 distinct ones."""
     base = _teen(tmp_path / "r.db", reasoning=True)
@@ -108,6 +110,7 @@ def _ed_store(tmp_path: Path) -> tuple[Path, Path]:
     return base, _with_copies(base, tmp_path)
 
 
+@pytest.mark.slow  # a whole analysis
 def test_the_ed_headline_counts_each_copied_reply_once(tmp_path: Path) -> None:
     """Was: "960 responses, 960 with a complete rating" for 752 distinct replies."""
     base, copies = _ed_store(tmp_path)
@@ -155,6 +158,7 @@ def _unfork_option_arms(path: Path, option: str = "push_back") -> int:
     return n
 
 
+@pytest.mark.slow  # a whole analysis
 def test_the_never_forked_note_counts_pairs_not_pair_criterion_rows(tmp_path: Path) -> None:
     """Was: "64 pairs never forked" where there were 16 (the note summed over criteria)."""
     path = _teen(tmp_path / "nf.db")
@@ -165,6 +169,7 @@ def test_the_never_forked_note_counts_pairs_not_pair_criterion_rows(tmp_path: Pa
     assert lines and all(f": {n} pairs never forked" in x for x in lines), lines
 
 
+@pytest.mark.slow  # a whole analysis
 def test_realised_pairs_are_out_of_the_pairs_assigned_not_those_rated(tmp_path: Path) -> None:
     """Was: "realised pairs 8 of 14" where 16 pairs were assigned (the denominator was the pairs
     rated on that criterion)."""
@@ -197,3 +202,27 @@ def test_reasoning_without_a_turn_verdict_is_not_said_to_be_absent(tmp_path: Pat
     text = " ".join(t for s in build_sections(a) for t in s.text)
     assert "No reasoning text stored" not in text
     assert f"{n_replies} replies carry reasoning text" in text
+
+
+@pytest.mark.slow  # a whole analysis
+def test_analyze_on_a_multi_turn_ed_run_counts_responses_and_shows_its_contrasts(
+    tmp_path: Path,
+) -> None:
+    """Was: "250 conversations, 250 distinct ratings" beside a table of 825 responses, and no
+    multi-turn ED contrast at all."""
+    from test_ed_report_multi_turn import write_ed_multi_turn
+    from typer.testing import CliRunner
+
+    from branchpoint.analysis.report.sections import ED_BRANCH_CAPTION
+    from branchpoint.tui.cli import app
+
+    db = tmp_path / "edmt.db"
+    write_ed_multi_turn(db)
+    a = run_analysis(db, n_boot=0)
+    assert a.ed is not None
+    n = int(a.ed.by_model["n_responses"].sum())
+    res = CliRunner().invoke(app, ["analyze", "--all", "--db", str(db), "--n-boot", "0"])
+    assert res.exit_code == 0, res.output
+    flat = " ".join(res.output.split())
+    assert f"{n} responses" in flat
+    assert " ".join(ED_BRANCH_CAPTION.split()[:6]) in flat

@@ -180,6 +180,11 @@ def headline_tables(a: Analysis, top: int = 8) -> list[tuple[str, pd.DataFrame]]
                 a.ed_judge,
             )
         )
+    # the multi-turn ED contrasts (matched branches, conditions), as the report shows them
+    for cap, name in ((ED_BRANCH_CAPTION, "branches"), (ED_CONDITION_CAPTION, "conditions")):
+        tab = _ed_contrast_display(_ed_table(a, name))
+        if tab is not None and not tab.empty:
+            out.append(_named(cap, tab, tab, a.ed_judge))
     if a.errors is not None and not a.errors.empty:
         e = a.errors.groupby(["judge", "rubric_id"], as_index=False)[["n_error", "n_rated"]].sum()
         e = e.rename(columns={"n_rated": "n_rated (non-error)"})
@@ -537,18 +542,27 @@ def ratings_sentence(a: Analysis) -> str:
             for j, (n, e) in g.iterrows()
         )
         parts.append(f"Pass/partial/fail ratings in the overall failure-rate table: {each}.")
-    m = a.ed.by_model if a.ed is not None else None
-    if m is not None and not m.empty:
-        g = m.assign(judge=m["judge"] if "judge" in m.columns else a.ed_judge)
-        g = g.groupby("judge", sort=True)[["n_responses", "n_scored"]].sum()
-        each = "; ".join(
-            f"judge {j}: {int(n)} responses, {int(k)} with a complete rating"
-            for j, (n, k) in g.iterrows()
-        )
-        parts.append(f"ED safety-score table: {each}.")
+    ed = ed_responses_clause(a)
+    if ed:
+        parts.append(f"{ed}.")
     if len(parts) == 1:
         parts.append("No judged conversations to summarise.")
     return " ".join(parts)
+
+
+def ed_responses_clause(a: Analysis) -> str | None:
+    """The ED table's count, summed from it (per judge): what ``analyze`` and the report say
+    beside the number of ratings, which counts each dimension of a response."""
+    m = a.ed.by_model if a.ed is not None else None
+    if m is None or m.empty:
+        return None
+    g = m.assign(judge=m["judge"] if "judge" in m.columns else a.ed_judge)
+    g = g.groupby("judge", sort=True)[["n_responses", "n_scored"]].sum()
+    each = "; ".join(
+        f"judge {j}: {int(n)} responses, {int(k)} with a complete rating"
+        for j, (n, k) in g.iterrows()
+    )
+    return f"ED safety-score table: {each}"
 
 
 def _ed_table(a: Analysis, name: str) -> pd.DataFrame | None:

@@ -245,6 +245,11 @@ def register(app: typer.Typer) -> None:
                 + (f" (runs: {', '.join(a.runs)})" if a.runs else " (all runs)")
             )  # fmt: skip
         )
+        from branchpoint.analysis.report.sections import ed_responses_clause
+
+        ed_count = ed_responses_clause(a)  # responses, beside ratings that count each dimension
+        if ed_count:
+            console.print(_text(ed_count))
         tables = headline_tables(a)
         if not tables:
             console.print(_text("no judged conversations to summarise"))
