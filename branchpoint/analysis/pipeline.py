@@ -265,6 +265,7 @@ def run_analysis(
             expected=keep(_expected_responses(store_or_db, runs, ej, ed_rubrics)),
             baselines=baselines,
             reference_condition=reference_condition,
+            realisation=keep(read.realisation_rows(store_or_db, runs)),
         )
     labels = keep(human_label_table(store_or_db, runs))
     # realism ratings share the labels table but rate the persona, not a rubric criterion

@@ -303,12 +303,15 @@ def ed_analysis(
     expected: pd.DataFrame | None = None,
     baselines: Mapping[str, str] | None = None,
     reference_condition: str = "none",
+    realisation: pd.DataFrame | None = None,
 ) -> EDResult | None:
     """The ED analysis of a judgment table; None when no risk-level rubric was judged.
 
     ``expected``: the responses that should have been rated (see ``response_scores``).
     ``baselines`` / ``reference_condition``: as for the pass/partial/fail contrasts, for the
     matched branch and condition contrasts on safety (``branchpoint.analysis.ed.turns``).
+    ``realisation``: the store's realisation rows; their manipulation checks pick the
+    per-protocol pairs of the branch contrasts, beside which every assigned pair is kept (ITT).
     """
     rubrics = [rubric] if rubric else ed_rubrics(data)
     data = data[data["rubric_id"].isin(rubrics)]
@@ -485,6 +488,7 @@ def ed_analysis(
         resolve_baselines(all_resp.drop_duplicates("conversation_id"), baselines),
         tree,
         ci,
+        realisation=realisation,
     )
     # Conditions compare whole conversations: an arm that never forked is one stored again.
     copies = copied_conversations(data, tree) if tree.has_forks else set()

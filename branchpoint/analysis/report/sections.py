@@ -116,6 +116,9 @@ def headline_tables(a: Analysis, top: int = 8) -> list[tuple[str, pd.DataFrame]]
             "95% interval (scenarios)": _scenario_intervals(c),
             "scenarios": c["n_scenarios"], "realised pairs": _realised_pairs(c),
             "diff (pp, intention to treat)": [_pp(x) for x in _values(c, "diff_itt")],
+            "95% interval (intention to treat)": [
+                _interval(lo, hi, _pp) for lo, hi in zip(_values(c, "ci_low_itt"), _values(c, "ci_high_itt"))
+            ],
             "p scenario-level (Holm)": [_p(x) for x in c["p_scenario_holm"]],
             "McNemar p (Holm; not cluster-adjusted)": [_p(x) for x in c["p_mcnemar_holm"]],
             "Wilcoxon p (Holm; not cluster-adjusted)": [_p(x) for x in c["p_wilcoxon_holm"]],
@@ -125,7 +128,8 @@ def headline_tables(a: Analysis, top: int = 8) -> list[tuple[str, pd.DataFrame]]
             _named(
                 "Largest matched contrasts (option minus baseline, turns after the fork; paired by "
                 "scenario, target, condition, replicate and other choices; primary test over "
-                "scenario means). " + POOLED_RATES,
+                "scenario means; per protocol: realised pairs, a selected subset, with the "
+                "intention-to-treat figure and interval beside). " + POOLED_RATES,
                 c,
                 t,
                 a.primary_judge,
@@ -195,7 +199,9 @@ def headline_tables(a: Analysis, top: int = 8) -> list[tuple[str, pd.DataFrame]]
 METHODS = (
     "Realised branches: an arm realised its option when the branch point fired and the option's "
     "instruction was in force for at least one persona turn (derived from the stored turns). "
-    "Matched contrasts are per protocol: only pairs whose two arms both realised their option "
+    "Matched contrasts are per protocol: only pairs whose two arms both realised their option, "
+    "a subset selected after assignment (biased where the chatbot decides whether a branch is "
+    "enacted) "
     "('realised pairs', n of the pairs assigned). Beside them, labelled, the intention-to-treat "
     "figure over every assigned pair, where a pair that never forked is one conversation in both "
     "arms and enters with a difference of zero. A contrast without a realised pair is reported as "
@@ -291,6 +297,8 @@ def build_sections(a: Analysis) -> list[Section]:
     )
     if a.realisation is not None and not a.realisation.empty:
         s.tables.append((REALISATION_CAPTION, _realisation_display(a.realisation)))
+    if a.contrasts is not None and not a.contrasts.contrasts.empty:
+        s.text.append(PER_PROTOCOL_SELECTED)
     if a.contrasts is not None:
         s.text += [
             f"Baseline of {b}: {o} ({src})."
@@ -384,6 +392,8 @@ def build_sections(a: Analysis) -> list[Section]:
     )  # fmt: skip
     if a.ed is not None:
         s.text += a.ed.notes
+        if _ed_table(a, "branches") is not None:
+            s.text.append(PER_PROTOCOL_SELECTED)
         for cap, df in ((ED_BRANCH_CAPTION, _ed_contrast_display(a.ed.branches)),
                         (ED_CONDITION_CAPTION, _ed_contrast_display(a.ed.conditions))):  # fmt: skip
             if df is not None and not df.empty:
@@ -492,6 +502,11 @@ def _ed_contrast_display(c: pd.DataFrame | None) -> pd.DataFrame | None:
         "95% interval": [_interval(lo, hi, _num) for lo, hi in zip(c["ci_low"], c["ci_high"])],
         "interval": c["interval"], "p scenario": [_p(x) for x in c["p_scenario"]],
         "p scenario (Holm)": [_p(x) for x in c["p_scenario_holm"]],
+        "not realised (left out)": _column(c, "n_not_realised"),
+        "diff (points, intention to treat)": [_num(x) for x in _values(c, "diff_itt")],
+        "95% interval (intention to treat)": [
+            _interval(lo, hi, _num) for lo, hi in zip(_values(c, "ci_low_itt"), _values(c, "ci_high_itt"))
+        ],
     })  # fmt: skip
 
 
@@ -751,8 +766,18 @@ def _rate_display(r: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 
 
 REALISATION_CAPTION = (
-    "Realised branches: arms whose option came into force (its trigger fired and the persona "
-    "followed it for at least one turn), per branch point x option x target (n of N)"
+    "Branch points per option x target: 'fired', arms whose trigger fired, so that the option's "
+    "instruction came into force (n of N assigned); 'enacted', of the fired arms that a "
+    "manipulation check rated, those the persona was shown to follow; 'not enacted' arms fired "
+    "but the persona did not follow the option (left out of the per-protocol pairs)"
+)
+PER_PROTOCOL_SELECTED = (
+    "Per-protocol pairs are a selected subset: whether a branch fired and was enacted is decided "
+    "after the arms were assigned, partly by the chatbot's own replies (a firm help offer can make "
+    "the persona give in), so keeping only realised pairs can bias a per-protocol contrast. Every "
+    "per-protocol figure has the intention-to-treat figure (every assigned pair) and its 95% "
+    "interval beside it; where the two disagree, the intention-to-treat figure is the unbiased "
+    "comparison of what was assigned."
 )
 
 
@@ -779,7 +804,9 @@ def _realisation_display(r: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({
         "branch point": r["branch_point"], "option": r["option"], "target": _column(r, "target"),
         "condition": _column(r, "condition"), "simulator": _column(r, "simulator"),
-        "realised": r["realised"], "median first exchange": [_num(x, 1) for x in r["first_exchange"]],
+        "fired": r["realised"], "enacted": _column(r, "enacted"),
+        "not enacted": _column(r, "n_not_enacted"),
+        "median first exchange": [_num(x, 1) for x in r["first_exchange"]],
     })  # fmt: skip
 
 
