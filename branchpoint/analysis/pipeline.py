@@ -20,7 +20,11 @@ from branchpoint.analysis.ed.responses import EDResult, ed_analysis
 from branchpoint.analysis.outcomes.rates import error_counts, failure_rates
 from branchpoint.analysis.outcomes.reasoning import reasoning_noticed
 from branchpoint.analysis.pairing.fork_summaries import fork_tables
-from branchpoint.analysis.pairing.realisation import realisation_summary, unrecorded_note
+from branchpoint.analysis.pairing.realisation import (
+    realisation_summary,
+    unrecorded_note,
+    without_copied_arms,
+)
 from branchpoint.analysis.raters.agreement import AgreementResult, agreement_report
 from branchpoint.analysis.raters.realism import realism_by_simulator, realism_ratings
 from branchpoint.analysis.report.judge_choice import check_judge, plotted_judge, several_judges_note
@@ -239,7 +243,8 @@ def run_analysis(
         if unrecorded:
             a.notes.append(unrecorded)
         a.realisation = realisation_summary(
-            realisation,
+            # an arm that never forked is its parent's conversation stored again: one arm
+            without_copied_arms(realisation, tree),
             keep(conversation_table(store_or_db, runs)),
             by=("target", "condition", "simulator"),
         )
@@ -279,7 +284,7 @@ def run_analysis(
         if not labels.empty and n_judges <= 1:
             jt = jt[jt["conversation_id"].isin(set(labels["conversation_id"]))]
         a.agreement = agreement_report(jt, labels)
-    a.reasoning, a.n_reasoning_replies = _reasoning(store_or_db, runs, retried, items)
+    a.reasoning, a.n_reasoning_replies = _reasoning(store_or_db, runs, retried, items, Tree(tree))
     if examples and a.contrasts is not None and not a.contrasts.contrasts.empty:
         a.examples = keep(_examples(store_or_db, runs, a.contrasts.contrasts, examples))
     return a
@@ -309,19 +314,19 @@ def _reasoning(
     runs: Sequence[str] | None,
     leave_out: set[str] | None,
     judgments: Any,
+    tree: Tree,
 ) -> tuple[pd.DataFrame | None, int]:
     """The reasoning table, from every judged item (per judge and rubric, errors kept apart): a
     reply that several arms carry is one reply. ``judgments``: a callable giving the judged
-    items (read only when reasoning is stored)."""
+    items (read only when reasoning is stored); ``tree``: the store's fork tree."""
     turns = turn_table(store_or_db, runs, with_reasoning=True)
     if leave_out:
         turns = turns[~turns["conversation_id"].isin(leave_out)]
     if turns.empty:
         return None, 0
     jt = judgments()
-    tree = Tree(jt) if "parent_id" in jt.columns else None
     # a reply that several arms carry is one reply (the unit of analysis)
-    own = own_turns(turns, tree) if tree is not None else turns
+    own = own_turns(turns, tree)
     text = own["reasoning"].notna() & (own["reasoning"].astype(str).str.strip() != "")
     n_with = int(text.sum())
     if jt.empty:

@@ -75,6 +75,7 @@ _EXPORTS = {
     "distinct_ratings": "branchpoint.core.read.units",
     "with_tree": "branchpoint.core.read.units",
     "carriers": "branchpoint.core.read.units",
+    "copied_conversations": "branchpoint.core.read.units",
     # model calls
     "model_call_count": "branchpoint.core.read.calls",
     "cached_call_counts": "branchpoint.core.read.calls",
@@ -176,4 +177,9 @@ if TYPE_CHECKING:  # for type checkers and editors
         turn_rows,
         turns_by_conversation,
     )
-    from branchpoint.core.read.units import carriers, distinct_ratings, with_tree
+    from branchpoint.core.read.units import (
+        carriers,
+        copied_conversations,
+        distinct_ratings,
+        with_tree,
+    )

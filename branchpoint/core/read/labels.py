@@ -37,10 +37,7 @@ def human_label_rows(ref: StoreRef, runs: Sequence[str] | None = None) -> pd.Dat
     ).join_from(HUMAN_LABELS, CONVERSATIONS, c.id == h.conversation_id)
     if runs is not None:
         q = q.where(c.run_id.in_(list(runs)))
-    rows = with_tree(read_frame(q, ref), ref, runs)
-    items = distinct_ratings(rows)
-    items = items.assign(n_arms=carriers(rows, items))
-    return items.drop(columns=["parent_id", "fork_turn"]).reset_index(drop=True)
+    return read_frame(q, ref)
 
 
 def design_label_rows(ref: StoreRef, runs: Sequence[str] | None = None) -> pd.DataFrame:
@@ -64,10 +61,7 @@ def design_label_rows(ref: StoreRef, runs: Sequence[str] | None = None) -> pd.Da
     )
     if runs is not None:
         q = q.where(c.run_id.in_(list(runs)))
-    rows = with_tree(read_frame(q, ref), ref, runs)
-    items = distinct_ratings(rows)
-    items = items.assign(n_arms=carriers(rows, items))
-    return items.drop(columns=["parent_id", "fork_turn"]).reset_index(drop=True)
+    return read_frame(q, ref)
 
 
 def label_design_rows(ref: StoreRef) -> pd.DataFrame:
