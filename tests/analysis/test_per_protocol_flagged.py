@@ -100,3 +100,24 @@ def test_multi_turn_ed_contrasts_apply_the_manipulation_checks_and_keep_itt(
     assert row["n_pairs"] == len(decline) - 2 and row["n_not_realised"] == 2
     assert row["n_pairs_itt"] == len(decline)
     assert np.isfinite(row["diff_itt"]) and row["ci_low_itt"] < row["diff_itt"] < row["ci_high_itt"]
+
+
+@pytest.mark.slow  # a store with a labelling design
+def test_corrected_contrasts_show_the_itt_figure_with_its_interval(tmp_path: Path) -> None:
+    """Was: the judge-corrected contrasts gave per-protocol figures only."""
+    from test_invariants import _labelled_store
+
+    from branchpoint.analysis.judge_correction.contrasts import (
+        contrast_display,
+        judge_corrected_contrasts,
+    )
+
+    db = _labelled_store(tmp_path / "jc.db", 11)
+    table = judge_corrected_contrasts(db).table
+    assert not table.empty and "corrected_itt" in table.columns
+    done = table[table["corrected"].notna()]
+    assert not done.empty
+    assert (done["corrected_low_itt"] <= done["corrected_itt"]).all()
+    assert (done["n_pairs_itt"] >= done["n_pairs"]).all()
+    shown = contrast_display(done)["corrected, intention to treat"]
+    assert shown.str.contains(" to ").all()
