@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import random
 import re
-import shutil
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -112,8 +111,10 @@ def base_figures(base: Path) -> dict[str, Any]:
 
 
 def _copy(src: Path, name: str) -> Path:
+    """A copy through SQLite's backup API: a file copy would miss what is still in the WAL."""
     out = src.parent / name
-    shutil.copy(src, out)
+    with sqlite3.connect(src) as a, sqlite3.connect(out) as b:
+        a.backup(b)
     return out
 
 
@@ -175,7 +176,11 @@ def _same(x: dict[str, Any], y: dict[str, Any]) -> None:
         for part in ("contrasts", "per_target", "target_share"):
             _same_frame(x[fam][part], y[fam][part], f"{fam}.{part}")
     for part in ("rates", "contrasts"):
-        _same_frame(x["judge_corrected"][part], y["judge_corrected"][part], f"corrected {part}")
+        _same_frame(
+            x["judge_corrected"][part],
+            y["judge_corrected"][part],
+            f"corrected {part}: {y['judge_corrected']['notes']}",
+        )
     for part in ("by_model", "branches", "conditions"):
         _same_frame((x["ed"] or {}).get(part), (y["ed"] or {}).get(part), f"ed.{part}")
     keys = ["conversation_id", "rubric_id", "criterion_id", "judge"]

@@ -63,6 +63,10 @@ def test_the_report_flags_per_protocol_pairs_and_shows_itt_with_its_interval(
     assert "selected subset" in caption
     assert "95% interval (intention to treat)" in table.columns
     assert table["95% interval (intention to treat)"].str.contains(" to ").all()
+    # the target shares too: per protocol, and every assigned pair beside
+    assert "targets raised (intention to treat)" in table.columns
+    share = a.contrasts.target_share  # type: ignore[union-attr]
+    assert share["share_raised_itt"].notna().all()
 
 
 def test_multi_turn_ed_contrasts_apply_the_manipulation_checks_and_keep_itt(

@@ -783,6 +783,7 @@ def _contrasts(
     by = [c for c in o.by if c in cc.columns]
     base = resolve_baselines(cc, o.baselines)
     pooled, per_t, fried, arms = [], [], [], []
+    per_t_itt: list[pd.DataFrame] = []  # every assigned pair per target (the ITT share)
     unrated: list[str] = []
     choice_cols = choice_columns(cc)
     wanted = list(o.branch_points) if o.branch_points is not None else list(base["branch_point"])
@@ -839,6 +840,13 @@ def _contrasts(
                         pairs, [*gcols, "target"], n_boot=n_boot, seed=seed, ci=ci, tests=False
                     )
                 )
+            if o.per_target:  # every assigned pair, for the ITT target share beside
+                per_t_itt.append(
+                    summarise_pairs(
+                        itt.assign(**_constants(len(itt), **label)), [*gcols, "target"],
+                        n_boot=n_boot, seed=seed, ci=ci, tests=False,
+                    )
+                )  # fmt: skip
         if o.secondary_tests and len(options) >= 3 and len(cands) == len(options) - 1:
             fried.append(_friedman_branch(enc, turns, cands, bp, baseline, options, by))
     tab = _finish_family(pd.concat(pooled, ignore_index=True) if pooled else pd.DataFrame())
@@ -852,7 +860,20 @@ def _contrasts(
     fr = pd.concat(fried, ignore_index=True) if fried else pd.DataFrame()
     if not fr.empty:
         fr["p_holm"] = holm(fr["pvalue"].to_numpy())
-    out = ContrastResult(tab, pt, _target_share(pt, share_keys), fr, base, notes)
+    share = _target_share(pt, share_keys)
+    pt_itt = _labels_as_text(
+        pd.concat(per_t_itt, ignore_index=True) if per_t_itt else pd.DataFrame()
+    )
+    share_itt = _target_share(pt_itt, share_keys)
+    if not share.empty and not share_itt.empty:
+        # per protocol is a selected subset: the intention-to-treat share beside it
+        cols = ["share_higher", "share_raised", "share_lowered", "n_no_interval", "median_diff"]
+        share = share.merge(
+            share_itt[[*share_keys, *cols]].rename(columns={c: f"{c}_itt" for c in cols}),
+            on=share_keys,
+            how="left",
+        )
+    out = ContrastResult(tab, pt, share, fr, base, notes)
     out.realisation = real
     out.unrated = unrated
     return out

@@ -104,8 +104,11 @@ def headline_tables(a: Analysis, top: int = 8) -> list[tuple[str, pd.DataFrame]]
         share = a.contrasts.target_share
         on = [k for k in ("contrast", "criterion_id", "judge", "condition") if k in c.columns]
         if share is not None and not share.empty:
+            itt_cols = [x for x in ("share_raised_itt", "n_no_interval_itt") if x in share]
             c = c.merge(
-                share[[*on, "share_raised", "n_targets", "n_no_interval"]], on=on, how="left"
+                share[[*on, "share_raised", "n_targets", "n_no_interval", *itt_cols]],
+                on=on,
+                how="left",
             )
         else:
             c = c.assign(share_raised=np.nan, n_targets=np.nan, n_no_interval=np.nan)
@@ -123,6 +126,9 @@ def headline_tables(a: Analysis, top: int = 8) -> list[tuple[str, pd.DataFrame]]
             "McNemar p (Holm; not cluster-adjusted)": [_p(x) for x in c["p_mcnemar_holm"]],
             "Wilcoxon p (Holm; not cluster-adjusted)": [_p(x) for x in c["p_wilcoxon_holm"]],
             "targets raised": [_of_targets(*x) for x in zip(c["share_raised"], c["n_targets"], c["n_no_interval"])],
+            "targets raised (intention to treat)": [
+                _of_targets(*x) for x in zip(_values(c, "share_raised_itt"), c["n_targets"], _values(c, "n_no_interval_itt"))
+            ],
         })  # fmt: skip
         out.append(
             _named(
