@@ -23,7 +23,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import Select, and_, func, or_, select
+from sqlalchemy import Select, and_, exists, func, or_, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
@@ -231,7 +231,8 @@ def _eligible(settings: DesignSettings) -> list[Any]:
         J.verdict.is_not(None),
         J.verdict != "error",
         J.turn_index.is_not(None),
-        J.conversation_id.in_(select(C.id).where(own)),
+        # a primary-key lookup per row (an IN over a correlated subquery scanned them all)
+        exists().where(C.id == J.conversation_id, own),
     ]
     if settings.run_id is not None:
         where.append(J.run_id == settings.run_id)
