@@ -840,7 +840,9 @@ def _contrasts(
                         pairs, [*gcols, "target"], n_boot=n_boot, seed=seed, ci=ci, tests=False
                     )
                 )
-            if o.per_target:  # every assigned pair, for the ITT target share beside
+            if o.per_target and len(itt) == len(pairs) and per_t and not pairs.empty:
+                per_t_itt.append(per_t[-1])  # every pair realised: the ITT share is the same
+            elif o.per_target:  # every assigned pair, for the ITT target share beside
                 per_t_itt.append(
                     summarise_pairs(
                         itt.assign(**_constants(len(itt), **label)), [*gcols, "target"],
