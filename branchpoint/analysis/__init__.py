@@ -40,7 +40,7 @@ _EXPORTS = {
     "holm": "branchpoint.analysis.stats.inference",
     "scenario_level_test": "branchpoint.analysis.stats.inference",
     "sign_flip_pvalue": "branchpoint.analysis.stats.inference",
-    "distinct_ratings": "branchpoint.analysis.pairing.forks",
+    "distinct_ratings": "branchpoint.core.read.units",
     "run_analysis": "branchpoint.analysis.pipeline",
     "write_report": "branchpoint.analysis.report.write",
     # judge-corrected failure rates (PPI++) from the labelling design's blind labels

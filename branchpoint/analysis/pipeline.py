@@ -20,8 +20,11 @@ from branchpoint.analysis.ed.responses import EDResult, ed_analysis
 from branchpoint.analysis.outcomes.rates import error_counts, failure_rates
 from branchpoint.analysis.outcomes.reasoning import reasoning_noticed
 from branchpoint.analysis.pairing.fork_summaries import fork_tables
-from branchpoint.analysis.pairing.forks import copied_conversations, distinct_ratings
-from branchpoint.analysis.pairing.realisation import realisation_summary, unrecorded_note
+from branchpoint.analysis.pairing.realisation import (
+    realisation_summary,
+    unrecorded_note,
+    without_copied_arms,
+)
 from branchpoint.analysis.raters.agreement import AgreementResult, agreement_report
 from branchpoint.analysis.raters.realism import realism_by_simulator, realism_ratings
 from branchpoint.analysis.report.judge_choice import check_judge, plotted_judge, several_judges_note
@@ -42,6 +45,7 @@ from branchpoint.analysis.tables.versions import (
 from branchpoint.core import read
 from branchpoint.core.errors import UserError
 from branchpoint.core.human_labels import REALISM_RUBRIC
+from branchpoint.core.read.units import Tree, copied_conversations, distinct_ratings, own_turns
 from branchpoint.judges.reasoning_criterion import REASONING_RUBRIC
 
 
@@ -70,6 +74,9 @@ class Analysis:
     agreement: AgreementResult | None = None
     realism: pd.DataFrame | None = None  # persona realism ratings by simulator (human labels)
     reasoning: pd.DataFrame | None = None
+    # replies that carry reasoning text (distinct turns): the reasoning section says why its
+    # table is empty when some do
+    n_reasoning_replies: int = 0
     examples: pd.DataFrame | None = None
     primary_judge: str | None = None  # the judge whose pass/partial/fail verdicts are plotted
     ed_judge: str | None = None  # the judge whose ED safety scores are plotted
@@ -147,6 +154,12 @@ def run_analysis(
             jt, _ = keep_versions_apart(keep(judgment_table(store_or_db, runs)))
             all_judgments = jt.merge(tree, on="conversation_id", how="left")  # for the forks
         return all_judgments
+
+    def items() -> pd.DataFrame:
+        """The judged items: every judgment row with a copied turn's rows once, in the arm
+        that produced it (``branchpoint.core.read.units``); contrasts alone read every arm's
+        rows, and cut each pair at its fork."""
+        return distinct_ratings(judgments())
 
     tree = keep(read.conversation_tree(store_or_db, runs))
     version_notes = version_conflicts(read.judgment_versions(store_or_db, runs))
@@ -230,7 +243,8 @@ def run_analysis(
         if unrecorded:
             a.notes.append(unrecorded)
         a.realisation = realisation_summary(
-            realisation,
+            # an arm that never forked is its parent's conversation stored again: one arm
+            without_copied_arms(realisation, tree),
             keep(conversation_table(store_or_db, runs)),
             by=("target", "condition", "simulator"),
         )
@@ -256,6 +270,7 @@ def run_analysis(
             expected=keep(_expected_responses(store_or_db, runs, ej, ed_rubrics)),
             baselines=baselines,
             reference_condition=reference_condition,
+            realisation=keep(read.realisation_rows(store_or_db, runs)),
         )
     labels = keep(human_label_table(store_or_db, runs))
     # realism ratings share the labels table but rate the persona, not a rubric criterion
@@ -265,11 +280,11 @@ def run_analysis(
         labels = labels[~realism]
     n_judges = cc["judge"].nunique() if not cc.empty else 0
     if not labels.empty or n_judges > 1:
-        jt = judgments()
+        jt = items()
         if not labels.empty and n_judges <= 1:
             jt = jt[jt["conversation_id"].isin(set(labels["conversation_id"]))]
         a.agreement = agreement_report(jt, labels)
-    a.reasoning = _reasoning(store_or_db, runs, retried, judgments)
+    a.reasoning, a.n_reasoning_replies = _reasoning(store_or_db, runs, retried, items, Tree(tree))
     if examples and a.contrasts is not None and not a.contrasts.contrasts.empty:
         a.examples = keep(_examples(store_or_db, runs, a.contrasts.contrasts, examples))
     return a
@@ -299,24 +314,30 @@ def _reasoning(
     runs: Sequence[str] | None,
     leave_out: set[str] | None,
     judgments: Any,
-) -> pd.DataFrame | None:
-    """The reasoning table, from every judgment row (per judge and rubric, errors kept apart).
-    ``judgments``: a callable giving the judgment table (read only when reasoning is stored)."""
+    tree: Tree,
+) -> tuple[pd.DataFrame | None, int]:
+    """The reasoning table, from every judged item (per judge and rubric, errors kept apart): a
+    reply that several arms carry is one reply. ``judgments``: a callable giving the judged
+    items (read only when reasoning is stored); ``tree``: the store's fork tree."""
     turns = turn_table(store_or_db, runs, with_reasoning=True)
     if leave_out:
         turns = turns[~turns["conversation_id"].isin(leave_out)]
     if turns.empty:
-        return None
+        return None, 0
     jt = judgments()
+    # a reply that several arms carry is one reply (the unit of analysis)
+    own = own_turns(turns, tree)
+    text = own["reasoning"].notna() & (own["reasoning"].astype(str).str.strip() != "")
+    n_with = int(text.sum())
     if jt.empty:
-        return None
+        return None, n_with
     cols = ["conversation_id", "turn_index", "judge", "rubric_id", "verdict"]
     # The judged reasoning rubric is the reasoning criterion itself, not a reply outcome.
     keep = jt["conversation_id"].isin(set(turns["conversation_id"])) & (
         jt["rubric_id"] != REASONING_RUBRIC
     )
     j = jt.loc[keep.to_numpy(), cols]
-    return reasoning_noticed(j, turns)
+    return reasoning_noticed(j, turns), n_with
 
 
 def _examples(

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import Select, func, select
+from sqlalchemy import Select, and_, exists, func, or_, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
@@ -230,14 +230,29 @@ def stratum_key(values: Iterable[object]) -> str:
     return STRATUM_SEP.join("" if v is None else str(v) for v in values)
 
 
+def _own_turn(fork_turn: Any, turn_index: Any) -> bool:
+    """The turn is its arm's own, not a copy of its parent's: the unit of analysis
+    (``branchpoint.core.read.units``). An arm copies turns ``[0, fork_turn)`` from its parent,
+    every turn when it never forked (``fork_turn`` None)."""
+    return fork_turn is not None and turn_index is not None and turn_index >= fork_turn
+
+
 def _eligible(settings: DesignSettings) -> list[Any]:
     """A judged turn belongs to a criterion design's population: the criterion applied and the
-    judge gave a level (not ``error``), within the design's run, judge and rubric."""
+    judge gave a level (not ``error``), within the design's run, judge and rubric, on a turn its
+    arm produced. A turn that several arms carry is one item, drawn from the arm that produced
+    it, so every item is equally likely (the rate tables count it once too)."""
+    own = or_(
+        C.parent_id.is_(None),
+        and_(C.fork_turn.is_not(None), J.turn_index >= C.fork_turn),
+    )
     where: list[Any] = [
         J.applicable.is_(True),
         J.verdict.is_not(None),
         J.verdict != "error",
         J.turn_index.is_not(None),
+        # a primary-key lookup per row (an IN over a correlated subquery scanned them all)
+        exists().where(C.id == J.conversation_id, own),
     ]
     if settings.run_id is not None:
         where.append(J.run_id == settings.run_id)
@@ -252,7 +267,7 @@ def _keys_select(settings: DesignSettings, before: Any = None) -> Select[Any]:
     """Every item of the population once (two judges may rate one key), with its stratum columns;
     ``before``: only what was written by then."""
     if settings.kind == "realism":
-        where = [T.role == "user"]
+        where = [T.role == "user", T.origin_turn_id.is_(None)]  # a copied turn is no item
         if before is not None:
             where.append(T.created_at <= before)
         if settings.run_id is not None:
@@ -361,7 +376,8 @@ class _RowidSampler:
     def _conversation(self, cid: str) -> tuple[Any, ...]:
         if cid not in self.strata_of:
             row = self.conn.exec_driver_sql(
-                "SELECT run_id, target, condition, simulator FROM conversations WHERE id = ?",
+                "SELECT run_id, target, condition, simulator, parent_id, fork_turn "
+                "FROM conversations WHERE id = ?",
                 (cid,),
             ).one()
             self.strata_of[cid] = tuple(row)
@@ -374,11 +390,12 @@ class _RowidSampler:
         rowid = rng.randint(self.lo, self.hi)
         if s.kind == "realism":
             row = self.conn.exec_driver_sql(
-                'SELECT conversation_id, "index", role FROM turns WHERE rowid = ?', (rowid,)
+                'SELECT conversation_id, "index", role, origin_turn_id FROM turns WHERE rowid = ?',
+                (rowid,),
             ).first()
-            if row is None or row[2] != "user":
+            if row is None or row[2] != "user" or row[3]:  # a copied turn is no item
                 return None
-            run, _, _, simulator = self._conversation(row[0])
+            run, _, _, simulator, _, _ = self._conversation(row[0])
             if s.run_id is not None and run != s.run_id:
                 return None
             return (row[0], row[1], REALISM_RUBRIC, REALISM_TURN), stratum_key([simulator])
@@ -396,7 +413,9 @@ class _RowidSampler:
             return None
         if s.rubric_id is not None and rubric != s.rubric_id:
             return None
-        _, target, condition, _ = self._conversation(cid)
+        _, target, condition, _, parent, fork_turn = self._conversation(cid)
+        if parent and not _own_turn(fork_turn, turn):  # a copy: drawn from the arm it copies
+            return None
         values = {"target": target, "condition": condition, "criterion_id": crit}
         stratum = stratum_key(values[c] for c in s.stratum_columns)
         key: Key = (cid, turn, rubric, crit)

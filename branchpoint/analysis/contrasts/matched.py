@@ -677,11 +677,14 @@ def pairing_of(data: Any) -> tuple[_Pairing, list[str]]:
     return _pairing(data)
 
 
-def _note_dropouts(drop: pd.DataFrame, label: str, notes: list[str]) -> None:
+def _note_dropouts(drop: pd.DataFrame, label: str, notes: list[str], cand: pd.DataFrame) -> None:
     if drop.empty:
         return
     a, b = int(drop["n_only_baseline"].sum()), int(drop["n_only_option"].sum())
-    never = int(drop["n_never_forked"].sum())
+    # Pairs, not pair x criterion rows: a pair that never forked is one pair however many
+    # criteria it carries (``drop`` counts it once per criterion).
+    never_rows = cand[(cand["status"] == "never_forked").to_numpy()]
+    never = len(never_rows.drop_duplicates(["conversation_id_a", "conversation_id_b"]))
     if a or b:
         notes.append(
             f"{label}: {a} pairs rated a criterion after the fork in the baseline arm only and {b} "
@@ -786,6 +789,7 @@ def _contrasts(
     by = [c for c in o.by if c in cc.columns]
     base = resolve_baselines(cc, o.baselines)
     pooled, per_t, fried, arms = [], [], [], []
+    per_t_itt: list[pd.DataFrame] = []  # every assigned pair per target (the ITT share)
     unrated: list[str] = []
     choice_cols = choice_columns(cc)
     wanted = list(o.branch_points) if o.branch_points is not None else list(base["branch_point"])
@@ -822,7 +826,7 @@ def _contrasts(
             gcols = ["contrast", "branch_point", "baseline", "option", *CRITERION_KEYS,
                      "risk_area", *by]  # fmt: skip
             drop = _dropouts(cand, gcols)
-            _note_dropouts(drop, label["contrast"], notes)
+            _note_dropouts(drop, label["contrast"], notes, cand)
             pairs = per_protocol_pairs(cand)
             arms.append(arm_counts(cand, ["contrast", "branch_point", "baseline", "option", *by]))
             if pairs.empty:
@@ -842,6 +846,15 @@ def _contrasts(
                         pairs, [*gcols, "target"], n_boot=n_boot, seed=seed, ci=ci, tests=False
                     )
                 )
+            if o.per_target and len(itt) == len(pairs) and per_t and not pairs.empty:
+                per_t_itt.append(per_t[-1])  # every pair realised: the ITT share is the same
+            elif o.per_target:  # every assigned pair, for the ITT target share beside
+                per_t_itt.append(
+                    summarise_pairs(
+                        itt.assign(**_constants(len(itt), **label)), [*gcols, "target"],
+                        n_boot=n_boot, seed=seed, ci=ci, tests=False,
+                    )
+                )  # fmt: skip
         if o.secondary_tests and len(options) >= 3 and len(cands) == len(options) - 1:
             fried.append(_friedman_branch(enc, turns, cands, bp, baseline, options, by))
     tab = _finish_family(pd.concat(pooled, ignore_index=True) if pooled else pd.DataFrame())
@@ -855,7 +868,20 @@ def _contrasts(
     fr = pd.concat(fried, ignore_index=True) if fried else pd.DataFrame()
     if not fr.empty:
         fr["p_holm"] = holm(fr["pvalue"].to_numpy())
-    out = ContrastResult(tab, pt, _target_share(pt, share_keys), fr, base, notes)
+    share = _target_share(pt, share_keys)
+    pt_itt = _labels_as_text(
+        pd.concat(per_t_itt, ignore_index=True) if per_t_itt else pd.DataFrame()
+    )
+    share_itt = _target_share(pt_itt, share_keys)
+    if not share.empty and not share_itt.empty:
+        # per protocol is a selected subset: the intention-to-treat share beside it
+        cols = ["share_higher", "share_raised", "share_lowered", "n_no_interval", "median_diff"]
+        share = share.merge(
+            share_itt[[*share_keys, *cols]].rename(columns={c: f"{c}_itt" for c in cols}),
+            on=share_keys,
+            how="left",
+        )
+    out = ContrastResult(tab, pt, share, fr, base, notes)
     out.realisation = real
     out.unrated = unrated
     return out
@@ -974,7 +1000,7 @@ def condition_contrast(
         cand = cand.assign(**_constants(len(cand), contrast=label, baseline=reference, option=lvl))
         gcols = ["contrast", "baseline", "option", *CRITERION_KEYS, "risk_area"]
         drop = _dropouts(cand, gcols)
-        _note_dropouts(drop, label, notes)
+        _note_dropouts(drop, label, notes, cand)
         pairs = cand[cand["status"] == "pair"]
         pooled.append(
             summarise_pairs(pairs, gcols, n_boot=n_boot, seed=seed, ci=ci).merge(

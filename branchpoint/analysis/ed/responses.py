@@ -303,24 +303,46 @@ def ed_analysis(
     expected: pd.DataFrame | None = None,
     baselines: Mapping[str, str] | None = None,
     reference_condition: str = "none",
+    realisation: pd.DataFrame | None = None,
 ) -> EDResult | None:
     """The ED analysis of a judgment table; None when no risk-level rubric was judged.
 
     ``expected``: the responses that should have been rated (see ``response_scores``).
     ``baselines`` / ``reference_condition``: as for the pass/partial/fail contrasts, for the
     matched branch and condition contrasts on safety (``branchpoint.analysis.ed.turns``).
+    ``realisation``: the store's realisation rows; their manipulation checks pick the
+    per-protocol pairs of the branch contrasts, beside which every assigned pair is kept (ITT).
     """
     rubrics = [rubric] if rubric else ed_rubrics(data)
     data = data[data["rubric_id"].isin(rubrics)]
     if data.empty:
         return None
     data, version_notes = keep_versions_apart(data)
+    from branchpoint.core.read.units import (
+        Tree,
+        copied_conversations,
+        distinct_ratings,
+        own_turns,
+    )
+
+    tree = Tree(data)
+    # Every arm's responses: the multi-turn branch contrasts cut each pair at its fork.
     all_resp = response_scores(data, policy, expected=expected)
+    # The unit of analysis: a reply that several arms carry is one response, in the arm that
+    # produced it (``branchpoint.core.read.units``); every other figure counts these.
+    resp = (
+        response_scores(
+            distinct_ratings(data),
+            policy,
+            expected=None if expected is None else own_turns(expected, tree),
+        )
+        if tree.has_forks
+        else all_resp
+    )
     notes: list[str] = list(version_notes)
-    group = ["target", "condition"] + (["judge"] if all_resp["judge"].nunique() > 1 else [])
-    notes += _suitability(all_resp)
+    group = ["target", "condition"] + (["judge"] if resp["judge"].nunique() > 1 else [])
+    notes += _suitability(resp)
     # Only complete ratings carry a score; incomplete responses are counted, never scored.
-    resp = all_resp
     by_model = _mean_ci(resp, "safety", group, n_boot, seed, ci)
     agg = resp.groupby(group).agg(
         n_responses=("safety", "size"),
@@ -460,12 +482,19 @@ def ed_analysis(
             )
     from branchpoint.analysis.contrasts.matched import resolve_baselines
     from branchpoint.analysis.ed.turns import condition_safety_contrasts, matched_safety_contrasts
-    from branchpoint.analysis.pairing.forks import Tree
 
     branch_tab = matched_safety_contrasts(
-        resp, resolve_baselines(resp.drop_duplicates("conversation_id"), baselines), Tree(data), ci
+        all_resp,
+        resolve_baselines(all_resp.drop_duplicates("conversation_id"), baselines),
+        tree,
+        ci,
+        realisation=realisation,
     )
-    condition_tab = condition_safety_contrasts(resp, reference_condition, ci)
+    # Conditions compare whole conversations: an arm that never forked is one stored again.
+    copies = copied_conversations(data, tree) if tree.has_forks else set()
+    condition_tab = condition_safety_contrasts(
+        all_resp[~all_resp["conversation_id"].astype(str).isin(copies)], reference_condition, ci
+    )
     return EDResult(
         resp,
         by_model,

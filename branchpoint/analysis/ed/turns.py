@@ -55,7 +55,8 @@ MATCH = ["run_id", "scenario_id", "target", "condition", "simulator", "replicate
 CONTRAST_COLUMNS = [
     "contrast", "factor", "baseline", "option", "judge", "rubric_id", "condition", "n_pairs",
     "n_never_forked", "n_scenarios", "mean_a", "mean_b", "diff", "ci_low", "ci_high",
-    "p_scenario", "p_scenario_holm", "interval",
+    "p_scenario", "p_scenario_holm", "interval", "n_not_realised", "n_pairs_itt", "diff_itt",
+    "ci_low_itt", "ci_high_itt", "p_scenario_itt", "interval_itt",
 ]  # fmt: skip
 
 
@@ -98,23 +99,40 @@ def _summarise(rows: list[dict[str, Any]], ci: float) -> pd.DataFrame:
     from branchpoint.analysis.stats.inference import holm, scenario_level_test
 
     p = pd.DataFrame(rows)
+    if "realised" not in p.columns:
+        p["realised"] = True
     gcols = ["contrast", "factor", "baseline", "option", "judge", "rubric_id", "condition"]
     p["condition"] = p["condition"].astype(str)
     out = []
-    for keys, g in p.groupby(gcols, sort=True):
-        ok = g[g["diff"].notna()]
-        d = ok["diff"].to_numpy(float)
-        cl = pd.factorize(ok["scenario_id"].astype(str))[0]
+
+    def test(pairs: pd.DataFrame) -> Any:
+        d = pairs["diff"].to_numpy(float)
+        cl = pd.factorize(pairs["scenario_id"].astype(str))[0]
         # Safety is 0-100 points, so a difference lies in -100..100: the interval's bounds when
         # too few scenarios to exclude anything (the one scenario-level rule, branchpoint.analysis.stats.inference).
-        t = scenario_level_test(d, cl, np.zeros(len(d), np.int64), 1, ci, bounds=(-100.0, 100.0))
-        n_s = int(t.n_clusters[0]) if len(d) else 0
-        interval = t.labels()[0]
+        return scenario_level_test(d, cl, np.zeros(len(d), np.int64), 1, ci, bounds=(-100.0, 100.0))
+
+    for keys, g in p.groupby(gcols, sort=True):
+        realised = g["realised"].astype(bool)
+        # Per protocol: pairs whose arms both realised their option (fired and, where a
+        # manipulation check rated them, enacted): a subset selected after assignment.
+        ok = g[g["diff"].notna() & realised]
+        t = test(ok)
+        n_s = int(t.n_clusters[0]) if len(ok) else 0
+        # Intention to treat: every assigned pair; one that never forked is one conversation in
+        # both arms, a difference of zero.
+        itt = g.assign(diff=np.where(g["never_forked"].astype(bool), 0.0, g["diff"]))
+        itt = itt[itt["diff"].notna()]
+        ti = test(itt)
         out.append({**dict(zip(gcols, keys)), "n_pairs": len(ok),
                     "n_never_forked": int(g["never_forked"].sum()), "n_scenarios": n_s,
                     "mean_a": ok["a"].mean(), "mean_b": ok["b"].mean(),
-                    "diff": t.estimate[0] if len(d) else np.nan, "ci_low": t.ci_low[0],
-                    "ci_high": t.ci_high[0], "p_scenario": t.pvalue[0], "interval": interval})  # fmt: skip
+                    "diff": t.estimate[0] if len(ok) else np.nan, "ci_low": t.ci_low[0],
+                    "ci_high": t.ci_high[0], "p_scenario": t.pvalue[0], "interval": t.labels()[0],
+                    "n_not_realised": int((~realised & ~g["never_forked"].astype(bool)).sum()),
+                    "n_pairs_itt": len(itt), "diff_itt": ti.estimate[0] if len(itt) else np.nan,
+                    "ci_low_itt": ti.ci_low[0], "ci_high_itt": ti.ci_high[0],
+                    "p_scenario_itt": ti.pvalue[0], "interval_itt": ti.labels()[0]})  # fmt: skip
     tab = pd.DataFrame(out)
     tab["p_scenario_holm"] = holm(tab["p_scenario"].to_numpy(float))
     return tab[CONTRAST_COLUMNS]
@@ -125,6 +143,7 @@ def matched_safety_contrasts(
     baselines: pd.DataFrame,
     tree: Any,
     ci: float = 0.95,
+    realisation: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """Matched branch contrasts on ED safety: per pair of arms that differ in one branch point only
     (same run, scenario, target, condition, simulator, replicate, every other choice, judge and
@@ -134,7 +153,12 @@ def matched_safety_contrasts(
     ``n_never_forked`` and left out. ``diff`` > 0: the option is safer.
 
     ``baselines``: ``branchpoint.analysis.contrasts.matched.resolve_baselines`` output; ``tree``: an
-    ``branchpoint.analysis.pairing.forks.Tree`` of the conversations."""
+    ``branchpoint.analysis.pairing.forks.Tree`` of the conversations. ``realisation``: the
+    store's realisation rows (``branchpoint.core.read.realisation_rows``), whose manipulation
+    checks decide, as for the pass/partial/fail contrasts, which pairs are per protocol (both
+    arms fired and were not shown not to be enacted); the intention-to-treat figures (``*_itt``)
+    keep every assigned pair."""
+    from branchpoint.analysis.pairing.realisation import realisation_lookup
     from branchpoint.analysis.tables.judgments import CHOICE_PREFIX, choice_columns
 
     if responses.empty or baselines.empty:
@@ -150,6 +174,8 @@ def matched_safety_contrasts(
             if col not in conv.columns:
                 continue
             match = [c for c in conv_cols if c != col]
+            # no realisation recorded for this branch point: every arm counts as realised
+            known = realisation_lookup(realisation, str(bp))
             for opt in sorted(set(conv[col].dropna().astype(str)) - {str(base)}):
                 for ca, cb, kd in _pairs(conv, col, str(base), opt, match):
                     fork = float(tree.divergence(ca, cb)) if tree.has_forks else 0.0
@@ -159,7 +185,8 @@ def matched_safety_contrasts(
                     rows.append({"contrast": f"{bp}: {base} → {opt}", "factor": str(bp),
                                  "baseline": str(base), "option": opt, "judge": judge,
                                  "rubric_id": rubric, **kd, "a": sa, "b": sb, "diff": sb - sa,
-                                 "never_forked": never})  # fmt: skip
+                                 "never_forked": never,
+                                 "realised": not known or (known.get(ca, False) and known.get(cb, False))})  # fmt: skip
     return _summarise(rows, ci)
 
 

@@ -53,7 +53,10 @@ METHOD = (
     "were labelled: each side is corrected by its own design-drawn labels, a random sample of "
     "that side's turns within each design stratum; the interval (95%) is clustered by scenario, "
     "the two sides paired through their scenario totals. A contrast needs at least two labels "
-    "per stratum on each side and two scenarios; otherwise it says why."
+    "per stratum on each side and two scenarios; otherwise it says why. Realised pairs are a "
+    "subset selected after assignment (whether a branch is enacted can depend on the chatbot), "
+    "so beside each corrected figure is the corrected intention-to-treat figure over every "
+    "assigned pair rated after its fork, with its interval."
 )
 
 
@@ -79,7 +82,7 @@ def _ppf_judgments(judgments: pd.DataFrame) -> pd.DataFrame:
 def side_items(pairs: pd.DataFrame, side: str, data: pd.DataFrame, tree: Any) -> pd.DataFrame:
     """The design's judged items on one side (``a`` baseline, ``b`` option) of ``pairs``: each
     arm's turns from the pair's fork on, a copied turn once (kept in the arm that produced it)."""
-    from branchpoint.analysis.pairing.forks import turn_roots
+    from branchpoint.core.read.units import turn_roots
 
     arms = pd.DataFrame(
         {
@@ -145,9 +148,11 @@ def _contrast_pairs(
     realisation: pd.DataFrame | None,
     baselines: Mapping[str, str] | None,
     notes: list[str],
+    itt: bool = False,
 ) -> tuple[list[tuple[dict[str, str], pd.DataFrame]], Any]:
-    """Per contrast its label and its realised pairs rated after the fork, built by the matched
-    contrasts' own functions (one pairing in the project), with the fork tree."""
+    """Per contrast its label and its realised pairs rated after the fork (``itt``: every
+    assigned pair rated after the fork), built by the matched contrasts' own functions (one
+    pairing in the project), with the fork tree."""
     from branchpoint.analysis.contrasts.matched import (
         PAIR_KEYS,
         Encoded,
@@ -171,7 +176,12 @@ def _contrast_pairs(
             cand = candidate_pairs(cc, col, baseline, opt, match, enc, turns=turns, tree=tree)
             if cand.empty:
                 continue
-            pairs = per_protocol_pairs(with_realisation(cand, realisation, bp))
+            realised = with_realisation(cand, realisation, bp)
+            # ITT: every assigned pair rated after its fork, realised or not (a pair that never
+            # forked has no post-fork item to correct)
+            pairs = realised if itt else per_protocol_pairs(realised)
+            if itt:
+                pairs = pairs[(pairs["status"] == "pair").to_numpy()]
             if pairs.empty:
                 continue
             label = {"contrast": f"{bp}: {baseline} → {opt}", "branch_point": bp,
@@ -202,14 +212,38 @@ def correct_contrast_frames(
     if d.data is None:
         return Correction(pd.DataFrame(), d.notes)
     notes: list[str] = []
-    contrasts, tree = _contrast_pairs(_ppf_judgments(judgments), realisation, baselines, notes)
+    ppf = _ppf_judgments(judgments)
+    contrasts, tree = _contrast_pairs(ppf, realisation, baselines, notes)
     if not contrasts:
         return Correction(
             pd.DataFrame(), ["no matched pairs rated after their fork to correct", *d.notes],
             d.design_id,
         )  # fmt: skip
-    rows: list[dict[str, Any]] = []
     data = d.data.assign(turn_index=pd.to_numeric(d.data["turn_index"]))
+    table = _corrected_rows(contrasts, data, tree, alpha)
+    # The intention-to-treat figure beside every per-protocol one: realised pairs are selected
+    # after assignment (by the chatbot's replies too), so they alone can be biased.
+    itt_pairs, _ = _contrast_pairs(ppf, realisation, baselines, [], itt=True)
+    itt = _corrected_rows(itt_pairs, data, tree, alpha) if itt_pairs else pd.DataFrame()
+    keys = ["judge", "contrast", "condition", "rubric_id", "criterion_id"]
+    if not itt.empty and "corrected" in itt.columns:
+        side = itt[[*keys, "n_pairs", "corrected", "corrected_low", "corrected_high"]].rename(
+            columns={
+                c: f"{c}_itt" for c in ("n_pairs", "corrected", "corrected_low", "corrected_high")
+            }
+        )
+        table = table.merge(side, on=keys, how="left")
+    return Correction(table, [*d.notes, *notes], d.design_id)
+
+
+def _corrected_rows(
+    contrasts: list[tuple[dict[str, str], pd.DataFrame]],
+    data: pd.DataFrame,
+    tree: Any,
+    alpha: float,
+) -> pd.DataFrame:
+    """One corrected row per judge x contrast x condition x rubric (x criterion) of ``contrasts``."""
+    rows: list[dict[str, Any]] = []
     for label, pairs in contrasts:
         option = side_items(pairs, "b", data, tree)
         base = side_items(pairs, "a", data, tree)
@@ -238,8 +272,7 @@ def correct_contrast_frames(
                     rows.append({**rec, "note": "no design items after the fork on one side"})
                     continue
                 rows.append({**rec, **contrast_row(opt, bas, alpha)})
-    table = pd.DataFrame(rows)
-    return Correction(table, [*d.notes, *notes], d.design_id)
+    return pd.DataFrame(rows)
 
 
 def contrast_store_frames(
@@ -333,6 +366,12 @@ def contrast_display(table: pd.DataFrame) -> pd.DataFrame:
                 if isinstance(note, str) and note
                 else _iv(r, "corrected", "corrected_low", "corrected_high"),
                 "lambda": "" if pd.isna(r.get("lam")) else f"{float(r['lam']):.2f}",
+                # per protocol above; every assigned pair rated after its fork here
+                "corrected, intention to treat": _iv(
+                    r, "corrected_itt", "corrected_low_itt", "corrected_high_itt"
+                )
+                if "corrected_itt" in r
+                else "",
             }
         )
     return pd.DataFrame(rows)

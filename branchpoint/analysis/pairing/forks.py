@@ -19,102 +19,22 @@ A rating of the whole conversation (no turn index) cannot be split and is always
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+# The unit of analysis is defined once, in the read layer; these names stay importable here.
+from branchpoint.core.read.units import _WHOLE, Tree
+from branchpoint.core.read.units import copied_conversations as copied_conversations
+from branchpoint.core.read.units import distinct_ratings as distinct_ratings
+from branchpoint.core.read.units import turn_roots as turn_roots
 from branchpoint.core.scales import PASS_PARTIAL_FAIL
 
 COUNT_COLS = ("n_rated", "n_fail", "n_partial", "score_sum", "n_scored")
 ROW_KEYS = ["conversation_id", "rubric_id", "criterion_id", "judge"]
 PPF = PASS_PARTIAL_FAIL.scores
-
-
-class Tree:
-    """The fork tree of the conversations in a frame (``parent_id`` and ``fork_turn`` columns)."""
-
-    def __init__(self, frame: pd.DataFrame) -> None:
-        self.parent: dict[str, str] = {}
-        self.fork: dict[str, float] = {}
-        if "parent_id" in frame.columns:
-            cols = ["conversation_id", "parent_id"] + (
-                ["fork_turn"] if "fork_turn" in frame.columns else []
-            )
-            conv = frame[cols].drop_duplicates("conversation_id")
-            for row in conv.itertuples(index=False):
-                cid, parent = str(row[0]), row[1]
-                if isinstance(parent, str) and parent:
-                    self.parent[cid] = parent
-                    f = row[2] if len(row) > 2 else None
-                    self.fork[cid] = math.inf if f is None or f != f else float(f)
-        self._ancestry: dict[str, dict[str, float]] = {}
-
-    @property
-    def has_forks(self) -> bool:
-        return bool(self.parent)
-
-    def ancestry(self, cid: str) -> dict[str, float]:
-        """Ancestor (and self) -> length of the prefix this conversation shares with it."""
-        got = self._ancestry.get(cid)
-        if got is not None:
-            return got
-        out = {cid: math.inf}
-        shared, cur, seen = math.inf, cid, {cid}
-        while cur in self.parent and self.parent[cur] not in seen:
-            shared = min(shared, self.fork.get(cur, math.inf))
-            cur = self.parent[cur]
-            seen.add(cur)
-            out[cur] = shared
-        self._ancestry[cid] = out
-        return out
-
-    def divergence(self, a: str, b: str) -> float:
-        """Index of the first turn that ``a`` and ``b`` do not share (0: nothing shared)."""
-        if a == b:
-            return math.inf
-        anc_a, anc_b = self.ancestry(a), self.ancestry(b)
-        best = 0.0
-        for node, m_a in anc_a.items():
-            m_b = anc_b.get(node)
-            if m_b is not None:
-                best = max(best, min(m_a, m_b))
-        return best
-
-    def content_root(self, cid: str) -> str:
-        """The farthest ancestor this arm never diverged from (itself when it forked): the
-        conversation whose transcript it is."""
-        root = cid
-        for node, shared in self.ancestry(cid).items():
-            if shared == math.inf:
-                root = node
-        return root
-
-    def divergences(self, a: Iterable[str], b: Iterable[str]) -> np.ndarray:
-        """``divergence`` of each pair, computed once per distinct pair (a contrast repeats
-        each pair of arms for every criterion)."""
-        a_codes, a_names = pd.factorize(_ids(a), use_na_sentinel=False)
-        b_codes, b_names = pd.factorize(_ids(b), use_na_sentinel=False)
-        if not len(a_codes):
-            return np.zeros(0, dtype=float)
-        pair = a_codes.astype(np.int64) * (len(b_names) + 1) + b_codes
-        inv, uniq = pd.factorize(pair)  # each distinct pair once (hashed, not sorted)
-        width = len(b_names) + 1
-        a_text = [str(x) for x in a_names]  # indexing a categorical per pair was 0.4 s
-        b_text = [str(x) for x in b_names]
-        got = np.array(
-            [self.divergence(a_text[u // width], b_text[u % width]) for u in uniq], dtype=float
-        )
-        return got[inv.reshape(-1)]
-
-
-def _ids(values: Iterable[str]) -> Any:
-    """Conversation ids as ``pd.factorize`` takes them (a categorical as it is: its codes)."""
-    if isinstance(values, (pd.Categorical, pd.Series, np.ndarray)):
-        return values
-    return np.asarray(list(values), dtype=object)
 
 
 def turn_level_counts(judgments: pd.DataFrame) -> pd.DataFrame:
@@ -256,88 +176,6 @@ def attach_tree(
     tree = conversation_tree(store_or_db, runs)
     base = frame.drop(columns=[c for c in ("parent_id", "fork_turn") if c in frame.columns])
     return base.merge(tree, on="conversation_id", how="left")
-
-
-# --------------------------------------------------------------------------- the unit of analysis
-
-# A judgment's identity apart from the conversation that carries it: the same criterion rated by
-# the same judge under the same rubric and prompt version.
-RATING_KEYS = ["rubric_id", "rubric_hash", "criterion_id", "judge", "prompt_version"]
-# A whole-conversation rating (no turn index) is a copy only when the whole arm is.
-_WHOLE = 1e300
-
-
-def turn_roots(frame: pd.DataFrame, tree: Tree | None = None) -> np.ndarray:
-    """For each row (``conversation_id``, ``turn_index``): the conversation whose own turn it is.
-
-    Arm X copies turns ``[0, fork_turn(X))`` from its parent (all of them when it never forked),
-    so the turn at index t of X is the parent's turn t when t < fork_turn(X), and so on up the
-    tree: its root is the farthest ancestor whose shared prefix with X still covers t. A
-    whole-conversation rating belongs to X unless X never diverged from an ancestor at all.
-    """
-    cids = frame["conversation_id"].astype(str).to_numpy()
-    tree = tree or Tree(frame)
-    if not tree.has_forks:
-        return cids
-    t = pd.to_numeric(frame["turn_index"], errors="coerce").to_numpy(float)
-    t = np.where(np.isnan(t), _WHOLE, t)
-    out = cids.copy()
-    codes, uniques = pd.factorize(cids)
-    order = np.argsort(codes, kind="stable")
-    bounds = np.searchsorted(codes[order], np.arange(len(uniques) + 1))
-    for i, cid in enumerate(uniques):
-        chain = tree.ancestry(str(cid))  # self first, then each ancestor with its shared prefix
-        if len(chain) == 1:
-            continue
-        nodes = np.array(list(chain), dtype=object)
-        shared = np.array(list(chain.values()), dtype=float)  # non-increasing up the chain
-        rows = order[bounds[i] : bounds[i + 1]]
-        depth = (shared[:, None] > t[rows][None, :]).sum(axis=0)
-        out[rows] = nodes[np.maximum(depth - 1, 0)]
-    return out
-
-
-def copied_conversations(frame: pd.DataFrame, tree: Tree | None = None) -> set[str]:
-    """Arms that never diverged from an ancestor: the same transcript stored again."""
-    tree = tree or Tree(frame)
-    return {
-        cid for cid in frame["conversation_id"].astype(str).unique()
-        if any(m == math.inf for node, m in tree.ancestry(cid).items() if node != cid)
-    }  # fmt: skip
-
-
-def distinct_ratings(judgments: pd.DataFrame, level: str = "turn") -> pd.DataFrame:
-    """The judgment table with every copied rating counted once: the unit of analysis.
-
-    ``turn``: a judged chatbot turn counts once however many arms carry it (a shared-prefix turn
-    is kept in the arm that produced it, its root; see ``turn_roots``). ``conversation``: an
-    arm that never diverged is the same conversation stored again and is left out; an arm that
-    forked is a conversation of its own, its shared prefix included (a conversation fails when
-    any of its turns does). Needs ``parent_id`` / ``fork_turn``; without them nothing is a copy.
-    """
-    if judgments.empty or "parent_id" not in judgments.columns:
-        return judgments
-    tree = Tree(judgments)
-    if not tree.has_forks:
-        return judgments
-    if level == "conversation":
-        copies = copied_conversations(judgments, tree)
-        return judgments[~judgments["conversation_id"].astype(str).isin(copies)]
-    if level != "turn":
-        raise ValueError(f"level must be 'turn' or 'conversation', not {level!r}")
-    roots = turn_roots(judgments, tree)
-    keys = [c for c in RATING_KEYS if c in judgments.columns]
-    work = judgments[keys].astype(str)
-    work["_root"] = roots
-    work["_turn"] = pd.to_numeric(judgments["turn_index"], errors="coerce").fillna(-1).to_numpy()
-    # Prefer the row stored on the root conversation itself (its own turn, not a copy); where
-    # the root lacks it, the copy on the smallest conversation id (an order-free rule: the
-    # judgment summaries do not know the order rows were written in).
-    cids = judgments["conversation_id"].astype(str).to_numpy()
-    work["_own"] = cids != roots
-    order = np.lexsort((pd.factorize(cids, sort=True)[0], work["_own"].to_numpy()))
-    keep = ~work.iloc[order].duplicated([*keys, "_root", "_turn"]).to_numpy()
-    return judgments.iloc[np.sort(order[keep])]
 
 
 # --------------------------------------------------------------------------- the same on codes

@@ -167,7 +167,9 @@ def arm_counts(
 ) -> pd.DataFrame:
     """Per contrast: arms assigned each side, and how many realised their option (n of N)."""
     keys = list(keys)
-    pairs = cand.drop_duplicates(["conversation_id_a", "conversation_id_b"])
+    # a pair of copied arms is its originals' pair stored again: counted once (the original)
+    own = cand[(cand["status"] != "copy").to_numpy()] if "status" in cand.columns else cand
+    pairs = own.drop_duplicates(["conversation_id_a", "conversation_id_b"])
 
     def per_group(frame: pd.DataFrame, flag: Any) -> pd.DataFrame:
         grouped = frame.assign(_flag=flag).groupby(keys, dropna=False, sort=True, observed=True)
@@ -190,6 +192,33 @@ def arm_counts(
         if isinstance(out[col].dtype, pd.CategoricalDtype):
             out[col] = out[col].astype(object).infer_objects()
     return out
+
+
+def without_copied_arms(realisation: pd.DataFrame, tree: pd.DataFrame) -> pd.DataFrame:
+    """``realisation`` less the rows of arms that never forked where they repeat their parent's
+    row (same branch point, same option): that arm is its parent's conversation stored again,
+    one arm. Its row for the branch point it was made for (an option its parent does not hold)
+    stays: an assigned arm whose branch never fired. ``tree``: ``read.conversation_tree``."""
+    from branchpoint.core.read.units import copied_conversations
+
+    if realisation.empty or tree.empty:
+        return realisation
+    copies = copied_conversations(tree)
+    if not copies:
+        return realisation
+    parent = dict(zip(tree["conversation_id"].astype(str), tree["parent_id"]))
+    option = {
+        (str(c), str(b)): o
+        for c, b, o in realisation[["conversation_id", "branch_point", "option"]].itertuples(
+            index=False
+        )
+    }
+    cids = realisation["conversation_id"].astype(str).to_numpy()
+    repeat = [
+        cid in copies and option.get((str(parent.get(cid)), str(bp))) == opt
+        for cid, bp, opt in zip(cids, realisation["branch_point"], realisation["option"])
+    ]
+    return realisation[~np.asarray(repeat, dtype=bool)]
 
 
 def unrecorded_note(realisation: pd.DataFrame | None) -> str | None:
@@ -272,4 +301,6 @@ def realisation_table(
 
     runs = resolve_runs(store_or_db, run)
     realisation = read.realisation_rows(store_or_db, runs)
+    # an arm that never forked is its parent's conversation stored again: one arm, not two
+    realisation = without_copied_arms(realisation, read.conversation_tree(store_or_db, runs))
     return realisation_summary(realisation, conversation_table(store_or_db, runs), by=by)

@@ -104,8 +104,11 @@ def headline_tables(a: Analysis, top: int = 8) -> list[tuple[str, pd.DataFrame]]
         share = a.contrasts.target_share
         on = [k for k in ("contrast", "criterion_id", "judge", "condition") if k in c.columns]
         if share is not None and not share.empty:
+            itt_cols = [x for x in ("share_raised_itt", "n_no_interval_itt") if x in share]
             c = c.merge(
-                share[[*on, "share_raised", "n_targets", "n_no_interval"]], on=on, how="left"
+                share[[*on, "share_raised", "n_targets", "n_no_interval", *itt_cols]],
+                on=on,
+                how="left",
             )
         else:
             c = c.assign(share_raised=np.nan, n_targets=np.nan, n_no_interval=np.nan)
@@ -116,16 +119,23 @@ def headline_tables(a: Analysis, top: int = 8) -> list[tuple[str, pd.DataFrame]]
             "95% interval (scenarios)": _scenario_intervals(c),
             "scenarios": c["n_scenarios"], "realised pairs": _realised_pairs(c),
             "diff (pp, intention to treat)": [_pp(x) for x in _values(c, "diff_itt")],
+            "95% interval (intention to treat)": [
+                _interval(lo, hi, _pp) for lo, hi in zip(_values(c, "ci_low_itt"), _values(c, "ci_high_itt"))
+            ],
             "p scenario-level (Holm)": [_p(x) for x in c["p_scenario_holm"]],
             "McNemar p (Holm; not cluster-adjusted)": [_p(x) for x in c["p_mcnemar_holm"]],
             "Wilcoxon p (Holm; not cluster-adjusted)": [_p(x) for x in c["p_wilcoxon_holm"]],
             "targets raised": [_of_targets(*x) for x in zip(c["share_raised"], c["n_targets"], c["n_no_interval"])],
+            "targets raised (intention to treat)": [
+                _of_targets(*x) for x in zip(_values(c, "share_raised_itt"), c["n_targets"], _values(c, "n_no_interval_itt"))
+            ],
         })  # fmt: skip
         out.append(
             _named(
                 "Largest matched contrasts (option minus baseline, turns after the fork; paired by "
                 "scenario, target, condition, replicate and other choices; primary test over "
-                "scenario means). " + POOLED_RATES,
+                "scenario means; per protocol: realised pairs, a selected subset, with the "
+                "intention-to-treat figure and interval beside). " + POOLED_RATES,
                 c,
                 t,
                 a.primary_judge,
@@ -180,6 +190,11 @@ def headline_tables(a: Analysis, top: int = 8) -> list[tuple[str, pd.DataFrame]]
                 a.ed_judge,
             )
         )
+    # the multi-turn ED contrasts (matched branches, conditions), as the report shows them
+    for cap, name in ((ED_BRANCH_CAPTION, "branches"), (ED_CONDITION_CAPTION, "conditions")):
+        tab = _ed_contrast_display(_ed_table(a, name))
+        if tab is not None and not tab.empty:
+            out.append(_named(cap, tab, tab, a.ed_judge))
     if a.errors is not None and not a.errors.empty:
         e = a.errors.groupby(["judge", "rubric_id"], as_index=False)[["n_error", "n_rated"]].sum()
         e = e.rename(columns={"n_rated": "n_rated (non-error)"})
@@ -190,7 +205,9 @@ def headline_tables(a: Analysis, top: int = 8) -> list[tuple[str, pd.DataFrame]]
 METHODS = (
     "Realised branches: an arm realised its option when the branch point fired and the option's "
     "instruction was in force for at least one persona turn (derived from the stored turns). "
-    "Matched contrasts are per protocol: only pairs whose two arms both realised their option "
+    "Matched contrasts are per protocol: only pairs whose two arms both realised their option, "
+    "a subset selected after assignment (biased where the chatbot decides whether a branch is "
+    "enacted) "
     "('realised pairs', n of the pairs assigned). Beside them, labelled, the intention-to-treat "
     "figure over every assigned pair, where a pair that never forked is one conversation in both "
     "arms and enters with a difference of zero. A contrast without a realised pair is reported as "
@@ -286,6 +303,8 @@ def build_sections(a: Analysis) -> list[Section]:
     )
     if a.realisation is not None and not a.realisation.empty:
         s.tables.append((REALISATION_CAPTION, _realisation_display(a.realisation)))
+    if a.contrasts is not None and not a.contrasts.contrasts.empty:
+        s.text.append(PER_PROTOCOL_SELECTED)
     if a.contrasts is not None:
         s.text += [
             f"Baseline of {b}: {o} ({src})."
@@ -379,6 +398,8 @@ def build_sections(a: Analysis) -> list[Section]:
     )  # fmt: skip
     if a.ed is not None:
         s.text += a.ed.notes
+        if _ed_table(a, "branches") is not None:
+            s.text.append(PER_PROTOCOL_SELECTED)
         for cap, df in ((ED_BRANCH_CAPTION, _ed_contrast_display(a.ed.branches)),
                         (ED_CONDITION_CAPTION, _ed_contrast_display(a.ed.conditions))):  # fmt: skip
             if df is not None and not df.empty:
@@ -429,6 +450,12 @@ def build_sections(a: Analysis) -> list[Section]:
                 "rubric x target; error verdicts counted apart, never as not failing)",
                 _round(a.reasoning, 3),
             )
+        )
+    elif a.n_reasoning_replies:
+        s.text.append(
+            f"{a.n_reasoning_replies} replies carry reasoning text, but none of them has a "
+            "verdict on a turn to compare it with (no judge rated these turns, or rated only "
+            "whole conversations)."
         )
     else:
         s.text.append("No reasoning text stored for these replies.")
@@ -481,6 +508,11 @@ def _ed_contrast_display(c: pd.DataFrame | None) -> pd.DataFrame | None:
         "95% interval": [_interval(lo, hi, _num) for lo, hi in zip(c["ci_low"], c["ci_high"])],
         "interval": c["interval"], "p scenario": [_p(x) for x in c["p_scenario"]],
         "p scenario (Holm)": [_p(x) for x in c["p_scenario_holm"]],
+        "not realised (left out)": _column(c, "n_not_realised"),
+        "diff (points, intention to treat)": [_num(x) for x in _values(c, "diff_itt")],
+        "95% interval (intention to treat)": [
+            _interval(lo, hi, _num) for lo, hi in zip(_values(c, "ci_low_itt"), _values(c, "ci_high_itt"))
+        ],
     })  # fmt: skip
 
 
@@ -531,18 +563,27 @@ def ratings_sentence(a: Analysis) -> str:
             for j, (n, e) in g.iterrows()
         )
         parts.append(f"Pass/partial/fail ratings in the overall failure-rate table: {each}.")
-    m = a.ed.by_model if a.ed is not None else None
-    if m is not None and not m.empty:
-        g = m.assign(judge=m["judge"] if "judge" in m.columns else a.ed_judge)
-        g = g.groupby("judge", sort=True)[["n_responses", "n_scored"]].sum()
-        each = "; ".join(
-            f"judge {j}: {int(n)} responses, {int(k)} with a complete rating"
-            for j, (n, k) in g.iterrows()
-        )
-        parts.append(f"ED safety-score table: {each}.")
+    ed = ed_responses_clause(a)
+    if ed:
+        parts.append(f"{ed}.")
     if len(parts) == 1:
         parts.append("No judged conversations to summarise.")
     return " ".join(parts)
+
+
+def ed_responses_clause(a: Analysis) -> str | None:
+    """The ED table's count, summed from it (per judge): what ``analyze`` and the report say
+    beside the number of ratings, which counts each dimension of a response."""
+    m = a.ed.by_model if a.ed is not None else None
+    if m is None or m.empty:
+        return None
+    g = m.assign(judge=m["judge"] if "judge" in m.columns else a.ed_judge)
+    g = g.groupby("judge", sort=True)[["n_responses", "n_scored"]].sum()
+    each = "; ".join(
+        f"judge {j}: {int(n)} responses, {int(k)} with a complete rating"
+        for j, (n, k) in g.iterrows()
+    )
+    return f"ED safety-score table: {each}"
 
 
 def _ed_table(a: Analysis, name: str) -> pd.DataFrame | None:
@@ -731,8 +772,18 @@ def _rate_display(r: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 
 
 REALISATION_CAPTION = (
-    "Realised branches: arms whose option came into force (its trigger fired and the persona "
-    "followed it for at least one turn), per branch point x option x target (n of N)"
+    "Branch points per option x target: 'fired', arms whose trigger fired, so that the option's "
+    "instruction came into force (n of N assigned); 'enacted', of the fired arms that a "
+    "manipulation check rated, those the persona was shown to follow; 'not enacted' arms fired "
+    "but the persona did not follow the option (left out of the per-protocol pairs)"
+)
+PER_PROTOCOL_SELECTED = (
+    "Per-protocol pairs are a selected subset: whether a branch fired and was enacted is decided "
+    "after the arms were assigned, partly by the chatbot's own replies (a firm help offer can make "
+    "the persona give in), so keeping only realised pairs can bias a per-protocol contrast. Every "
+    "per-protocol figure has the intention-to-treat figure (every assigned pair) and its 95% "
+    "interval beside it; where the two disagree, the intention-to-treat figure is the unbiased "
+    "comparison of what was assigned."
 )
 
 
@@ -743,12 +794,15 @@ def _realised_diff(c: pd.DataFrame) -> list[str]:
 
 
 def _realised_pairs(c: pd.DataFrame) -> list[str]:
-    """Pairs realised in both arms, of the pairs assigned (a table without realisation: pairs)."""
-    if "n_pairs_itt" not in c.columns:
+    """Pairs realised in both arms and rated on the criterion after the fork, of the pairs
+    assigned to the contrast (``n_assigned_pairs``, every pair whatever it rated; a table without
+    realisation: pairs)."""
+    total = "n_assigned_pairs" if "n_assigned_pairs" in c.columns else "n_pairs_itt"
+    if total not in c.columns:
         return [str(n) for n in c["n_pairs"]]
     return [
-        f"{int(n)} of {int(m)}" if m == m else str(int(n))
-        for n, m in zip(c["n_pairs"], c["n_pairs_itt"])
+        f"{int(n)} of {int(m)} assigned" if m == m else str(int(n))
+        for n, m in zip(c["n_pairs"], c[total])
     ]
 
 
@@ -756,7 +810,9 @@ def _realisation_display(r: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({
         "branch point": r["branch_point"], "option": r["option"], "target": _column(r, "target"),
         "condition": _column(r, "condition"), "simulator": _column(r, "simulator"),
-        "realised": r["realised"], "median first exchange": [_num(x, 1) for x in r["first_exchange"]],
+        "fired": r["realised"], "enacted": _column(r, "enacted"),
+        "not enacted": _column(r, "n_not_enacted"),
+        "median first exchange": [_num(x, 1) for x in r["first_exchange"]],
     })  # fmt: skip
 
 

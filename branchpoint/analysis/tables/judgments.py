@@ -258,6 +258,26 @@ def conversation_criterion_table(
     return finish_aggregate(out)
 
 
+def distinct_conversation_counts(
+    store_or_db: Any,
+    run: str | Sequence[str] | None = None,
+    *,
+    rubric: str | None = None,
+    judge: str | None = None,
+) -> pd.DataFrame:
+    """``conversation_criterion_table`` under the unit of analysis: a turn that several arms
+    carry is counted once, in the arm that produced it (``branchpoint.core.read.units``), so the
+    rows sum to the rate tables' counts; an arm that never forked has no row of its own."""
+    runs = resolve_runs(store_or_db, run)
+    tree = read.conversation_tree(store_or_db, runs)
+    if tree.empty or not tree["parent_id"].notna().any():
+        return conversation_criterion_table(store_or_db, runs, rubric=rubric, judge=judge)
+    jt = judgment_table(store_or_db, runs, rubric=rubric, judge=judge)
+    if jt.empty:
+        return conversation_criterion_table(store_or_db, runs, rubric=rubric, judge=judge)
+    return aggregate(read.distinct_ratings(read.with_tree(jt, store_or_db, runs)))
+
+
 def as_conversation_frame(data: pd.DataFrame) -> pd.DataFrame:
     """Accept either shape: a judgment table is aggregated, an aggregate is returned as is."""
     from branchpoint.analysis.pairing.forks import PostForkCounts

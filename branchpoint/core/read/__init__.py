@@ -73,6 +73,11 @@ _EXPORTS = {
     "label_design_rows": "branchpoint.core.read.labels",
     "label_design_item_rows": "branchpoint.core.read.labels",
     "judged_items": "branchpoint.core.read.labels",
+    # units: the unit of analysis (a judged turn counted once however many arms carry it)
+    "distinct_ratings": "branchpoint.core.read.units",
+    "with_tree": "branchpoint.core.read.units",
+    "carriers": "branchpoint.core.read.units",
+    "copied_conversations": "branchpoint.core.read.units",
     # model calls
     "model_call_count": "branchpoint.core.read.calls",
     "cached_call_counts": "branchpoint.core.read.calls",
@@ -189,4 +194,10 @@ if TYPE_CHECKING:  # for type checkers and editors
         turn_roles,
         turn_rows,
         turns_by_conversation,
+    )
+    from branchpoint.core.read.units import (
+        carriers,
+        copied_conversations,
+        distinct_ratings,
+        with_tree,
     )

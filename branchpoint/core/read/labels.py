@@ -16,6 +16,7 @@ from branchpoint.core.read.schema import (
     LABEL_DESIGNS,
 )
 from branchpoint.core.read.source import StoreRef, read_frame
+from branchpoint.core.read.units import carriers, distinct_ratings, with_tree
 from branchpoint.core.scales import ERROR
 
 if TYPE_CHECKING:
@@ -86,17 +87,22 @@ def label_design_item_rows(ref: StoreRef, designs: Sequence[str]) -> pd.DataFram
 
 
 def judged_items(ref: StoreRef, runs: Sequence[str] | None = None) -> pd.DataFrame:
-    """Every rated chatbot turn x criterion (applicable, a level, not ``error``), per judge, with
-    what the labelling designs stratify and cluster by: conversation_id, turn_index, rubric_id,
-    criterion_id, judge, verdict, created_at, run_id, scenario_id, target, condition."""
+    """Every rated chatbot turn x criterion (applicable, a level, not ``error``), per judge, once
+    however many arms carry it (``branchpoint.core.read.units.distinct_ratings``: the unit of
+    analysis the rate tables count), with what the labelling designs stratify and cluster by:
+    conversation_id (the arm that produced the turn), turn_index, rubric_id, rubric_hash,
+    criterion_id, judge, prompt_version, verdict, created_at, run_id, scenario_id, target,
+    condition and n_arms (how many arms carry the turn)."""
     j, c = JUDGMENTS.c, CONVERSATIONS.c
     q = (
         select(
             j.conversation_id,
             j.turn_index,
             j.rubric_id,
+            j.rubric_hash,
             j.criterion_id,
             j.judge,
+            j.prompt_version,
             j.verdict,
             j.created_at,
             c.run_id,
@@ -114,4 +120,7 @@ def judged_items(ref: StoreRef, runs: Sequence[str] | None = None) -> pd.DataFra
     )
     if runs is not None:
         q = q.where(c.run_id.in_(list(runs)))
-    return read_frame(q, ref)
+    rows = with_tree(read_frame(q, ref), ref, runs)
+    items = distinct_ratings(rows)
+    items = items.assign(n_arms=carriers(rows, items))
+    return items.drop(columns=["parent_id", "fork_turn"]).reset_index(drop=True)

@@ -175,9 +175,9 @@ def register(app: typer.Typer) -> None:
             _write_table(table, out, fmt)
             n = len(table)
         else:
-            from branchpoint.analysis.tables.judgments import conversation_criterion_table
+            from branchpoint.analysis.tables.judgments import distinct_conversation_counts
 
-            table = conversation_criterion_table(store, selected, rubric=rubric, judge=judge)
+            table = distinct_conversation_counts(store, selected, rubric=rubric, judge=judge)
             _write_table(table, out, fmt)
             n = len(table)
         typer.echo(f"wrote {n} rows to {out}")
@@ -253,6 +253,11 @@ def register(app: typer.Typer) -> None:
                 + (f" (runs: {', '.join(a.runs)})" if a.runs else " (all runs)")
             )  # fmt: skip
         )
+        from branchpoint.analysis.report.sections import ed_responses_clause
+
+        ed_count = ed_responses_clause(a)  # responses, beside ratings that count each dimension
+        if ed_count:
+            console.print(_text(ed_count))
         tables = headline_tables(a)
         if not tables:
             console.print(_text("no judged conversations to summarise"))
@@ -422,6 +427,20 @@ def analysis_json(a: Any, corrected: Any = None, contrasts: Any = None) -> str:
         if a.agreement is None
         else {"pairs": records(a.agreement.pairs), "alpha_all": records(a.agreement.alpha_all)},
         "plotted_judge": a.primary_judge,
+        "realisation": records(a.realisation),
+        "reasoning": records(a.reasoning),
+        "n_reasoning_replies": a.n_reasoning_replies,
+        "ed": None
+        if a.ed is None
+        else {
+            "by_model": records(a.ed.by_model),
+            "bio": records(a.ed.bio),
+            "cue": records(a.ed.cue),
+            "attributes": records(a.ed.attributes),
+            "dimensions": records(a.ed.dimensions),
+            "branches": records(a.ed.branches),
+            "conditions": records(a.ed.conditions),
+        },
         "judge_corrected": None
         if corrected is None
         else {

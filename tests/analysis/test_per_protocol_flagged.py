@@ -1,0 +1,127 @@
+"""Per-protocol contrasts are selected after assignment (issue 44, item 9): the report says so,
+the realised-branch table does not call an arm that fired but was not enacted realised, every
+per-protocol figure has the intention-to-treat figure and its interval beside it, and the
+multi-turn ED contrasts apply the manipulation checks. Each failed on ec76f8e."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from branchpoint.analysis.pairing.realisation import realisation_summary
+from branchpoint.analysis.report.sections import REALISATION_CAPTION, _realisation_display
+from branchpoint.core.domain import ENACTED, NOT_ENACTED
+
+
+def _realisation(n: int, not_enacted: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    ids = [f"c{i}" for i in range(n)]
+    r = pd.DataFrame({
+        "conversation_id": ids, "branch_point": "help", "option": "decline", "realised": True,
+        "exchange": 2, "recorded": True,
+        "enactment": [NOT_ENACTED if i < not_enacted else ENACTED for i in range(n)],
+    })  # fmt: skip
+    conv = pd.DataFrame({"conversation_id": ids, "target": "scripted:m1"})
+    return r, conv
+
+
+def test_the_realised_branches_table_shows_arms_fired_but_not_enacted() -> None:
+    """Was: "Realised branches ... 20 of 20" where 7 were not enacted."""
+    r, conv = _realisation(20, 7)
+    shown = _realisation_display(realisation_summary(r, conv))
+    row = shown.iloc[0]
+    assert row["fired"] == "20 of 20"
+    assert row["not enacted"] == 7 and row["enacted"] == "13 of 20 checked"
+    assert "realised" not in shown.columns  # fired is not realised
+    assert "not enacted" in REALISATION_CAPTION
+
+
+@pytest.mark.slow  # a whole analysis
+def test_the_report_flags_per_protocol_pairs_and_shows_itt_with_its_interval(
+    tmp_path: Path,
+) -> None:
+    from branchpoint.analysis.pipeline import run_analysis
+    from branchpoint.analysis.report.sections import (
+        PER_PROTOCOL_SELECTED,
+        build_sections,
+        headline_tables,
+    )
+    from branchpoint.analysis.testing.synthetic import TeenDesign, write_teen_store
+
+    db = tmp_path / "t.db"
+    write_teen_store(
+        db,
+        TeenDesign(n_scenarios=4, targets=("scripted:a",), conditions=("none",), n_exchanges=3),
+        seed=2,
+    )
+    a = run_analysis(db, n_boot=0)
+    text = [t for s in build_sections(a) for t in s.text]
+    assert PER_PROTOCOL_SELECTED in text
+    caption, table = next((c, t) for c, t in headline_tables(a) if "matched contrasts" in c)
+    assert "selected subset" in caption
+    assert "95% interval (intention to treat)" in table.columns
+    assert table["95% interval (intention to treat)"].str.contains(" to ").all()
+    # the target shares too: per protocol, and every assigned pair beside
+    assert "targets raised (intention to treat)" in table.columns
+    share = a.contrasts.target_share  # type: ignore[union-attr]
+    assert share["share_raised_itt"].notna().all()
+
+
+def test_multi_turn_ed_contrasts_apply_the_manipulation_checks_and_keep_itt(
+    tmp_path: Path,
+) -> None:
+    """Was: the ED branch contrasts kept every arm whatever its manipulation check said, and gave
+    no intention-to-treat figure."""
+    from test_ed_report_multi_turn import write_ed_multi_turn
+
+    from branchpoint.analysis.contrasts.matched import resolve_baselines
+    from branchpoint.analysis.ed.responses import response_scores
+    from branchpoint.analysis.ed.turns import matched_safety_contrasts
+    from branchpoint.analysis.pairing.forks import attach_tree
+    from branchpoint.analysis.tables.judgments import judgment_table
+    from branchpoint.core.read.units import Tree
+
+    db = tmp_path / "edmt.db"
+    write_ed_multi_turn(db, conditions=("none",), n=6)
+    jt = attach_tree(judgment_table(db), db)
+    resp = response_scores(jt, "exclude")
+    base = resolve_baselines(resp.drop_duplicates("conversation_id"), {"help": "accept"})
+    decline = sorted(
+        resp.loc[resp["conversation_id"].str.endswith("decline"), "conversation_id"].unique()
+    )
+    accept = [c.replace("decline", "accept") for c in decline]
+    checks = pd.DataFrame({
+        "conversation_id": decline + accept, "branch_point": "help",
+        "option": ["decline"] * len(decline) + ["accept"] * len(accept), "realised": True,
+        "exchange": 2, "recorded": True,
+        "enactment": [NOT_ENACTED if i < 2 else ENACTED for i in range(len(decline))]
+        + [ENACTED] * len(accept),
+    })  # fmt: skip
+    tab = matched_safety_contrasts(resp, base, Tree(jt), realisation=checks)
+    row = tab.iloc[0]
+    assert row["n_pairs"] == len(decline) - 2 and row["n_not_realised"] == 2
+    assert row["n_pairs_itt"] == len(decline)
+    assert np.isfinite(row["diff_itt"]) and row["ci_low_itt"] < row["diff_itt"] < row["ci_high_itt"]
+
+
+@pytest.mark.slow  # a store with a labelling design
+def test_corrected_contrasts_show_the_itt_figure_with_its_interval(tmp_path: Path) -> None:
+    """Was: the judge-corrected contrasts gave per-protocol figures only."""
+    from test_invariants import _labelled_store
+
+    from branchpoint.analysis.judge_correction.contrasts import (
+        contrast_display,
+        judge_corrected_contrasts,
+    )
+
+    db = _labelled_store(tmp_path / "jc.db", 11)
+    table = judge_corrected_contrasts(db).table
+    assert not table.empty and "corrected_itt" in table.columns
+    done = table[table["corrected"].notna()]
+    assert not done.empty
+    assert (done["corrected_low_itt"] <= done["corrected_itt"]).all()
+    assert (done["n_pairs_itt"] >= done["n_pairs"]).all()
+    shown = contrast_display(done)["corrected, intention to treat"]
+    assert shown.str.contains(" to ").all()
