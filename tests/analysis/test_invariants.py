@@ -322,11 +322,6 @@ def test_no_interval_from_sampled_data_has_zero_width(base_figures: dict[str, An
     assert not zero, zero[:5]
 
 
-@pytest.mark.xfail(
-    reason="zero-width intervals where scenario means have no spread (every rating a pass): "
-    "the interval rule is issue 44's item 2 (truth-a's branch); un-xfail after merging it",
-    strict=False,
-)
 def test_no_interval_has_zero_width_when_every_rating_agrees(tmp_path: Path) -> None:
     d = TeenDesign(
         n_scenarios=6, targets=("scripted:t0",), conditions=("none", "teen_aware"),
