@@ -141,18 +141,28 @@ def named_rubric_errors(
         if known is None:
             continue  # the rubric's own errors say why
         known = known | {c.id for c in s.custom_criteria}
-        for i, crit in enumerate(s.criteria):
-            if crit in known:
-                continue
-            line, col = s.position_of(("criteria", i))
-            close = difflib.get_close_matches(crit, sorted(known), n=1, cutoff=0.6)
-            hint = f"did you mean '{close[0]}'?" if close else "expected one of its criteria"
-            errors.append(
-                LoadError(
-                    where, line, col, f"criteria[{i}]",
-                    f"criterion '{crit}' is not in rubric '{s.rubric}' ({hint})",
-                )
-            )  # fmt: skip
+        errors += _missing_criteria(
+            s, known, f"is not in rubric '{s.rubric}'", "expected one of its criteria"
+        )
+    return errors
+
+
+def _missing_criteria(s: Scenario, known: set[str], what: str, expected: str) -> list[LoadError]:
+    """A line for each criterion of ``s`` not in ``known``: ``criterion 'x' WHAT (did you mean
+    'y'? / EXPECTED)``."""
+    errors: list[LoadError] = []
+    for i, crit in enumerate(s.criteria):
+        if crit in known:
+            continue
+        line, col = s.position_of(("criteria", i))
+        close = difflib.get_close_matches(crit, sorted(known), n=1, cutoff=0.6)
+        hint = f"did you mean '{close[0]}'?" if close else expected
+        errors.append(
+            LoadError(
+                s.source_path or "<memory>", line, col, f"criteria[{i}]",
+                f"criterion '{crit}' {what} ({hint})",
+            )
+        )  # fmt: skip
     return errors
 
 
@@ -173,21 +183,10 @@ def _unnamed_rubric_errors(
                 None if rubric is None else {str(c.id) for c in getattr(rubric, "criteria", [])}
             )
         known |= loaded[path] or set()
-    errors: list[LoadError] = []
-    for i, crit in enumerate(s.criteria):
-        if crit in known:
-            continue
-        line, col = s.position_of(("criteria", i))
-        close = difflib.get_close_matches(crit, sorted(known), n=1, cutoff=0.6)
-        hint = f"did you mean '{close[0]}'? " if close else ""
-        errors.append(
-            LoadError(
-                s.source_path or "<memory>", line, col, f"criteria[{i}]",
-                f"criterion '{crit}' is in no bundled rubric and not in custom_criteria ({hint}"
-                "expected a bundled criterion, or `rubric:` naming the rubric file that has it)",
-            )
-        )  # fmt: skip
-    return errors
+    return _missing_criteria(
+        s, known, "is in no bundled rubric and not in custom_criteria",
+        "expected a bundled criterion, or `rubric:` naming the rubric file that has it",
+    )  # fmt: skip
 
 
 def validate_paths(
