@@ -4,13 +4,12 @@ fails saying so, instead of holding the conversation for the default."""
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from fixtures.engine.helpers import plugin_env, run_cli
 
 from branchpoint.gateway.testing.openai_server import ServerThread
 
@@ -19,22 +18,7 @@ ENGINE = REPO / "tests" / "fixtures" / "engine"
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {
-        **os.environ,
-        "BRANCHPOINT_PLUGINS": "engine_plugin",
-        "PYTHONPATH": os.pathsep.join([str(ENGINE), str(REPO)]),
-        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-        "OPENAI_API_KEY": "sk-test-unused",
-        "COLUMNS": "200",
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "branchpoint.tui.cli", *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return run_cli(*args, env=plugin_env(OPENAI_API_KEY="sk-test-unused", COLUMNS="200"))
 
 
 @pytest.mark.slow
