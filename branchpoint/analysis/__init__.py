@@ -82,7 +82,7 @@ if TYPE_CHECKING:  # for type checkers and editors: the names the lazy map serve
     from branchpoint.analysis.judge_correction.section import judge_correction_section
     from branchpoint.analysis.outcomes.rates import failure_rates
     from branchpoint.analysis.outcomes.reasoning import reasoning_noticed, reply_status
-    from branchpoint.analysis.pairing.forks import attach_tree, distinct_ratings
+    from branchpoint.analysis.pairing.forks import attach_tree
     from branchpoint.analysis.pairing.realisation import realisation_table
     from branchpoint.analysis.pipeline import run_analysis
     from branchpoint.analysis.raters.agreement import (
@@ -99,3 +99,4 @@ if TYPE_CHECKING:  # for type checkers and editors: the names the lazy map serve
         judgment_table,
     )
     from branchpoint.analysis.tables.versions import keep_versions_apart
+    from branchpoint.core.read.units import distinct_ratings

@@ -63,7 +63,7 @@ __getattr__ = lazy_getattr(__name__, _EXPORTS)
 
 
 if TYPE_CHECKING:  # for type checkers and editors
-    from branchpoint.core.call_requests import call_messages
+    from branchpoint.core.call_requests import call_messages, call_params
     from branchpoint.core.domain import (
         EVENTS,
         EXPLICIT_CUE,

@@ -22,11 +22,18 @@ transcript stored again, one conversation).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
 
 from branchpoint.analysis.chatbots.arms import arm_labels
 from branchpoint.analysis.tables.judgments import choice_columns
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from branchpoint.core.read.source import StoreRef
 
 ANY = "(any criterion)"
 FAILED = "failed"
@@ -63,7 +70,9 @@ def _censoring(endings: pd.DataFrame | None, cids: pd.Series) -> np.ndarray:
     return np.array(out, dtype=object)
 
 
-def with_endings(judgments: pd.DataFrame, store_or_db: object, runs: object = None) -> pd.DataFrame:
+def with_endings(
+    judgments: pd.DataFrame, store_or_db: StoreRef, runs: Sequence[str] | None = None
+) -> pd.DataFrame:
     """``judgments`` with each conversation's ``stop_reason`` from the store."""
     from branchpoint.core.read import conversation_endings
 

@@ -128,6 +128,7 @@ if TYPE_CHECKING:  # for type checkers and editors
     )
     from branchpoint.core.read.calls import cached_call_counts, calls_text, model_call_count
     from branchpoint.core.read.conversations import (
+        conversation_endings,
         conversation_provenance,
         conversation_rows,
         conversation_tree,
@@ -185,7 +186,13 @@ if TYPE_CHECKING:  # for type checkers and editors
         turn_flags,
     )
     from branchpoint.core.read.realisation import realisation_rows, realised_branches
-    from branchpoint.core.read.runs import find_run, run_config_hashes, run_conversations, run_table
+    from branchpoint.core.read.runs import (
+        analysis_registrations,
+        find_run,
+        run_config_hashes,
+        run_conversations,
+        run_table,
+    )
     from branchpoint.core.read.source import StoreRef, read_frame, sqlite_path
     from branchpoint.core.read.turns import (
         conversation_turns,
