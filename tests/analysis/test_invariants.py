@@ -65,12 +65,12 @@ def _design(seed: int) -> TeenDesign:
     )
 
 
-def _labelled_store(path: Path, seed: int) -> Path:
+def _labelled_store(path: Path, seed: int, n: int = 40) -> Path:
     """A store with a labelling design and people's labels on it (the judge's verdict, flipped
     for one item in five), so that the judge-corrected figures exist."""
     write_teen_store(path, _design(seed), seed=seed)
     store = open_store(path)
-    queue = sample_queue(store, n=40, seed=seed)
+    queue = sample_queue(store, n=n, seed=seed)
     verdicts = {
         (c, t, r, k): v
         for c, t, r, k, v in sqlite3.connect(path).execute(

@@ -116,7 +116,8 @@ def test_corrected_contrasts_show_the_itt_figure_with_its_interval(tmp_path: Pat
         judge_corrected_contrasts,
     )
 
-    db = _labelled_store(tmp_path / "jc.db", 11)
+    # enough labels that each contrast side's strata reach the corrected figure's minimum
+    db = _labelled_store(tmp_path / "jc.db", 11, n=600)
     table = judge_corrected_contrasts(db).table
     assert not table.empty and "corrected_itt" in table.columns
     done = table[table["corrected"].notna()]

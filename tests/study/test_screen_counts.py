@@ -170,7 +170,7 @@ def test_the_live_view_names_roles_with_their_specs_and_the_stores_counts(
         row = next(ln for ln in lines if ln.split()[:2] == [purpose, model])
         assert row.split()[2] == str(n), row
     target = next(ln for ln in lines if ln.split()[:2] == ["target", "oai:unpriced-loopback"])
-    assert target.split()[-1] == "unpriced"
+    assert target.split()[-2] == "unpriced"  # USD, then the share a prompt cache served
     # the providers' rows too are the roles and specs they serve, not their endpoints
     assert viewed.url not in viewed.out
     assert any(ln.split()[:2] == ["persona", "scripted:sweep-persona"] for ln in lines)
