@@ -111,13 +111,15 @@ def test_compare_from_one_store_and_from_two_stores_agree(planted: Path, tmp_pat
         (r["arm"], r["criterion_id"]) for r in b["regressions"]
     ]
     # text: the regression and both transcripts' ids, as `branchpoint show` takes them
+    # at 80 columns: a long store path was folded mid-word, and the command could not be copied
     text = run_in_process("compare", "--db", str(db_a), "--db-b", str(db_b), "--a",
-                          "scripted:old", "--b", "scripted:new")  # fmt: skip
+                          "scripted:old", "--b", "scripted:new", env={"COLUMNS": "80"})  # fmt: skip
     assert "What regressed" in text.stdout and "limit=push_back" in text.stdout
     first = b["regressed_pairs"][0]
-    assert f"branchpoint show {first['conversation_b']} --db {db_b}" in " ".join(
-        text.stdout.split()
-    )
+    assert any(
+        f"branchpoint show {first['conversation_b']} --db {db_b}" in line
+        for line in text.stdout.splitlines()
+    ), text.stdout
 
 
 def test_compare_refuses_unknown_targets_and_one_target_against_itself(planted: Path) -> None:

@@ -221,12 +221,14 @@ def _print_text(c: Any, ranking: Any, db: str | None, db_b: str | None, ttf: Any
             console.print(_text(f"  {reg.arm} / {reg.criterion_id} / {reg.condition}: "
                                 f"{len(hit)} pairs where B failed more, e.g."))  # fmt: skip
             for row in hit.head(SHOWN_PAIRS).itertuples(index=False):
+                # soft_wrap: not folded at the console's width, so a long store path stays one
+                # token and each `branchpoint show` can be copied whole (a narrow terminal wraps)
                 console.print(_text(
                     f"    {row.scenario_id} ({row.criterion_id}, replicate {row.replicate}): "
                     f"A {row.fails_a}/{row.rated_a} failed, B {row.fails_b}/{row.rated_b}: "
                     f"branchpoint show {row.conversation_a}{show_a} | "
                     f"branchpoint show {row.conversation_b}{show_b}"
-                ))  # fmt: skip
+                ), soft_wrap=True)  # fmt: skip
     if ttf is not None and not ttf["overall"].empty:
         from branchpoint.analysis.survival.first_failure import ANY
 
