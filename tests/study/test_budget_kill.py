@@ -163,7 +163,11 @@ def _full_cost(tmp_path: Path, kind: str = "plain", retries: int = 0) -> float:
         )
         proc = _sweep(manifest)
         out, _ = proc.communicate(timeout=600)
-        assert proc.returncode == 0, out.decode(errors="replace")
+        # with 429s and 500s a conversation may still fail once its retries are spent (exit 1:
+        # "1 not completed", about one run in twenty): what the sweep billed is its full cost all
+        # the same, which is all this run is for
+        ok = (0, 1) if kind == "faults" else (0,)
+        assert proc.returncode in ok, out.decode(errors="replace")
         assert server.server is not None
         return bill_usd(server.server.billed, PRICE_IN, PRICE_OUT)
     finally:
