@@ -59,6 +59,7 @@ def every_command() -> list[tuple[str, ...]]:
     return sorted(found)
 
 
+@pytest.mark.slow  # over 2 s: make test runs it, test-fast does not
 def test_every_command_and_option_has_its_place_in_the_cli_reference() -> None:
     page = gen_reference().cli_markdown()
     commands = every_command()

@@ -212,6 +212,7 @@ def test_wilcoxon_normal_branch_equals_scipy_with_and_without_ties() -> None:
         assert w.pvalue == pytest.approx(ref.pvalue, rel=1e-12, abs=1e-300)
 
 
+@pytest.mark.slow  # over 2 s: make test runs it, test-fast does not
 def test_mcnemar_p_equals_binomtest_for_every_count_up_to_120_and_large_ones() -> None:
     """McNemar's p is computed for all groups at once (binomtest cost 1.3 ms a pair); it must be
     binomtest's number, including 91 of 181 (1.0, where 2 P(X <= k) gives 0.9999999999999998)."""

@@ -111,6 +111,7 @@ def test_the_pairs_of_a_table_are_made_once_for_every_contrast(
     assert len(made) == 2 * n
 
 
+@pytest.mark.slow  # over 2 s: make test runs it, test-fast does not
 def test_the_split_path_gives_the_separate_calls_answer(tmp_path: Path) -> None:
     """conclusions_by_simulator (paired once) equals comparing two separate analyses by hand."""
     write_teen_store(tmp_path / "s.db", TeenDesign(n_scenarios=6, simulators=SIMS))

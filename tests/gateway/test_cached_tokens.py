@@ -185,6 +185,7 @@ def test_batch_calls_record_cached_tokens_and_cost_what_was_billed(tmp_path: Pat
         srv.stop()
 
 
+@pytest.mark.slow  # over 2 s: make test runs it, test-fast does not
 def test_anthropic_models_get_cache_breakpoints_after_each_cache_prefix() -> None:
     from branchpoint.gateway.providers.litellm_provider import LiteLLMProvider
 

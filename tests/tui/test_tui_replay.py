@@ -48,6 +48,7 @@ def stored(tmp_path: Path) -> Iterator[tuple[Any, str]]:
         server.stop()
 
 
+@pytest.mark.slow  # over 2 s: make test runs it, test-fast does not
 async def test_p_on_a_persona_turn_replays_it_and_opens_compare(stored) -> None:  # type: ignore[no-untyped-def]
     store, original = stored
     app = BranchpointApp(store, conversation=original, annotator="clin1")
