@@ -84,6 +84,7 @@ def test_a_column_that_is_not_matched_on_is_refused(store: str) -> None:
         matched_contrasts_within(ft.paired, "criterion_id")
 
 
+@pytest.mark.slow  # over 2 s: make test runs it, test-fast does not
 def test_the_pairs_of_a_table_are_made_once_for_every_contrast(
     store: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

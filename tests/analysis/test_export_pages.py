@@ -79,6 +79,7 @@ def test_highlight_merges_overlaps_and_keeps_every_character() -> None:
     assert highlight("", ["x"]) == [("", False)]
 
 
+@pytest.mark.slow  # over 2 s: make test runs it, test-fast does not
 def test_the_report_links_each_failing_example_to_its_page(
     run: tuple[Path, str], tmp_path: Path
 ) -> None:

@@ -8,6 +8,7 @@ import os
 import sqlite3
 from pathlib import Path
 
+import pytest
 from fixtures.cli_in_process import run_in_process as run_cli  # output and exit status only
 from fixtures.tui.helpers import small_teen_store
 
@@ -116,6 +117,7 @@ def test_export_writes_the_corrected_table(tmp_path: Path) -> None:
     assert all(r["corrected"] and r["sensitivity"] for r in per_target)
 
 
+@pytest.mark.slow  # over 2 s: make test runs it, test-fast does not
 def test_analyze_prints_the_corrected_rates_or_one_line_without_labels(tmp_path: Path) -> None:
     db = tmp_path / "t.db"
     small_teen_store(db).close()

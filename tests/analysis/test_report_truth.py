@@ -244,6 +244,7 @@ def _md(db: Path, out: Path) -> str:
     return write_report(db, out, n_boot=30).markdown.read_text()
 
 
+@pytest.mark.slow  # over 2 s: make test runs it, test-fast does not
 def test_no_matched_pairs_sentence_only_without_pairs(tmp_path: Path) -> None:
     none = _teen(tmp_path / "none.db", branch_points={})
     assert "No plot: no matched pairs" in _md(none, tmp_path / "a")
@@ -251,6 +252,7 @@ def test_no_matched_pairs_sentence_only_without_pairs(tmp_path: Path) -> None:
     assert "no matched pairs" not in _md(some, tmp_path / "b")
 
 
+@pytest.mark.slow  # over 2 s: make test runs it, test-fast does not
 def test_one_condition_sentence_only_with_one_condition(tmp_path: Path) -> None:
     one = _teen(tmp_path / "one.db", conditions=("none",), condition_effect={})
     assert "Only one system-prompt condition in the data (none)" in _md(one, tmp_path / "a")
@@ -381,6 +383,7 @@ def test_targets_without_an_interval_are_not_counted_as_not_raised(tmp_path: Pat
     assert "n/a (no target has an interval)" in md
 
 
+@pytest.mark.slow  # over 2 s: make test runs it, test-fast does not
 def test_a_sign_flip_interval_is_not_called_a_t_interval(tmp_path: Path) -> None:
     """Three scenarios: the interval is the sign-flip test's (-100 to +100 points), but the
     column said "95% interval (t, scenarios)"."""

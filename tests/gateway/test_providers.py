@@ -28,6 +28,7 @@ def test_retry_after_forms() -> None:
     assert retry_after_from({"retry-after": "soon"}) is None and retry_after_from({}) is None
 
 
+@pytest.mark.slow  # over 2 s: make test runs it, test-fast does not
 def test_litellm_errors_map_to_retryable_or_not(monkeypatch: pytest.MonkeyPatch) -> None:
     import httpx
     import litellm
