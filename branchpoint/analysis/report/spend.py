@@ -22,6 +22,7 @@ INTRO = (
 def spend_section(store_or_db: Any, runs: Sequence[str] | None) -> list[Section]:
     """The section, or nothing when the runs recorded no model call."""
     from branchpoint.core.read import cache_share, call_spend
+    from branchpoint.core.read.costs import share_text
 
     rows = call_spend(store_or_db, runs)
     if rows.empty:
@@ -33,7 +34,7 @@ def spend_section(store_or_db: Any, runs: Sequence[str] | None) -> list[Section]
             "calls": rows["calls"].astype(int),
             "input tokens": rows["input_tokens"].astype(int),
             "cached": [
-                _pct(cache_share(int(s), int(o)))
+                share_text(cache_share(int(s), int(o)))
                 for s, o in zip(rows["cached_tokens"], rows["reported_input"], strict=True)
             ],
             "USD": [
@@ -51,7 +52,3 @@ def spend_section(store_or_db: Any, runs: Sequence[str] | None) -> list[Section]
             f"({share:.0%}) of the calls that report it."
         )
     return [Section("Model calls and cost", text=text, tables=[("By role and model", shown)])]
-
-
-def _pct(share: float | None) -> str:
-    return "-" if share is None else f"{share:.0%}"

@@ -86,6 +86,12 @@ def cache_share(served: int | None, of: int | None) -> float | None:
     return None if not of else (served or 0) / of
 
 
+def share_text(share: float | None) -> str:
+    """A cache share as every surface shows it (runs, the live view, the report): a percentage,
+    or "-" where no call reports its cached tokens (unknown, not 0%)."""
+    return "-" if share is None else f"{share:.0%}"
+
+
 def run_cache_shares(store: Store) -> dict[str, float | None]:
     """Run id -> the share of its calls' input tokens a provider's prompt cache served (None:
     no call of it reports cached tokens: recorded before they were, or no input)."""

@@ -22,6 +22,9 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+# the monitor this view draws has imported it already
+from branchpoint.core.read.costs import share_text
+
 if TYPE_CHECKING:
     from branchpoint.study.monitor import MonitorSnapshot, SweepMonitor
 
@@ -98,7 +101,7 @@ def render(snap: MonitorSnapshot) -> Group:
         for name in ("role", "spec", "calls", "tokens", "USD", "cached"):
             roles.add_column(Text(name), justify="left" if name in ("role", "spec") else "right")
         for r in snap.roles:
-            cached = "-" if r.cached_share is None else f"{r.cached_share:.0%}"
+            cached = share_text(r.cached_share)
             roles.add_row(
                 _t(r.role), _t(r.spec), _t(r.calls), _t(f"{r.tokens:,}"), _t(_usd(r.usd)),
                 _t(cached),

@@ -47,6 +47,7 @@ def runs_command(ctx: typer.Context, db: DbOption = None) -> None:
         run_costs,
         run_reserved,
     )
+    from branchpoint.core.read.costs import share_text
     from branchpoint.core.store import open_store
     from branchpoint.simulator.transcript import safe_text
 
@@ -86,7 +87,7 @@ def runs_command(ctx: typer.Context, db: DbOption = None) -> None:
             calls,
             "unpriced" if usd is None else f"{usd:.4f}",
             f"{reserved[r.id]:.4f}" if r.id in reserved else "-",
-            _share(shares.get(r.id)),
+            share_text(shares.get(r.id)),
             *_persona_cells(persona.get(r.id)),
             r.created_at.strftime("%Y-%m-%d %H:%M") if r.created_at else "",
         ]
@@ -95,10 +96,6 @@ def runs_command(ctx: typer.Context, db: DbOption = None) -> None:
     if not console.is_terminal:
         console = Console(width=200)
     console.print(table)
-
-
-def _share(share: float | None) -> str:
-    return "-" if share is None else f"{share:.0%}"
 
 
 def _persona_cells(counts: PersonaFlagCounts | None) -> tuple[str, str]:
