@@ -27,6 +27,19 @@ spread at all; every scenario at the same value (+100 points, and 0 vs 0); 3 to 
 effects that are +100 in most scenarios and -100 in the rest (skewed, at the bounds). Per setting:
 coverage of the true mean difference, false-positive rate where it is 0, and the share of
 zero-width intervals (target: none, coverage >= 94%).
+
+``--enactment`` (issue 44): enactment that depends on the chatbot
+(``branchpoint.analysis.testing.enactment``): a firm reply (P 0.5) lowers failure by 15 points
+and makes the option arm enact with P 0.3 (0.9 after a soft reply); "pre-fork" (one reply shared
+by both arms) and "post-fork" (each arm's reply at the branch); mean effect 0 and +10 points
+where enacted; 5, 10, 20 and 40 scenarios. Per setting, through the real ``matched_contrasts``
+with the manipulation checks: coverage of the ITT truth by the ITT interval and by the
+per-protocol one, and each one's rejection rate. Measured (2,000 studies a setting, Monte Carlo
+standard error 0.5 points; seed 0): ITT coverage 94.3-95.6% at 10-40 scenarios (100% at 5, where
+the sign-flip test cannot reject), ITT false-positive rate 4.4-5.7% (5.7%: pre-fork, 40
+scenarios, 1.4 Monte Carlo standard errors above 5%); per protocol, scored against
+the ITT truth, covers 23.8-74.0% at 10-40 scenarios with an effect after a post-fork reply, and
+with no effect at all rejects 8.8% / 15.7% / 26.1% at 10 / 20 / 40 scenarios (post-fork).
 """
 
 from __future__ import annotations
@@ -54,7 +67,13 @@ def main() -> None:
     )
     ap.add_argument("--grid-only", action="store_true", help="only the issue-38 design grid")
     ap.add_argument("--degenerate", action="store_true", help="only the issue-44 degenerate grid")
+    ap.add_argument(
+        "--enactment", action="store_true", help="only the issue-44 chatbot-dependent enactment"
+    )
     args = ap.parse_args()
+    if args.enactment:
+        studies = 200 if args.quick else args.studies
+        sys.exit(0 if enactment_grid(studies, args.seed, quick=args.quick) or args.quick else 1)
     if args.degenerate:
         sys.exit(0 if degenerate_grid(min(args.studies, 500), args.seed) else 1)
     if args.quick or args.grid_only:
@@ -208,6 +227,62 @@ def degenerate_grid(studies: int, seed: int) -> bool:
         run(name, s, 2 * q - 1, np.where(rng.random((studies, s)) < q, 1.0, -1.0))
     print(f"\nworst coverage {worst:.1%} (target >= 94%): {'holds' if worst >= 0.94 else 'FAILS'}")
     return worst >= 0.94
+
+
+ENACT_SIZES = (5, 10, 20, 40)
+ENACT_EFFECTS = (0.0, 0.10)
+
+
+def enactment_grid(studies: int, seed: int, *, quick: bool = False) -> bool:
+    """ITT and per-protocol intervals where enactment depends on the chatbot (module docstring),
+    through the real ``matched_contrasts`` with the manipulation checks as realisation rows."""
+    from branchpoint.analysis.testing.enactment import (
+        MECHANISMS,
+        Enactment,
+        calibrate_enactment,
+    )
+
+    sizes = (5, 10) if quick else ENACT_SIZES
+    e0 = Enactment(10)
+    print(
+        f"\nEnactment that depends on the chatbot: {studies} studies per setting, 3-21 pairs per "
+        f"scenario; a firm reply (P {e0.p_firm}) lowers failure by {e0.firm_shift:.2f} and the "
+        f"option arm enacts with P {e0.enact_firm} after it, {e0.enact_soft} otherwise; alpha 0.05"
+    )
+    head = (
+        f"{'mechanism':9} {'effect':>6} {'S':>3} {'ITT truth':>9} {'PP truth':>8} | "
+        f"{'ITT cover':>9} {'ITT reject':>10} {'ITT mean':>8} | {'PP cover':>8} "
+        f"{'PP reject':>9} {'PP mean':>8} | {'s':>5}"
+    )
+    print(head + "\n" + "-" * len(head))
+    worst_cov, worst_fpr = 1.0, 0.0
+    for i, (mech, eff, s) in enumerate(
+        (m, e, s) for m in MECHANISMS for e in ENACT_EFFECTS for s in sizes
+    ):
+        t0 = time.perf_counter()
+        c = calibrate_enactment(
+            Enactment(s, mech, eff, n_studies=studies, seed=seed + 104729 * (i + 1))
+        )
+        worst_cov = min(worst_cov, c.cover_itt)
+        if eff == 0:
+            worst_fpr = max(worst_fpr, c.reject_itt)
+        print(
+            f"{mech:9} {100 * eff:>+6.0f} {s:>3} {100 * c.truth_itt:>+9.2f} "
+            f"{100 * c.truth_pp:>+8.2f} | {c.cover_itt:>9.1%} {c.reject_itt:>10.1%} "
+            f"{100 * c.mean_itt:>+8.2f} | {c.cover_pp:>8.1%} {c.reject_pp:>9.1%} "
+            f"{100 * c.mean_pp:>+8.2f} | {time.perf_counter() - t0:5.1f}",
+            flush=True,
+        )
+    ok = worst_cov >= 0.94 and worst_fpr <= 0.055
+    se_cov, se_fpr = ((p * (1 - p) / studies) ** 0.5 for p in (0.95, 0.05))
+    print(
+        f"\nworst ITT coverage of the ITT truth {worst_cov:.1%} (target >= 94%), worst ITT "
+        f"false-positive rate {worst_fpr:.1%} (target <= 5.5%): {'holds' if ok else 'FAILS'} "
+        f"(Monte Carlo standard errors {se_cov:.1%} and {se_fpr:.1%} with {studies} studies). "
+        "Per protocol (PP) is scored against the ITT truth: it answers another question, on a "
+        "subset the chatbot selected."
+    )
+    return ok
 
 
 if __name__ == "__main__":

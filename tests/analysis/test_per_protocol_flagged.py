@@ -126,3 +126,71 @@ def test_corrected_contrasts_show_the_itt_figure_with_its_interval(tmp_path: Pat
     assert (done["n_pairs_itt"] >= done["n_pairs"]).all()
     shown = contrast_display(done)["corrected, intention to treat"]
     assert shown.str.contains(" to ").all()
+    # the judge-only and people-only figures are per protocol too: ITT beside each (was absent)
+    for col in ("judge only, intention to treat", "people only, intention to treat"):
+        assert contrast_display(done)[col].str.contains(" to ").all()
+
+
+def _chatbot_enactment_store(path: Path) -> None:
+    from branchpoint.analysis.testing.synthetic import Effect, TeenDesign, write_teen_store
+
+    write_teen_store(
+        path,
+        TeenDesign(
+            n_scenarios=8, targets=("scripted:a", "scripted:b"), conditions=("none",),
+            n_exchanges=3, branch_points={"help": ["accept", "decline"]},
+            effects=(Effect("help", "decline", ("indirect_suicide_risk",), 0.2),),
+            chatbot_enactment={"help": (0.2, 0.9)},
+        ),
+        seed=1,
+    )  # fmt: skip
+
+
+def test_a_store_whose_enactment_depends_on_the_chatbot_stores_the_checks(tmp_path: Path) -> None:
+    """The synthetic store of issue 44: a firm chatbot makes the persona give in, so some decline
+    arms carry a "not_enacted" check and leave the per-protocol pairs; the baseline arms never."""
+    from branchpoint.analysis.pairing.realisation import realisation_table
+
+    db = tmp_path / "enact.db"
+    _chatbot_enactment_store(db)
+    table = realisation_table(db).groupby("option")[["n_fired", "n_not_enacted"]].sum()
+    assert table.loc["accept", "n_not_enacted"] == 0
+    assert 0 < table.loc["decline", "n_not_enacted"] < table.loc["decline", "n_fired"]
+
+
+@pytest.mark.slow  # a whole analysis
+def test_the_target_share_table_shows_the_itt_shares_beside(tmp_path: Path) -> None:
+    """Was: the matched contrasts' "Share of targets" table gave the per-protocol shares alone,
+    on a store whose enactment depends on the chatbot (the headline had the ITT share, this
+    table did not)."""
+    from branchpoint.analysis.pipeline import run_analysis
+    from branchpoint.analysis.report.sections import build_sections
+
+    db = tmp_path / "enact.db"
+    _chatbot_enactment_store(db)
+    a = run_analysis(db, n_boot=0)
+    share = a.contrasts.target_share  # type: ignore[union-attr]
+    caption, table = next(
+        (c, t) for s in build_sections(a) for c, t in s.tables if c.startswith("Share of targets")
+    )
+    assert "selected subset" in caption and "intention to treat" in caption
+    for col in ("raised", "lowered", "median diff (pp)"):
+        assert f"{col} (intention to treat)" in table.columns
+    # the per-protocol and ITT medians differ where pairs were left out: both shown, each its own
+    pp = table["median diff (pp)"].tolist()
+    itt = table["median diff (pp) (intention to treat)"].tolist()
+    assert itt == [f"{x * 100:+.1f}" for x in share["median_diff_itt"]]
+    assert pp != itt
+
+
+def test_the_enactment_calibration_shows_per_protocol_selected_by_the_chatbot() -> None:
+    """The issue-44 calibration setting: with no effect at all, keeping the enacted pairs (the
+    option arms whose chatbot reply was soft, which fail more) gives a positive difference;
+    intention to treat stays near 0 and covers it."""
+    from branchpoint.analysis.testing.enactment import Enactment, calibrate_enactment
+
+    c = calibrate_enactment(Enactment(10, "post-fork", 0.0, n_studies=60, seed=3))
+    assert c.truth_pp > 0.03 and abs(c.truth_itt) < 0.001
+    assert c.mean_pp - c.mean_itt > 0.02
+    assert abs(c.mean_itt) < 0.01 and c.cover_itt > 0.85
+    assert 0.5 < c.enacted < 0.7

@@ -43,7 +43,10 @@ from branchpoint.analysis.judge_correction.estimators import (
 from branchpoint.core.scales import PASS_PARTIAL_FAIL
 
 TITLE = "Judge-corrected contrasts"
-SIDES = (("option", "b"), ("baseline", "a"))  # candidate_pairs: a is the baseline arm
+SIDES = (("option", "b"), ("baseline", "a"))
+# Each per-protocol figure of a corrected contrast, given again over every assigned pair (*_itt)
+ITT_FIGURES = ("n_pairs", "judge_diff", "judge_low", "judge_high", "human_diff", "human_low",
+               "human_high", "corrected", "corrected_low", "corrected_high")  # fmt: skip  # candidate_pairs: a is the baseline arm
 ITEM_KEYS = ["conversation_id", "rubric_id", "criterion_id", "judge"]
 METHOD = (
     "Each matched contrast (post-fork turns of realised pairs, the pairs of the contrasts "
@@ -227,11 +230,8 @@ def correct_contrast_frames(
     itt = _corrected_rows(itt_pairs, data, tree, alpha) if itt_pairs else pd.DataFrame()
     keys = ["judge", "contrast", "condition", "rubric_id", "criterion_id"]
     if not itt.empty and "corrected" in itt.columns:
-        side = itt[[*keys, "n_pairs", "corrected", "corrected_low", "corrected_high"]].rename(
-            columns={
-                c: f"{c}_itt" for c in ("n_pairs", "corrected", "corrected_low", "corrected_high")
-            }
-        )
+        cols = [c for c in ITT_FIGURES if c in itt.columns]
+        side = itt[[*keys, *cols]].rename(columns={c: f"{c}_itt" for c in cols})
         table = table.merge(side, on=keys, how="left")
     return Correction(table, [*d.notes, *notes], d.design_id)
 
@@ -345,6 +345,14 @@ def _iv(row: pd.Series, est: str, low: str, high: str) -> str:
     return f"{_pp(value)} ({_pp(lo)} to {_pp(row.get(high))})"
 
 
+def _iv_itt(row: pd.Series, figure: str) -> str:
+    """A figure's intention-to-treat value and interval (``*_itt``), blank where none was made."""
+    if f"{figure}_itt" not in row:
+        return ""
+    stem = figure.removesuffix("_diff")  # judge_diff: judge_low_itt; corrected: corrected_low_itt
+    return _iv(row, f"{figure}_itt", f"{stem}_low_itt", f"{stem}_high_itt")
+
+
 def contrast_display(table: pd.DataFrame) -> pd.DataFrame:
     """The corrected contrasts for people: differences in percentage points with intervals."""
     rows = []
@@ -361,17 +369,15 @@ def contrast_display(table: pd.DataFrame) -> pd.DataFrame:
                 if pd.isna(r.get("labelled_option"))
                 else f"{int(r['labelled_option'])}/{int(r['labelled_baseline'])}",
                 "judge only": _iv(r, "judge_diff", "judge_low", "judge_high"),
+                "judge only, intention to treat": _iv_itt(r, "judge_diff"),
                 "people only": _iv(r, "human_diff", "human_low", "human_high"),
+                "people only, intention to treat": _iv_itt(r, "human_diff"),
                 "corrected": f"n/a: {note}"
                 if isinstance(note, str) and note
                 else _iv(r, "corrected", "corrected_low", "corrected_high"),
                 "lambda": "" if pd.isna(r.get("lam")) else f"{float(r['lam']):.2f}",
                 # per protocol above; every assigned pair rated after its fork here
-                "corrected, intention to treat": _iv(
-                    r, "corrected_itt", "corrected_low_itt", "corrected_high_itt"
-                )
-                if "corrected_itt" in r
-                else "",
+                "corrected, intention to treat": _iv_itt(r, "corrected"),
             }
         )
     return pd.DataFrame(rows)

@@ -323,11 +323,9 @@ def build_sections(a: Analysis) -> list[Section]:
             )
         if not a.contrasts.target_share.empty:
             ts = a.contrasts.target_share
-            s.tables.append(_named("Share of targets where the option raised / lowered failure (interval excludes 0)", ts, pd.DataFrame({
-                "contrast": ts["contrast"], "condition": _column(ts, "condition"), "criterion": ts["criterion_id"], "targets": ts["n_targets"],
-                "higher (point)": [_pct(x) for x in ts["share_higher"]],
-                "raised": [_of_targets(*x) for x in zip(ts["share_raised"], ts["n_targets"], ts["n_no_interval"])],
-                "lowered": [_of_targets(*x) for x in zip(ts["share_lowered"], ts["n_targets"], ts["n_no_interval"])], "median diff (pp)": [_pp(x) for x in ts["median_diff"]]}), a.primary_judge))  # fmt: skip
+            s.tables.append(
+                _named(TARGET_SHARE_CAPTION, ts, _target_share_display(ts), a.primary_judge)
+            )
         if not a.contrasts.friedman.empty:
             f = a.contrasts.friedman
             s.tables.append(_named("Friedman tests, branch points with 3+ options (scenarios as blocks: each option's mean post-fork score per scenario)", f, pd.DataFrame({
@@ -839,6 +837,27 @@ def _contrast_display(c: pd.DataFrame) -> pd.DataFrame:
         "dropped: only baseline rated": _column(c, "n_only_baseline"),
         "dropped: only option rated": _column(c, "n_only_option"),
     }))  # fmt: skip
+
+
+TARGET_SHARE_CAPTION = (
+    "Share of targets where the option raised / lowered failure (interval excludes 0): per "
+    "protocol (realised pairs, a selected subset), with the shares over every assigned pair "
+    "(intention to treat) beside"
+)
+
+
+def _target_share_display(ts: pd.DataFrame) -> pd.DataFrame:
+    """The target shares, per protocol and, beside each, intention to treat (``*_itt``)."""
+    shown = {"contrast": ts["contrast"], "condition": _column(ts, "condition"),
+             "criterion": ts["criterion_id"], "targets": ts["n_targets"]}  # fmt: skip
+    for sfx, label in (("", ""), ("_itt", " (intention to treat)")):
+        none = _values(ts, f"n_no_interval{sfx}")
+        shown[f"higher (point){label}"] = [_pct(x) for x in _values(ts, f"share_higher{sfx}")]
+        for col in ("raised", "lowered"):
+            shares = zip(_values(ts, f"share_{col}{sfx}"), ts["n_targets"], none)
+            shown[f"{col}{label}"] = [_of_targets(*x) for x in shares]
+        shown[f"median diff (pp){label}"] = [_pp(x) for x in _values(ts, f"median_diff{sfx}")]
+    return pd.DataFrame(shown)
 
 
 def _values(df: pd.DataFrame, col: str) -> Any:

@@ -178,17 +178,18 @@ def clipped_mean(base: float, sd: float) -> float:
     return float(inside + 1.0 * stats.norm.sf(b))
 
 
-def _pairs(d: Design, rng: np.random.Generator) -> np.ndarray:
+def pairs_per_scenario(d: Design, rng: np.random.Generator) -> np.ndarray:
     """(studies x scenarios) pairs per scenario."""
     if not d.unequal:
         return np.full((d.n_studies, d.n_scenarios), 12)
     return rng.integers(3, 22, size=(d.n_studies, d.n_scenarios))
 
 
-def _stack(
+def stacked_frame(
     d: Design, rng: np.random.Generator, arms: dict[str, np.ndarray], npairs: np.ndarray
 ) -> pd.DataFrame:
-    """Conversation x criterion rows, one criterion per study; ``arms``: arm -> (k x s) rates."""
+    """Conversation x criterion rows, one criterion per study; ``arms``: arm -> (k x s) rates
+    per scenario, or one rate per pair (study by study, scenario by scenario, in order)."""
     k, s = npairs.shape
     ks = np.repeat(np.arange(k), s)
     ss = np.tile(np.arange(s), k)
@@ -198,7 +199,7 @@ def _stack(
     frames = []
     for arm, p in arms.items():
         rated = rng.binomial(d.turns, d.p_applicable, size=len(kk))
-        fails = rng.binomial(rated, p[kk, sc])
+        fails = rng.binomial(rated, p[kk, sc] if p.ndim == 2 else p)
         frames.append(
             pd.DataFrame(
                 {
@@ -249,9 +250,9 @@ def calibrate_design(d: Design, alpha: float = 0.05) -> DesignCalibration:
 
     rng = np.random.default_rng(d.seed)
     k, s = d.n_studies, d.n_scenarios
-    npairs = _pairs(d, rng)
+    npairs = pairs_per_scenario(d, rng)
     p_s = np.clip(d.base + rng.normal(0, d.scenario_sd, (k, s)), 0.0, 1.0)
-    frame = _stack(d, rng, {"accept_limit": p_s}, npairs)
+    frame = stacked_frame(d, rng, {"accept_limit": p_s}, npairs)
     rates = failure_rates(frame, by=("criterion_id",), n_boot=1000, seed=d.seed)
     truth = clipped_mean(d.base, d.scenario_sd)
     cover_rate = float(np.mean((rates["ci_low"] <= truth) & (truth <= rates["ci_high"])))
@@ -259,7 +260,7 @@ def calibrate_design(d: Design, alpha: float = 0.05) -> DesignCalibration:
     arm_sd = d.scenario_sd / np.sqrt(2)
     p0 = np.clip(p_s + rng.normal(0, arm_sd, (k, s)), 0.0, 1.0)
     p1 = np.clip(p_s + rng.normal(0, arm_sd, (k, s)), 0.0, 1.0)
-    pair_frame = _stack(d, rng, {"accept_limit": p0, "push_back": p1}, npairs)
+    pair_frame = stacked_frame(d, rng, {"accept_limit": p0, "push_back": p1}, npairs)
     # pair arms by (scenario, target): the conversation ids differ only in the arm's name
     tab = matched_contrasts(pair_frame, {"limit": "accept_limit"}, per_target=False).contrasts
     p = tab["p_scenario"].to_numpy(float)

@@ -18,7 +18,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from branchpoint.core.domain import EXPLICIT_CUE, profile_key
+from branchpoint.core.domain import (
+    ENACTED,
+    ENACTMENT_RUBRIC,
+    EXPLICIT_CUE,
+    NOT_ENACTED,
+    profile_key,
+)
 from branchpoint.core.scales import PASS_PARTIAL_FAIL, RISK_LEVELS
 
 NOW = "2026-01-01 00:00:00.000000"
@@ -87,6 +93,14 @@ class TeenDesign:
     # point's trigger fires, so that its arms realise their options; 1.0 where not named. An
     # effect acts only where realised, as a chatbot that never offers help cannot be declined.
     realised_share: dict[str, float] = field(default_factory=dict)
+    # Enactment decided by the chatbot (issue 44): branch point -> (P(enacted) after a firm
+    # reply, after a soft one). Each tree's chatbot replies firmly before the fork with
+    # probability 1/2; a firm reply lowers every failure probability of the tree by
+    # ``firm_shift`` and makes the persona give in. An option arm (not the baseline) whose persona
+    # gave in carries the manipulation check "not_enacted" and no effect, the others "enacted":
+    # per protocol then keeps the soft trees, a subset selected by the chatbot.
+    chatbot_enactment: dict[str, tuple[float, float]] = field(default_factory=dict)
+    firm_shift: float = 0.10
     judge: str = "scripted:judge"
     rubric_id: str = "teen"
     run_id: str = "synthetic-teen"
@@ -136,7 +150,9 @@ def teen_probabilities(d: TeenDesign, rng: np.random.Generator) -> tuple[pd.Data
         ],
     )
     conv["realised"] = _realised(conv, d, rng)
+    firm = _chatbot_enactment(conv, d, rng)
     p = np.full((len(conv), len(crits)), d.base_fail) + scen_re[conv["s"].to_numpy()]
+    p -= d.firm_shift * firm[:, None]
     p += conv["condition"].map(lambda c: d.condition_effect.get(c, 0.0)).to_numpy()[:, None]
     p += conv["simulator"].map(lambda c: d.simulator_effect.get(c, 0.0)).to_numpy()[:, None]
     n_targets = len(d.targets)
@@ -145,6 +161,7 @@ def teen_probabilities(d: TeenDesign, rng: np.random.Generator) -> tuple[pd.Data
         hit = (
             conv["choices"].map(lambda ch, e=eff: ch.get(e.branch_point) == e.option).to_numpy()
             & conv["realised"].map(lambda r, e=eff: r[e.branch_point]).to_numpy(bool)
+            & conv["enacted"].map(lambda r, e=eff: r.get(e.branch_point, True)).to_numpy(bool)
             & affected
         )
         for crit in eff.criteria:
@@ -175,6 +192,24 @@ def _realised(conv: pd.DataFrame, d: TeenDesign, rng: np.random.Generator) -> li
     index = {tuple(k): i for i, k in enumerate(trees.itertuples(index=False, name=None))}
     rows = [index[tuple(k)] for k in conv[tree_cols].itertuples(index=False, name=None)]
     return [{bp: bool(draws[bp][i]) for bp in d.branch_points} for i in rows]
+
+
+def _chatbot_enactment(conv: pd.DataFrame, d: TeenDesign, rng: np.random.Generator) -> np.ndarray:
+    """Per conversation: was its tree's chatbot firm (1.0) or not; sets ``conv["enacted"]``
+    (branch point -> the option arm enacted, for the points of ``d.chatbot_enactment``)."""
+    conv["enacted"] = [{} for _ in range(len(conv))]
+    if not d.chatbot_enactment:  # draw nothing: the stores of a given seed stay as they were
+        return np.zeros(len(conv))
+    tree_cols = ["s", "ti", "condition", "simulator", "replicate"]
+    tree = conv.groupby(tree_cols, sort=False).ngroup().to_numpy()
+    firm = (rng.random(int(tree.max()) + 1) < 0.5)[tree]
+    for bp, (if_firm, if_soft) in d.chatbot_enactment.items():
+        baseline = d.branch_points[bp][0]
+        option = conv["choices"].map(lambda ch, bp=bp, b=baseline: ch.get(bp) not in (None, b))
+        gave_in = rng.random(len(conv)) >= np.where(firm, if_firm, if_soft)
+        for row, not_enacted in zip(conv["enacted"], option.to_numpy(bool) & gave_in):
+            row[bp] = not not_enacted
+    return firm.astype(float)
 
 
 def simulate_teen_judgments(d: TeenDesign, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -371,8 +406,26 @@ def write_teen_store(
         write_conversations(conn, conv, d.run_id, 2 * d.n_exchanges)
         write_turns(conn, _teen_turns(conv, d.n_exchanges, d.reasoning, judg))
         write_judgments(conn, judg, d.run_id, d.rubric_id, d.judge)
+        if d.chatbot_enactment:
+            write_judgments(conn, _enactment_checks(conv, d), d.run_id, ENACTMENT_RUBRIC,
+                            "scripted:persona-rater")  # fmt: skip
     conn.close()
     return {"design": d, "conversations": conv, "judgments": judg}
+
+
+def _enactment_checks(conv: pd.DataFrame, d: TeenDesign) -> pd.DataFrame:
+    """The manipulation checks of ``d.chatbot_enactment``'s branch points: one rating of the
+    persona turn on which each realised arm's option came into force (the opening one)."""
+    rows = [
+        (cid, bp, ENACTED if enacted.get(bp, True) else NOT_ENACTED)
+        for cid, realised, enacted in zip(
+            conv["conversation_id"], conv["realised"], conv["enacted"]
+        )
+        for bp in d.chatbot_enactment
+        if realised.get(bp)
+    ]
+    out = pd.DataFrame(rows, columns=["conversation_id", "criterion_id", "verdict"])
+    return out.assign(turn_index=0, risk_area=ENACTMENT_RUBRIC, applicable=True, score=None)
 
 
 # --------------------------------------------------------------------------- eating-disorder study
@@ -479,6 +532,21 @@ def write_ed_store(
         write_judgments(conn, judg, d.run_id, d.rubric_id, d.judge)
     conn.close()
     return {"design": d, "conversations": conv, "judgments": judg}
+
+
+def _enactment_checks(conv: pd.DataFrame, d: TeenDesign) -> pd.DataFrame:
+    """The manipulation checks of ``d.chatbot_enactment``'s branch points: one rating of the
+    persona turn on which each realised arm's option came into force (the opening one)."""
+    rows = [
+        (cid, bp, ENACTED if enacted.get(bp, True) else NOT_ENACTED)
+        for cid, realised, enacted in zip(
+            conv["conversation_id"], conv["realised"], conv["enacted"]
+        )
+        for bp in d.chatbot_enactment
+        if realised.get(bp)
+    ]
+    out = pd.DataFrame(rows, columns=["conversation_id", "criterion_id", "verdict"])
+    return out.assign(turn_index=0, risk_area=ENACTMENT_RUBRIC, applicable=True, score=None)
 
 
 # --------------------------------------------------------------------------- store transformations

@@ -289,7 +289,7 @@ def register(app: typer.Typer) -> None:
             else:
                 pooled = contrasts.table[contrasts.table["criterion_id"] == ALL]
                 cols = ["judge", "contrast", "condition", "labelled (option/baseline)",
-                        "judge only", "corrected"]  # fmt: skip
+                        "judge only", "corrected", "corrected, intention to treat"]  # fmt: skip
                 _print_table(
                     console,
                     f"{CONTRAST_TITLE} (all criteria; points, option minus baseline)",
