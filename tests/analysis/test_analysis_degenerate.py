@@ -287,3 +287,30 @@ def test_drawn_sign_patterns_are_those_of_rng_choice() -> None:
     s = SIGN_FLIP_EXACT_MAX + 5
     want = np.random.default_rng(0).choice(np.array([-1.0, 1.0]), size=(SIGN_FLIP_DRAWS, s))
     assert np.array_equal(_sign_patterns(s).astype(float), want)
+
+
+@pytest.mark.parametrize("s", [1, 7, 15, pytest.param(20, marks=pytest.mark.slow), 27, 40])
+def test_sign_flip_p_and_interval_count_every_pattern_as_the_direct_product_does(s: int) -> None:
+    """The p-value counts the patterns by halves (to 20 scenarios) or by byte tables (drawn
+    patterns), for speed: the same count as the product of every pattern with the values, and
+    the interval's ends are where that count's p crosses 0.05."""
+    from branchpoint.analysis.stats.inference import _sign_patterns, round_ties
+
+    rng = np.random.default_rng(s)
+    x = np.round(rng.normal(0.15, 0.5, s), 2)  # rounded: ties between pattern sums
+
+    def direct(d: float) -> float:
+        y = round_ties(x - d)
+        signs = _sign_patterns(s)
+        hits = sum(int(np.sum(np.abs(signs[i : i + (1 << 16)].astype(float) @ y)
+                              >= abs(y.sum()) - 1e-9))
+                   for i in range(0, len(signs), 1 << 16))  # fmt: skip
+        return hits / len(signs)
+
+    assert sign_flip_pvalue(x) == pytest.approx(direct(0.0), abs=1e-12)
+    lo, hi = sign_flip_interval(x)
+    if s < 6:
+        assert np.isnan(lo) and np.isnan(hi)
+        return
+    assert direct(lo - 1e-7) <= 0.05 < direct(lo + 1e-7)
+    assert direct(hi + 1e-7) <= 0.05 < direct(hi - 1e-7)

@@ -194,3 +194,98 @@ def test_report_has_the_curves_and_export_writes_one_row_per_conversation(
         n_conv = con.execute("select count(*) from conversations").fetchone()[0]
     assert (table["outcome"] == ANY).sum() == n_conv
     assert {"time", "event", "ending", "n_exchanges", "arm"} <= set(table.columns)
+
+
+def _ff(time: np.ndarray, event: np.ndarray, group: np.ndarray | None = None) -> pd.DataFrame:
+    """A first-failure frame (one outcome, one judge) for the given times and events."""
+    n = len(time)
+    return pd.DataFrame({
+        "conversation_id": [f"c{i}" for i in range(n)], "rubric_id": "r", "judge": "j",
+        "outcome": ANY, "time": np.asarray(time, float), "event": np.asarray(event, int),
+        "ending": [FAILED if e else ENDINGS["persona_ended"] for e in event],
+        "target": "t" if group is None else group,
+    })  # fmt: skip
+
+
+def test_the_matched_comparison_runs_the_sign_flip_test_at_ten_scenarios_too() -> None:
+    """The primary test is the sign-flip test over the scenario restricted-mean differences at
+    any number of scenarios (the t-test over them rejected 5.2% of simulated nulls at 10): its p
+    is the share of the 2^10 sign patterns at least as extreme, its interval that test's
+    inversion. Failed before, which ran the t-test from 6 scenarios."""
+    from branchpoint.analysis.stats.inference import SIGN_FLIP, sign_flip_pvalue
+
+    rng = np.random.default_rng(7)
+    s, per = 10, 6
+    t = rng.integers(1, 9, 2 * s * per).astype(float)
+    e = (rng.random(2 * s * per) < 0.7).astype(int)
+    ff = _ff(t, e)
+    ids = ff["conversation_id"].to_numpy()
+    pairs = pd.DataFrame({"conversation_id_a": ids[0::2], "conversation_id_b": ids[1::2],
+                          "scenario_id": np.repeat([f"s{i}" for i in range(s)], per),
+                          "contrast": "b vs a"})  # fmt: skip
+    row = matched_time_to_failure(ff, pairs, ["contrast"]).iloc[0]
+    assert row["test"] == SIGN_FLIP and row["interval"] == "exact sign-flip over 10 scenario means"
+    ta, ea, tb, eb = t[0::2], e[0::2], t[1::2], e[1::2]
+    tau = min(ta.max(), tb.max())
+    sc = np.repeat(np.arange(s), per)
+    diffs = np.array([kaplan_meier(tb[sc == i], eb[sc == i]).restricted_mean(tau)
+                      - kaplan_meier(ta[sc == i], ea[sc == i]).restricted_mean(tau)
+                      for i in range(s)])  # fmt: skip
+    signs = 1 - 2 * ((np.arange(2**s)[:, None] >> np.arange(s)) & 1)
+    enumerated = np.mean(np.abs(signs @ diffs) >= abs(diffs.sum()) - 1e-9)
+    assert row["p_scenario"] == pytest.approx(enumerated, abs=1e-12)
+    assert row["rmst_diff"] == pytest.approx(diffs.mean())
+    for end, inward in ((row["ci_low"], 1e-7), (row["ci_high"], -1e-7)):
+        assert (
+            sign_flip_pvalue(diffs - (end - inward))
+            <= 0.05
+            < sign_flip_pvalue(diffs - (end + inward))
+        )
+
+
+def test_a_median_whose_band_crosses_one_half_within_one_exchange_has_a_positive_width() -> None:
+    """100 conversations: 30 fail at exchange 1, 40 at 2, 30 censored at 3. S(1) = 0.7 with its
+    band above 0.5, S(2) = 0.3 with its band below: the discrete reading gave "2 (2 to 2)", zero
+    width from sampled data. On the continuous-time reading (a failure at exchange 2 happened
+    after the end of exchange 1) the median lies between 1 and 2."""
+    from branchpoint.analysis.survival.compare import km_summary
+    from branchpoint.analysis.survival.section import _median
+
+    t = np.repeat([1.0, 2.0, 3.0], [30, 40, 30])
+    e = np.repeat([1, 1, 0], [30, 40, 30])
+    km = kaplan_meier(t, e)
+    assert km.ci_low[1] > 0.5 and km.ci_high[2] < 0.5  # the band crosses within exchange 2
+    row = km_summary(_ff(t, e), ["target"]).iloc[0]
+    assert (row["median"], row["median_ci_low"], row["median_ci_high"]) == (2.0, 1.0, 2.0)
+    assert _median(row) == "2 (1 to 2)"
+
+
+def test_median_intervals_from_sampled_data_have_positive_width_or_are_not_given() -> None:
+    """Property over generated data (150 groups of 1 to 300 conversations, whole exchanges 1
+    to 20 with many ties, any censoring): every median interval given is at least one exchange
+    wide, or an end is not given (infinite); a finite lower end is below the median, and the
+    median is at or below the upper end. Failed before (zero-width intervals)."""
+    from branchpoint.analysis.stats.intervals import has_valid_width
+    from branchpoint.analysis.survival.compare import km_summary
+
+    rng = np.random.default_rng(4646)
+    frames = []
+    for g in range(150):
+        n = int(rng.integers(1, 300))
+        t = rng.integers(1, int(rng.integers(2, 21)), n).astype(float)
+        e = (rng.random(n) < rng.random()).astype(int)
+        frames.append(_ff(t, e, np.full(n, f"g{g}")).assign(
+            conversation_id=[f"g{g}-{i}" for i in range(n)]))  # fmt: skip
+    tab = km_summary(pd.concat(frames, ignore_index=True), ["target"])
+    assert len(tab) == 150
+    lo, hi, med = (tab[c].to_numpy() for c in ("median_ci_low", "median_ci_high", "median"))
+    given = np.isfinite(lo) & np.isfinite(hi)
+    assert given.sum() > 50  # the property was exercised, not vacuous
+    assert (hi[given] - lo[given] >= 1).all()
+    # an end the band never reaches is infinite here: not given (NaN to the rule's helper)
+    not_given = np.where(given, 0.0, np.nan)
+    assert all(has_valid_width(a, b, n) for a, b, n in zip(lo + not_given, hi, tab["n"]))
+    assert not (np.isfinite(hi) & ~np.isfinite(lo)).any()  # an upper end alone is never given
+    assert (lo[np.isfinite(lo)] >= 0).all()
+    has = np.isfinite(med)
+    assert (lo[has] < med[has]).all() and (med[has] <= hi[has]).all()

@@ -55,3 +55,13 @@ def test_plan_and_analysis_choose_the_same_test(s: int) -> None:
     else:
         assert mdd is None and why
     assert (scenario_test(s) == TOO_FEW) == (s < 3)
+
+
+@pytest.mark.parametrize("s", [2, 3, 5, 6, 12, 25])
+def test_the_exact_option_is_one_rule_for_plan_and_analysis(s: int) -> None:
+    """The time-to-failure comparison's ``exact`` option (the sign-flip test at every number of
+    scenarios) is taken by ``scenario_test``, so the rule stays defined once."""
+    x = np.linspace(-0.1, 0.3, s)
+    r = scenario_level_test(x, np.arange(s), np.zeros(s, int), 1, bounds=(-1, 1), exact=True)
+    assert r.method[0] == scenario_test(s, exact=True)
+    assert scenario_test(s, exact=True) == (TOO_FEW if s < 3 else SIGN_FLIP)

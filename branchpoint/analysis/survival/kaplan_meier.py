@@ -10,6 +10,9 @@ are the textbook ones that ``lifelines`` computes (a test checks them to 1e-9):
   exp(-exp(log(-log S(t)) +- z sqrt(V(t)))); where S(t) = 1 no interval is computed and the
   bounds are 1 (nothing has failed);
 * the median is the first time at which S(t) <= 0.5 (infinite when the curve never gets there);
+* the median's interval is read in continuous time (see ``KaplanMeier.median_interval``): it is
+  a separate summary, not lifelines' (which would give "2 (2 to 2)" where the band crosses 0.5
+  within one exchange: an interval of zero width from sampled data, which the project forbids);
 * the restricted mean to ``tau`` is the area under the step curve from 0 to tau: the expected
   number of exchanges a conversation lasts without a failure, counting only the first tau.
 """
@@ -39,6 +42,23 @@ class KaplanMeier:
     def median(self) -> float:
         below = np.flatnonzero(self.survival <= 0.5)
         return float(self.timeline[below[0]]) if len(below) else float("inf")
+
+    def median_interval(self) -> tuple[float, float]:
+        """The median's 95% interval (the curve's ``ci``), on the continuous-time reading of
+        exchanges: a failure counted at exchange t happened during exchange t, in (t - 1, t] of
+        the conversation's underlying time, and the median is the time at which the true curve
+        reaches 0.5. Where the curve's lower band is still above 0.5 (every exchange before
+        t_low, the first at which it is at or below), the true curve is too, so the median is
+        past the end of exchange t_low - 1; from t_high, the first exchange at which the upper
+        band is at or below 0.5, the true curve is too, so the median is at or before t_high.
+        The interval is t_low - 1 to t_high: at least one exchange wide, never zero width (the
+        discrete reading, t_low to t_high, is zero wide when the band crosses 0.5 within one
+        exchange). An end the band never reaches is infinite (not given)."""
+        below_low = np.flatnonzero(self.ci_low <= 0.5)
+        below_high = np.flatnonzero(self.ci_high <= 0.5)
+        low = float(self.timeline[below_low[0]]) - 1.0 if len(below_low) else float("inf")
+        high = float(self.timeline[below_high[0]]) if len(below_high) else float("inf")
+        return low, high
 
     def at(self, t: float) -> float:
         """S(t) (the step curve, right-continuous)."""
