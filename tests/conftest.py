@@ -18,6 +18,7 @@ if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
     )
 
 from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -57,13 +58,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     )
 
 
-@pytest.fixture
-def postgres_url() -> Iterator[str]:
-    """URL of a fresh, empty PostgreSQL database, dropped afterwards.
-
-    The server comes from ``$BRANCHPOINT_TEST_POSTGRES`` (``.ci/with-postgres make test`` starts one;
-    CI always does). Without it the test is skipped, except under CI, where that is a failure.
-    """
+@contextmanager
+def _postgres_database() -> Iterator[str]:
+    """URL of a fresh, empty PostgreSQL database, dropped on leaving (or the test is skipped)."""
     import uuid
 
     from sqlalchemy import create_engine, text
@@ -90,6 +87,17 @@ def postgres_url() -> Iterator[str]:
         admin.dispose()
 
 
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    """URL of a fresh, empty PostgreSQL database, dropped afterwards.
+
+    The server comes from ``$BRANCHPOINT_TEST_POSTGRES`` (``.ci/with-postgres make test`` starts one;
+    CI always does). Without it the test is skipped, except under CI, where that is a failure.
+    """
+    with _postgres_database() as url:
+        yield url
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     """A fresh store: a SQLite file in a temporary directory, and again a PostgreSQL database."""
@@ -103,6 +111,24 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     s = open_store(where)
     yield s
     s.close()
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def module_store(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Any]:
+    """``store``, made once for the tests of a module that read what one costly run wrote (a
+    test that changes it undoes its change). Its module's tests run on one worker (see above)."""
+    from branchpoint.core.store import open_store
+
+    with ExitStack() as stack:
+        if request.param == "postgres":
+            where: Any = stack.enter_context(_postgres_database())
+        else:
+            where = tmp_path_factory.mktemp("module_store") / "t.db"
+        s = open_store(where)
+        stack.callback(s.close)
+        yield s
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
