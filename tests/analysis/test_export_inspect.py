@@ -128,6 +128,7 @@ def _system_prompt(store: object, conversation_id: str) -> str | None:
         return get_text(s, prov.system_prompt_hash)
 
 
+@pytest.mark.slow  # a fresh interpreter importing the command line: over 2 s
 def test_the_inspect_package_is_imported_only_by_the_inspect_export() -> None:
     code = (
         "import sys, branchpoint.tui.cli, branchpoint.analysis.export, branchpoint.analysis.export.tables, branchpoint.analysis.export.transcripts;"

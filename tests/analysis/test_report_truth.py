@@ -139,8 +139,12 @@ def test_judge_option_picks_the_plotted_judge_and_the_report_says_why_a_plot_is_
 
 
 def test_report_judge_option_rejects_an_unknown_judge(tmp_path: Path) -> None:
+    # in this process (a UserError ends as a real one does): a subprocess only added its start;
+    # test_report runs the report command's errors in real processes
+    from fixtures.cli_in_process import run_in_process
+
     db = _teen(tmp_path / "t.db")
-    res = run_cli("report", "--all", "--db", str(db), "--out", str(tmp_path / "r"), "--judge", "nobody")  # fmt: skip
+    res = run_in_process("report", "--all", "--db", str(db), "--out", str(tmp_path / "r"), "--judge", "nobody")  # fmt: skip
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert "--judge 'nobody'" in res.stderr and "scripted:judge" in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
