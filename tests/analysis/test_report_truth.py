@@ -372,6 +372,7 @@ def test_pairs_whose_every_rating_is_an_error_are_not_called_missing(tmp_path: P
     assert first.endswith("0 distinct ratings and 432 error verdicts (all runs)"), first
 
 
+@pytest.mark.slow  # over 2 s (about 3 s of CPU): make test runs it, test-fast does not
 def test_targets_without_an_interval_are_not_counted_as_not_raised(tmp_path: Path) -> None:
     # One scenario: no target has a scenario-level interval, and analyze said "targets raised
     # 0.0% of 2" beside a +43-point difference, as if both targets had been shown not raised.
