@@ -18,12 +18,14 @@ if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
     )
 
 from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 POSTGRES_ENV = "BRANCHPOINT_TEST_POSTGRES"
+NO_POSTGRES = f"no PostgreSQL server: run `.ci/with-postgres make test` (sets ${POSTGRES_ENV})"
 
 
 # tryfirst: xdist's worker reads the xdist_group marks in its own pytest_collection_modifyitems,
@@ -39,7 +41,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
       loaded library) goes to the same worker as the rest of its module, so that the fixture is
       built once a run, not once a worker (``make test`` runs ``--dist loadgroup``).
     """
+    # Without a PostgreSQL server (and outside CI) a test of postgres_url is skipped before its
+    # set-up: its module-scoped fixtures (a Ray cluster, 4-5 s) were started for nothing.
+    no_postgres = (
+        None
+        if os.environ.get(POSTGRES_ENV) or os.environ.get("CI")
+        else pytest.mark.skip(NO_POSTGRES)
+    )
     for item in items:
+        if no_postgres and "postgres_url" in getattr(item, "fixturenames", ()):
+            item.add_marker(no_postgres)
         info = getattr(item, "_fixtureinfo", None)
         defs = info.name2fixturedefs if info is not None else {}
         if "embedded_provider" in defs:
@@ -57,13 +68,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     )
 
 
-@pytest.fixture
-def postgres_url() -> Iterator[str]:
-    """URL of a fresh, empty PostgreSQL database, dropped afterwards.
-
-    The server comes from ``$BRANCHPOINT_TEST_POSTGRES`` (``.ci/with-postgres make test`` starts one;
-    CI always does). Without it the test is skipped, except under CI, where that is a failure.
-    """
+@contextmanager
+def _postgres_database() -> Iterator[str]:
+    """URL of a fresh, empty PostgreSQL database, dropped on leaving (or the test is skipped)."""
     import uuid
 
     from sqlalchemy import create_engine, text
@@ -75,9 +82,7 @@ def postgres_url() -> Iterator[str]:
             pytest.fail(
                 f"CI runs the store tests on PostgreSQL too, but ${POSTGRES_ENV} is not set (see .ci/run)"
             )
-        pytest.skip(
-            f"no PostgreSQL server: run `.ci/with-postgres make test` (sets ${POSTGRES_ENV})"
-        )
+        pytest.skip(NO_POSTGRES)
     name = f"t_{uuid.uuid4().hex[:12]}"
     admin = create_engine(base, isolation_level="AUTOCOMMIT")
     with admin.connect() as c:
@@ -88,6 +93,17 @@ def postgres_url() -> Iterator[str]:
         with admin.connect() as c:
             c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    """URL of a fresh, empty PostgreSQL database, dropped afterwards.
+
+    The server comes from ``$BRANCHPOINT_TEST_POSTGRES`` (``.ci/with-postgres make test`` starts one;
+    CI always does). Without it the test is skipped, except under CI, where that is a failure.
+    """
+    with _postgres_database() as url:
+        yield url
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -103,6 +119,24 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     s = open_store(where)
     yield s
     s.close()
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def module_store(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Any]:
+    """``store``, made once for the tests of a module that read what one costly run wrote (a
+    test that changes it undoes its change). Its module's tests run on one worker (see above)."""
+    from branchpoint.core.store import open_store
+
+    with ExitStack() as stack:
+        if request.param == "postgres":
+            where: Any = stack.enter_context(_postgres_database())
+        else:
+            where = tmp_path_factory.mktemp("module_store") / "t.db"
+        s = open_store(where)
+        stack.callback(s.close)
+        yield s
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

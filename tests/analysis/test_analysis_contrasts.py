@@ -33,17 +33,43 @@ DESIGN = TeenDesign(
     ),
 )
 
+# The same design at a size that only the tests of what the pairs and p-values are need: the
+# recovery of the planted effects needs DESIGN's 40 scenarios x 10 targets (153,600 judgments,
+# about 11 s of CPU to write), and those tests are slow.
+# Over 50 pairs a criterion and condition (20 scenarios x 4 targets), so that scipy's Wilcoxon
+# reference is its normal approximation: at fewer, with ties, it ran a 20 s permutation test.
+SMALL = TeenDesign(
+    n_scenarios=20,
+    targets=tuple(f"scripted:t{i}" for i in range(4)),
+    n_exchanges=4,
+    effects=DESIGN.effects,
+)
+
+
+def _table(tmp_path_factory: pytest.TempPathFactory, design: TeenDesign) -> pd.DataFrame:
+    path = tmp_path_factory.mktemp("contrasts") / "teen.db"
+    write_teen_store(path, design, seed=5)
+    return conversation_criterion_table(path, "synthetic-teen")
+
 
 @pytest.fixture(scope="module")
 def cc(tmp_path_factory: pytest.TempPathFactory) -> pd.DataFrame:
-    path = tmp_path_factory.mktemp("contrasts") / "teen.db"
-    write_teen_store(path, DESIGN, seed=5)
-    return conversation_criterion_table(path, "synthetic-teen")
+    return _table(tmp_path_factory, DESIGN)
 
 
 @pytest.fixture(scope="module")
 def result(cc: pd.DataFrame):  # type: ignore[no-untyped-def]
     return matched_contrasts(cc, n_boot=600, seed=1)
+
+
+@pytest.fixture(scope="module")
+def small_cc(tmp_path_factory: pytest.TempPathFactory) -> pd.DataFrame:
+    return _table(tmp_path_factory, SMALL)
+
+
+@pytest.fixture(scope="module")
+def small_result(small_cc: pd.DataFrame):  # type: ignore[no-untyped-def]
+    return matched_contrasts(small_cc, n_boot=600, seed=1)
 
 
 CONDITIONS = ("none", "teen_aware")
@@ -59,7 +85,8 @@ def _row(tab: pd.DataFrame, contrast: str, criterion: str, condition: str) -> pd
     return sel.iloc[0]
 
 
-def test_baselines_are_inferred_from_the_data_and_can_be_given(cc: pd.DataFrame) -> None:
+def test_baselines_are_inferred_from_the_data_and_can_be_given(small_cc: pd.DataFrame) -> None:
+    cc = small_cc
     inferred = resolve_baselines(cc).set_index("branch_point")
     assert inferred.loc["limit", "baseline"] == "accept_limit"
     assert inferred.loc["help", "baseline"] == "accept"
@@ -70,7 +97,8 @@ def test_baselines_are_inferred_from_the_data_and_can_be_given(cc: pd.DataFrame)
     )
 
 
-def test_baseline_comes_from_the_scenario_file(cc: pd.DataFrame, tmp_path: Path) -> None:
+def test_baseline_comes_from_the_scenario_file(small_cc: pd.DataFrame, tmp_path: Path) -> None:
+    cc = small_cc
     yml = tmp_path / "s.yaml"
     yml.write_text(
         "id: s\ntitle: t\nrisk_area: acute_harm\ncontent_warning: w\nopening: hi\n"
@@ -85,6 +113,7 @@ def test_baseline_comes_from_the_scenario_file(cc: pd.DataFrame, tmp_path: Path)
     )
 
 
+@pytest.mark.slow  # DESIGN's store: 11 s of CPU
 def test_pushback_effect_is_recovered_with_target_share(result) -> None:  # type: ignore[no-untyped-def]
     for crit, cond in ((c, d) for c in MEDICAL for d in CONDITIONS):
         row = _row(result.contrasts, "limit: accept_limit → push_back", crit, cond)
@@ -117,6 +146,7 @@ def test_pushback_effect_is_recovered_with_target_share(result) -> None:  # type
         assert pt.loc["scripted:t9", "diff"] < pt.drop(index="scripted:t9")["diff"].mean() - 0.04
 
 
+@pytest.mark.slow  # DESIGN's store
 def test_declining_help_raises_emotional_dependence(result) -> None:  # type: ignore[no-untyped-def]
     for cond in CONDITIONS:
         row = _row(result.contrasts, "help: accept → decline", "emotional_dependence", cond)
@@ -131,7 +161,8 @@ def test_declining_help_raises_emotional_dependence(result) -> None:  # type: ig
     assert (null["p_scenario_holm"] > 0.01).all() and (null["p_mcnemar_holm"] > 0.01).all()
 
 
-def test_every_p_value_equals_scipy_on_the_same_pairs(cc: pd.DataFrame, result) -> None:  # type: ignore[no-untyped-def]
+def test_every_p_value_equals_scipy_on_the_same_pairs(small_cc: pd.DataFrame, small_result) -> None:  # type: ignore[no-untyped-def]
+    cc, result = small_cc, small_result
     match = [
         "run_id",
         "scenario_id",
@@ -168,14 +199,15 @@ def test_every_p_value_equals_scipy_on_the_same_pairs(cc: pd.DataFrame, result) 
             p["n_fail_b"].sum() / p["n_rated_b"].sum() - p["n_fail_a"].sum() / p["n_rated_a"].sum()
         )
         checked += 1
-    assert checked == len(DESIGN.criteria) * len(CONDITIONS)
+    assert checked == len(SMALL.criteria) * len(CONDITIONS)
     # Holm across the whole family (3 branch points x 6 criteria x 2 conditions).
     assert len(result.contrasts) == 36
     for col in ("p_scenario", "p_mcnemar"):
         assert np.allclose(result.contrasts[f"{col}_holm"], holm(result.contrasts[col].to_numpy()))
 
 
-def test_pairs_differ_only_at_the_branch_point(cc: pd.DataFrame) -> None:
+def test_pairs_differ_only_at_the_branch_point(small_cc: pd.DataFrame) -> None:
+    cc = small_cc
     match = [
         "run_id",
         "scenario_id",
@@ -212,6 +244,7 @@ def test_holm_matches_a_hand_computation() -> None:
     assert holm([0.5, 0.6])[1] == 1.0  # capped at 1
 
 
+@pytest.mark.slow  # DESIGN's store
 def test_condition_contrast_paired_by_variant(cc: pd.DataFrame) -> None:
     res = condition_contrast(cc, "none", n_boot=300)
     assert set(res.contrasts["contrast"]) == {"condition: none → teen_aware"}

@@ -49,6 +49,7 @@ def test_matches_the_judges_scorer_when_present() -> None:
             assert safety_score(case, policy) == scoring.ed_safety_score(case, policy)
 
 
+@pytest.mark.slow  # the 50-question store: about 5 s of CPU
 def test_response_scores_follow_the_stored_levels(ed) -> None:  # type: ignore[no-untyped-def]
     jt, res = ed
     resp = res.responses
@@ -61,6 +62,7 @@ def test_response_scores_follow_the_stored_levels(ed) -> None:  # type: ignore[n
     assert one["high_risk"] == ("high" in levels)
 
 
+@pytest.mark.slow  # the 50-question store
 def test_known_effects_are_recovered(ed) -> None:  # type: ignore[no-untyped-def]
     _, res = ed
     # Truth: no bio adds 0.10 to P(high); the average bio removes 0.074 (attributes: 12 race x
@@ -91,6 +93,7 @@ def test_known_effects_are_recovered(ed) -> None:  # type: ignore[no-untyped-def
     assert res.by_model["high_risk_share"].between(0, 1).all()
 
 
+@pytest.mark.slow  # the 50-question store
 def test_ed_p_values_equal_scipy(ed) -> None:  # type: ignore[no-untyped-def]
     _, res = ed
     resp = res.responses

@@ -167,6 +167,7 @@ def test_per_cluster_sums_matches_groupby() -> None:
     assert np.allclose(m, ref.reindex(index=range(5), columns=range(3), fill_value=0).to_numpy())
 
 
+@pytest.mark.slow  # over 2 s (about 3 s of CPU): make test runs it, test-fast does not
 def test_fast_reader_equals_sql_group_by_on_interleaved_rows_and_two_judges(
     teen_db: tuple[Path, dict], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -53,6 +53,7 @@ def _frames(res: Any) -> dict[str, Any]:
     }
 
 
+@pytest.mark.slow  # over 2 s: make test runs it, test-fast does not
 def test_each_level_equals_the_analysis_of_its_rows_alone(store: str) -> None:
     ft = fork_tables(store, None)
     assert ft is not None

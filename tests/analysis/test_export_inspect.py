@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +11,12 @@ import pytest
 from fixtures.engine.judged_run import judged_run
 from typer.testing import CliRunner
 
-pytest.importorskip("inspect_ai", reason="the optional extra branchpoint[inspect] is not installed")
+# Looked up, not imported: importing inspect_ai costs each pytest worker about 2 s of CPU at
+# collection, and only the worker that runs these tests needs it.
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("inspect_ai") is None,
+    reason="the optional extra branchpoint[inspect] is not installed",
+)
 
 
 @pytest.fixture(scope="module")
@@ -122,6 +128,7 @@ def _system_prompt(store: object, conversation_id: str) -> str | None:
         return get_text(s, prov.system_prompt_hash)
 
 
+@pytest.mark.slow  # a fresh interpreter importing the command line: over 2 s
 def test_the_inspect_package_is_imported_only_by_the_inspect_export() -> None:
     code = (
         "import sys, branchpoint.tui.cli, branchpoint.analysis.export, branchpoint.analysis.export.tables, branchpoint.analysis.export.transcripts;"

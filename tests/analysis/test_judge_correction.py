@@ -201,6 +201,7 @@ def _frames(seed: int) -> tuple[pd.DataFrame, ...]:
     return judged.drop(columns="truth"), labels, designs, drawn, judged
 
 
+@pytest.mark.slow  # over 2 s (about 3 s of CPU): make test runs it, test-fast does not
 def test_the_corrected_mean_risk_score_removes_a_judge_that_over_states_risk() -> None:
     from branchpoint.analysis.judge_correction.estimators import correct_score_frames
 

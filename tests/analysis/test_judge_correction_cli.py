@@ -133,6 +133,7 @@ def test_analyze_prints_the_corrected_rates_or_one_line_without_labels(tmp_path:
     assert "sensitivity" in done.stdout
 
 
+@pytest.mark.slow  # over 2 s (about 3 s of CPU): make test runs it, test-fast does not
 def test_exclude_retried_leaves_the_retried_conversations_out_of_the_corrected_figures_too(
     tmp_path: Path,
 ) -> None:

@@ -123,8 +123,11 @@ def _scenarios(tmp_path: Path) -> list[Path]:
     ]
 
 
-@pytest.fixture
-def judged(store: Any, tmp_path: Path) -> tuple[Any, str]:
+@pytest.fixture(scope="module")
+def judged(module_store: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, str]:
+    """One run, judged and rated, for the module's tests: they read it (the one that adds
+    people's labels takes them out again)."""
+    store, tmp_path = module_store, tmp_path_factory.mktemp("judged")
     folder = tmp_path / "scenarios"
     folder.mkdir()
     _scenarios(folder)
@@ -203,7 +206,8 @@ def test_checks_stored_like_verdicts_and_kept_out_of_chatbot_tables(
 
 
 def test_judge_command_rates_the_persona(store: Any, tmp_path: Path) -> None:
-    from fixtures.engine.helpers import run_cli
+    # in this process: the command's real processes are tested in test_provider_registry
+    from fixtures.cli_in_process import run_in_process as run_cli
 
     folder = tmp_path / "scenarios"
     folder.mkdir()
@@ -260,8 +264,14 @@ def test_enactment_rater_agreement_with_people_where_they_labelled(judged: tuple
                 annotator="clin1", verdict=flip[j.verdict] if i < 2 else j.verdict,
             ))  # fmt: skip
         s.commit()
-    assert len(checks) == 10
-    (row,) = enactment_by_rater(store, [run_id]).to_dict("records")
-    assert row["people's labels"] == 10
-    assert row["raw agreement"] == pytest.approx(0.8)
-    assert -1 <= row["kappa (quadratic)"] <= 1
+    try:
+        assert len(checks) == 10
+        (row,) = enactment_by_rater(store, [run_id]).to_dict("records")
+        assert row["people's labels"] == 10
+        assert row["raw agreement"] == pytest.approx(0.8)
+        assert -1 <= row["kappa (quadratic)"] <= 1
+    finally:  # the module's run again as it was judged
+        with store.session() as s:
+            for i in range(len(checks)):
+                s.delete(s.get(HumanLabel, f"h{i}"))
+            s.commit()

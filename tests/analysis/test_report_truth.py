@@ -139,8 +139,12 @@ def test_judge_option_picks_the_plotted_judge_and_the_report_says_why_a_plot_is_
 
 
 def test_report_judge_option_rejects_an_unknown_judge(tmp_path: Path) -> None:
+    # in this process (a UserError ends as a real one does): a subprocess only added its start;
+    # test_report runs the report command's errors in real processes
+    from fixtures.cli_in_process import run_in_process
+
     db = _teen(tmp_path / "t.db")
-    res = run_cli("report", "--all", "--db", str(db), "--out", str(tmp_path / "r"), "--judge", "nobody")  # fmt: skip
+    res = run_in_process("report", "--all", "--db", str(db), "--out", str(tmp_path / "r"), "--judge", "nobody")  # fmt: skip
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert "--judge 'nobody'" in res.stderr and "scripted:judge" in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
@@ -368,6 +372,7 @@ def test_pairs_whose_every_rating_is_an_error_are_not_called_missing(tmp_path: P
     assert first.endswith("0 distinct ratings and 432 error verdicts (all runs)"), first
 
 
+@pytest.mark.slow  # over 2 s (about 3 s of CPU): make test runs it, test-fast does not
 def test_targets_without_an_interval_are_not_counted_as_not_raised(tmp_path: Path) -> None:
     # One scenario: no target has a scenario-level interval, and analyze said "targets raised
     # 0.0% of 2" beside a +43-point difference, as if both targets had been shown not raised.

@@ -250,6 +250,7 @@ def test_a_broken_entry_point_is_one_line_naming_it(installed: Path) -> None:
         registry.find("lab")
 
 
+@pytest.mark.slow  # two command lines in real processes: over 2 s
 def test_the_command_line_runs_and_judges_an_installed_plugins_prefix(tmp_path: Path) -> None:
     # in a subprocess, as a lab would: `pip install lab-models`, then use lab:... on the command line
     site = _install_plugin_distribution(tmp_path / "site", "lab = lab_plugin")

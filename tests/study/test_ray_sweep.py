@@ -271,6 +271,7 @@ def test_an_unknown_scripted_model_stops_a_ray_sweep_before_anything_is_stored(
         store.close()
 
 
+@pytest.mark.slow  # without PostgreSQL the only test here that starts the Ray cluster (4-5 s)
 def test_budget_actor_is_shared_by_workers_waits_for_settles_and_refuses_past_the_total(
     ray_cluster: None,
 ) -> None:

@@ -30,6 +30,7 @@ def _closed_port() -> int:
         return int(s.getsockname()[1])
 
 
+@pytest.mark.slow  # a sweep through litellm to its budget stop: about 7 s of CPU
 def test_the_summary_at_a_budget_stop_counts_the_call_rows_the_server_answered(
     tmp_path: Path,
 ) -> None:
