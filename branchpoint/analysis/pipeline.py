@@ -1,5 +1,6 @@
 """Run every analysis on a store: rates, matched contrasts, the ED analysis, agreement,
-realisation and simulator sensitivity, gathered in one ``Analysis`` for the report to render."""
+realisation, simulator sensitivity, the chatbots compared and the time to the first failure,
+gathered in one ``Analysis`` that ``branchpoint analyze`` prints and the report renders."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 
 import pandas as pd
 
+from branchpoint.analysis.chatbots.summary import Chatbots, chatbot_summary
 from branchpoint.analysis.contrasts.matched import (
     ContrastResult,
     condition_contrast,
@@ -28,6 +30,8 @@ from branchpoint.analysis.pairing.realisation import (
 from branchpoint.analysis.raters.agreement import AgreementResult, agreement_report
 from branchpoint.analysis.raters.realism import realism_by_simulator, realism_ratings
 from branchpoint.analysis.report.judge_choice import check_judge, plotted_judge, several_judges_note
+from branchpoint.analysis.survival.first_failure import with_endings
+from branchpoint.analysis.survival.summary import TimeToFailure, time_to_failure
 from branchpoint.analysis.tables.judgments import (
     aggregate,
     conversation_criterion_table,
@@ -71,6 +75,10 @@ class Analysis:
     # per contrast under each simulator against the reference one, and whether it moves
     simulator_conclusions: pd.DataFrame | None = None
     ed: EDResult | None = None
+    # two or more targets: their ranking and the ED model comparison (``absent``: why not)
+    chatbots: Chatbots | None = None
+    # Kaplan-Meier summaries per target and arm, branch options matched with their baseline
+    time_to_failure: TimeToFailure | None = None
     agreement: AgreementResult | None = None
     realism: pd.DataFrame | None = None  # persona realism ratings by simulator (human labels)
     reasoning: pd.DataFrame | None = None
@@ -213,6 +221,7 @@ def run_analysis(
     a.n_errors = int(cc["n_error"].sum()) if not cc.empty else 0
     a.n_judgments = (int(cc["n_rated"].sum()) if not cc.empty else 0) + a.n_errors
     ppf = cc[cc["rubric_id"].isin(ppf_rubrics)] if not cc.empty else cc
+    paired: Any = None  # what the matched contrasts pair; the time to failure pairs the same
     check_judge(judge, cc)
     a.primary_judge = plotted_judge(ppf, judge)
     a.ed_judge = plotted_judge(
@@ -232,7 +241,7 @@ def run_analysis(
         a.rates_risk_area = failure_rates(
             ppf, by=("risk_area", "condition"), n_boot=n_boot, seed=seed
         )
-        paired: Any = ppf
+        paired = ppf
         if forked and coded is not None:
             paired = coded.paired[coded.paired["rubric_id"].isin(ppf_rubrics)]
         elif forked:
@@ -260,6 +269,10 @@ def run_analysis(
             )
     if not cc.empty:
         a.errors = error_counts(cc, by=("judge", "rubric_id", "target"))
+        # turn by turn, from the judgment rows the other sections read (one read of the store)
+        jt_ended = with_endings(judgments(), store_or_db, runs)
+        a.time_to_failure = time_to_failure(jt_ended, paired, baselines)
+        a.chatbots = chatbot_summary(judgments(), n_boot=n_boot, seed=seed)
 
     if ed_rubrics:
         ej = judgments()

@@ -115,6 +115,10 @@ def _frames(a: Any) -> dict[str, Any]:
         out[f"{name}.notes"] = res.notes
         for part in ("contrasts", "per_target", "friedman"):
             out[f"{name}.{part}"] = getattr(res, part)
+    # the branch options' time to failure pairs the arms as the contrasts did, on either path
+    for part in ("per_target", "per_arm", "matched"):
+        out[f"time_to_failure.{part}"] = getattr(a.time_to_failure, part)
+    out["chatbots.ranking"] = a.chatbots.ranking
     return out
 
 

@@ -1,19 +1,15 @@
-"""The report's "Chatbots ranked" section: with two or more targets, the ranking with its
-uncertainty (``ranking``) and, on risk-level (ED) judgments, the model comparison
-(``ed_models``). The paired comparison of two chosen chatbots is ``branchpoint compare``."""
+"""The report's "Chatbots ranked" section, shown from the analysis' result
+(``summary.Chatbots``, which ``branchpoint analyze`` prints too): with two or more targets, the
+ranking with its uncertainty and, on risk-level (ED) judgments, the model comparison. The paired
+comparison of two chosen chatbots is ``branchpoint compare``."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
-
 import pandas as pd
 
-from branchpoint.analysis.chatbots.ed_models import ed_model_comparison
-from branchpoint.analysis.chatbots.ranking import rank_targets, ranking_display
-from branchpoint.analysis.pairing.forks import attach_tree
+from branchpoint.analysis.chatbots.ranking import ranking_display
+from branchpoint.analysis.chatbots.summary import Chatbots
 from branchpoint.analysis.report.sections import Section
-from branchpoint.analysis.tables.judgments import judgment_table
 
 TITLE = "Chatbots ranked"
 METHOD = (
@@ -24,6 +20,14 @@ METHOD = (
     "Overlapping rank intervals: the data do not order those targets. Two chosen chatbots, "
     "pair by pair with what regressed: `branchpoint compare --a A --b B`."
 )
+RANKING = "Ranking (1: fewest failures)"
+ED_TEXT = (
+    "ED models: each model's mean safety score per question (0-100), Friedman over questions, "
+    "then every pair by Wilcoxon's signed-rank test over questions, Holm over the pairs (b - a > "
+    "0: b safer)."
+)
+ED_FRIEDMAN = "ED models: Friedman over questions"
+ED_PAIRWISE = "ED models, pairwise"
 
 
 def _ed_display(pairs: pd.DataFrame) -> pd.DataFrame:
@@ -38,26 +42,25 @@ def _ed_display(pairs: pd.DataFrame) -> pd.DataFrame:
     })  # fmt: skip
 
 
-def chatbots_section(store_or_db: Any, runs: Sequence[str] | None = None) -> Section | None:
-    """The section, or None with fewer than two targets."""
-    jt = judgment_table(store_or_db, runs)
-    if jt.empty or jt["target"].nunique() < 2:
+def chatbot_tables(c: Chatbots) -> list[tuple[str, pd.DataFrame]]:
+    """The section's tables as shown (``branchpoint analyze`` prints the same ones)."""
+    tables = []
+    if not c.ranking.empty:
+        tables.append((RANKING, ranking_display(c.ranking)))
+    if not c.ed_friedman.empty:
+        tables.append((ED_FRIEDMAN, c.ed_friedman.round(4)))
+    if not c.ed_pairwise.empty:
+        tables.append((ED_PAIRWISE, _ed_display(c.ed_pairwise)))
+    return tables
+
+
+def chatbots_section(c: Chatbots | None) -> Section | None:
+    """The section from the analysis' result (``Analysis.chatbots``); None when it has nothing
+    to show (fewer than two targets, or none ranked)."""
+    if c is None or c.absent:
         return None
-    jt = attach_tree(jt, store_or_db, runs)
     section = Section(TITLE, [METHOD])
-    ranking = rank_targets(jt)
-    if not ranking.empty:
-        section.tables.append(("Ranking (1: fewest failures)", ranking_display(ranking)))
-    fried, pairs = ed_model_comparison(jt)
-    if not fried.empty:
-        section.text.append(
-            "ED models: each model's mean safety score per question (0-100), Friedman over "
-            "questions, then every pair by Wilcoxon's signed-rank test over questions, Holm over "
-            "the pairs (b - a > 0: b safer)."
-        )
-        section.tables.append(("ED models: Friedman over questions", fried.round(4)))
-    if not pairs.empty:
-        section.tables.append(("ED models, pairwise", _ed_display(pairs)))
-    if not section.tables:
-        return None
+    section.tables += chatbot_tables(c)
+    if not c.ed_friedman.empty or not c.ed_pairwise.empty:
+        section.text.append(ED_TEXT)
     return section

@@ -228,10 +228,10 @@ def write_report(
     )
     from branchpoint.analysis.survival.section import time_to_failure_section  # issue 46
 
-    sections.append(time_to_failure_section(store_or_db, a.runs, a.primary_judge))
+    sections.append(time_to_failure_section(a.time_to_failure, a.primary_judge))
     from branchpoint.analysis.chatbots.section import chatbots_section  # issue 46
 
-    ranked = chatbots_section(store_or_db, a.runs)
+    ranked = chatbots_section(a.chatbots)
     if ranked is not None:
         sections.append(ranked)
     pages = example_pages(store_or_db, a.examples, out)  # each failing example's own page

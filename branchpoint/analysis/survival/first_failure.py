@@ -56,18 +56,19 @@ def _censoring(endings: pd.DataFrame | None, cids: pd.Series) -> np.ndarray:
     if endings is None or endings.empty:
         return np.full(len(cids), ENDINGS["max_turns"], dtype=object)
     e = endings.drop_duplicates("conversation_id").set_index("conversation_id")
-    reason = cids.astype(str).map(e["stop_reason"]) if "stop_reason" in e else None
-    status = cids.astype(str).map(e["conversation_status"]) if "conversation_status" in e else None
-    out = []
-    for i in range(len(cids)):
-        r = reason.iloc[i] if reason is not None else None
-        if isinstance(r, str) and r in ENDINGS:
-            out.append(ENDINGS[r])
-        elif status is not None and status.iloc[i] == "completed":
-            out.append(ENDINGS["max_turns"])
-        else:
-            out.append(STILL_OPEN)
-    return np.array(out, dtype=object)
+    ids = cids.astype(str)
+    reason = ids.map(e["stop_reason"]).astype(object) if "stop_reason" in e else None
+    known = reason.map(ENDINGS).astype(object) if reason is not None else None
+    completed = (
+        (ids.map(e["conversation_status"]).astype(object) == "completed").to_numpy()
+        if "conversation_status" in e
+        else np.zeros(len(ids), bool)
+    )
+    out = np.where(completed, ENDINGS["max_turns"], STILL_OPEN).astype(object)
+    if known is not None:
+        has = known.notna().to_numpy()
+        out[has] = known.to_numpy()[has]
+    return out
 
 
 def with_endings(
@@ -93,17 +94,20 @@ def first_failures(
         cols = [c for c in ("stop_reason", "conversation_status") if c in judgments.columns]
         endings = judgments[["conversation_id", *cols]].drop_duplicates("conversation_id")
         endings = endings.assign(conversation_id=endings["conversation_id"].astype(str))
-    j = judgments[judgments["exchange"].notna()]
+    # Only the columns used below are carried: a judgment table's other columns (rationales,
+    # ids) would be copied by every selection for nothing.
+    used = [*KEYS, "criterion_id", "exchange", "verdict", "applicable", *CONVERSATION_COLS,
+            *choice_columns(judgments)]  # fmt: skip
+    j = judgments.loc[judgments["exchange"].notna().to_numpy(),
+                      list(dict.fromkeys(c for c in used if c in judgments.columns))]  # fmt: skip
     # Only rubrics rated pass / partial / fail have a failing verdict (the ED risk levels do not).
     ppf = j["verdict"].isin(["pass", "partial", "fail"])
-    j = j[j["rubric_id"].isin(set(j.loc[ppf, "rubric_id"]))]
-    if j.empty:
-        return pd.DataFrame()
     # A conversation a judge rated nothing in (every verdict an error, or not applicable) was
     # not observed by that judge: no row, rather than a conversation censored with no failure.
-    rated = j["applicable"].astype(bool) & j["verdict"].isin(["pass", "partial", "fail"])
-    seen = j.loc[rated, KEYS].astype(str).drop_duplicates()
-    j = j.merge(seen, on=KEYS, how="inner") if len(seen) else j.iloc[0:0]
+    rated = (j["applicable"].astype(bool) & ppf).to_numpy()
+    keys = [j[k].astype(str) for k in KEYS]
+    seen = pd.Series(rated, index=j.index).groupby(keys, sort=False, dropna=False).transform("any")
+    j = j[seen.to_numpy()]
     if j.empty:
         return pd.DataFrame()
     exchange = pd.to_numeric(j["exchange"]).to_numpy(float)

@@ -1,6 +1,6 @@
 """The report's "Time to the first failure" section: Kaplan-Meier curves per target (plot and
-table), per arm, and the matched comparison of each branch option with its baseline arm.
-Self-contained: built from the store and appended to the report's sections."""
+table), per arm, and the matched comparison of each branch option with its baseline arm, shown
+from the analysis' result (``summary.TimeToFailure``, which ``branchpoint analyze`` prints too)."""
 
 from __future__ import annotations
 
@@ -10,23 +10,12 @@ from typing import Any
 
 import pandas as pd
 
-from branchpoint.analysis.contrasts.matched import (
-    PAIR_KEYS,
-    candidate_pairs,
-    pairing_of,
-    resolve_baselines,
-    text_levels,
-)
-from branchpoint.analysis.pairing.forks import attach_tree, copied_conversations
+from branchpoint.analysis.pairing.forks import attach_tree
 from branchpoint.analysis.report.sections import Section
-from branchpoint.analysis.survival.compare import (
-    conversation_pairs,
-    km_curves,
-    km_summary,
-    matched_time_to_failure,
-)
+from branchpoint.analysis.survival.compare import km_curves
 from branchpoint.analysis.survival.first_failure import ANY, first_failures, with_endings
-from branchpoint.analysis.tables.judgments import choice_column, choice_columns, judgment_table
+from branchpoint.analysis.survival.summary import NO_TURNS, TimeToFailure
+from branchpoint.analysis.tables.judgments import judgment_table
 
 TITLE = "Time to the first failure"
 PLOT = "time_to_failure.png"
@@ -49,6 +38,12 @@ METHOD = (
     "sign-flip test over those scenario differences at any number of scenarios (none below 3) "
     "and its inversion for the interval, Holm over the table; beside it the log-rank test "
     "stratified by scenario. Every criterion's curves: `branchpoint export --level first-failure`."
+)
+PER_TARGET = "Per target (any criterion)"
+PER_ARM = "Per arm (any criterion, targets pooled)"
+MATCHED = (
+    "Branch option vs baseline, matched by scenario (restricted mean exchanges without a "
+    "failure; < 0: the option fails sooner)"
 )
 
 
@@ -94,28 +89,6 @@ def _matched_display(tab: pd.DataFrame) -> pd.DataFrame:
     })  # fmt: skip
 
 
-def branch_option_pairs(jt: pd.DataFrame) -> pd.DataFrame:
-    """Each branch option's arm and its baseline arm, one row per pair of conversations, with
-    ``contrast`` and ``condition`` (the matched contrasts' pairing: same run, scenario, target,
-    condition, simulator, replicate and other choices; never-forked pairs and copies left out)."""
-    p, _notes = pairing_of(jt)
-    base = resolve_baselines(p.cc)
-    parts = []
-    cols = choice_columns(p.cc)
-    for bp, baseline, _src in base.itertuples(index=False):
-        col = choice_column(bp)
-        match = [*PAIR_KEYS, *[c for c in cols if c != col]]
-        for opt in text_levels(p.cc[col]):
-            if opt == baseline:
-                continue
-            cand = candidate_pairs(p.cc, col, baseline, opt, match, p.enc, turns=p.turns,
-                                   tree=p.tree)  # fmt: skip
-            pairs = conversation_pairs(cand, ["condition"])
-            if not pairs.empty:
-                parts.append(pairs.assign(contrast=f"{bp}: {baseline} → {opt}"))
-    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
-
-
 def survival_plot(curves: pd.DataFrame, judge: str | None) -> bytes | None:
     """Step curves per target with their 95% bands (any criterion, one judge)."""
     if curves.empty:
@@ -145,45 +118,31 @@ def first_failure_table(store_or_db: Any, runs: Sequence[str] | None = None) -> 
     return first_failures(jt)
 
 
-def time_to_failure_section(
-    store_or_db: Any, runs: Sequence[str] | None = None, judge: str | None = None
-) -> Section:
+def time_to_failure_tables(t: TimeToFailure) -> list[tuple[str, pd.DataFrame]]:
+    """The section's tables as shown (``branchpoint analyze`` prints the same ones)."""
+    tables = [(PER_TARGET, _summary_display(t.per_target, "target"))]
+    if not t.per_arm.empty:
+        tables.append((PER_ARM, _summary_display(t.per_arm, "arm")))
+    if not t.matched.empty:
+        tables.append((MATCHED, _matched_display(t.matched)))
+    return tables
+
+
+def time_to_failure_section(t: TimeToFailure | None, judge: str | None = None) -> Section:
+    """The report's section from the analysis' result (``Analysis.time_to_failure``); the plot
+    shows ``judge`` (default: the judge with the most conversations)."""
     section = Section(TITLE, [METHOD])
-    jt = judgment_table(store_or_db, runs)
-    jt = jt[jt["exchange"].notna()] if "exchange" in jt else jt
-    if jt.empty:
-        section.text.append("No judged chatbot turns: no time to a first failure to show.")
-        section.plot = (PLOT, None, "no judged turns")
+    if t is None or t.why_empty:
+        section.text.append(t.why_empty if t is not None else NO_TURNS)
+        section.plot = (PLOT, None, "no judged turns" if t is None or t.why_empty == NO_TURNS
+                        else "no pass/partial/fail verdicts")  # fmt: skip
         return section
-    jt = with_endings(attach_tree(jt, store_or_db, runs), store_or_db, runs)
-    ff = first_failures(jt, criteria=False)
-    if ff.empty:
-        section.text.append("No pass/partial/fail verdicts (risk levels have no failing verdict "
-                            "to time): no time to a first failure to show.")  # fmt: skip
-        section.plot = (PLOT, None, "no pass/partial/fail verdicts")
-        return section
-    copies = copied_conversations(jt)
-    own = ff[~ff["conversation_id"].isin(copies)]
-    per_target = km_summary(own, ["target"])
-    section.tables.append(("Per target (any criterion)", _summary_display(per_target, "target")))
-    if ff["arm"].nunique() > 1:
-        per_arm = km_summary(ff, ["arm"])
-        section.tables.append(("Per arm (any criterion, targets pooled)",
-                               _summary_display(per_arm, "arm")))  # fmt: skip
-    pairs = branch_option_pairs(jt)
-    matched = matched_time_to_failure(ff, pairs, ["contrast", "condition"])
-    if not matched.empty:
-        section.tables.append((
-            "Branch option vs baseline, matched by scenario (restricted mean exchanges without a "
-            "failure; < 0: the option fails sooner)", _matched_display(matched)))  # fmt: skip
+    section.tables += time_to_failure_tables(t)
+    own = t.own
     shown = judge or str(own["judge"].value_counts().index[0])
     curves = km_curves(own[own["judge"] == shown], ["target"])
     png = survival_plot(curves[curves["outcome"] == ANY] if not curves.empty else curves, shown)
     why = f"judge {shown} has no applicable pass/partial/fail rating" if png is None else ""
     section.plot = (PLOT, png, why)
-    kept = f" ({len(copies)} arms that never forked counted once)" if copies else ""
-    section.text.append(
-        f"{own['conversation_id'].nunique()} conversations{kept}; per judge, "
-        f"{int(own['event'].sum())} conversation x judge rows with a failure."
-    )
+    section.text.append(t.counts_line())
     return section

@@ -202,7 +202,9 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Print the headline findings: failure rates with intervals, the largest matched contrasts
         (paired differences, McNemar and Wilcoxon with Holm), the prompt-condition contrast, ED
-        safety scores and error-verdict counts."""
+        safety scores, error-verdict counts, the judge-corrected rates, the time to the first
+        failure (Kaplan-Meier per target, branch options matched with their baseline) and, with
+        two or more targets, the chatbots ranked (and the ED model comparison)."""
         selected = _runs(run, all_runs)
         if fmt not in ("text", "json"):
             raise UserError(f"--format {fmt!r}: expected text or json")
@@ -237,8 +239,12 @@ def register(app: typer.Typer) -> None:
         contrasts = judge_corrected_contrasts(
             _store(db), selected, baselines=_baselines(baseline), exclude=a.excluded
         )
+        from branchpoint.core.read import analysis_registrations
+
+        # a registered plan makes every table outside its family exploratory, as in the report
+        exploratory = bool(analysis_registrations(_store(db), selected))
         if fmt == "json":
-            typer.echo(analysis_json(a, corrected, contrasts))
+            typer.echo(analysis_json(a, corrected, contrasts, exploratory=exploratory))
             return
         copies = (
             f" ({a.n_copied_conversations} arms that never forked counted once)"
@@ -295,6 +301,13 @@ def register(app: typer.Typer) -> None:
                     f"{CONTRAST_TITLE} (all criteria; points, option minus baseline)",
                     contrast_display(pooled)[cols],
                 )  # per criterion: `report` and `export --level corrected`
+        from branchpoint.tui.commands.analyze_sections import text_sections
+
+        for item in text_sections(a, exploratory=exploratory):  # the report's last two sections
+            if isinstance(item, str):
+                console.print(_text(item))
+            else:
+                _print_table(console, *item)
 
     @app.command("report")
     def report(
@@ -320,7 +333,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Write report.md and a self-contained report.html (plots embedded, all text escaped):
         headline findings first, then failure rates, criterion heatmap, matched contrasts, the
-        condition contrast, simulator sensitivity, ED safety scores, judge agreement and reasoning."""
+        condition contrast, simulator sensitivity, ED safety scores, judge agreement, reasoning,
+        the time to the first failure and, with two or more targets, the chatbots ranked."""
         selected = _runs(run, all_runs)
         from rich.console import Console
 
@@ -384,12 +398,16 @@ def _text(s: str) -> Any:
     return Text(s)  # a Text is never parsed for markup
 
 
-def analysis_json(a: Any, corrected: Any = None, contrasts: Any = None) -> str:
+def analysis_json(
+    a: Any, corrected: Any = None, contrasts: Any = None, *, exploratory: bool = False
+) -> str:
     """Every table of an analysis as JSON records (NaN as null), with its counts and notes, and
-    the judge-corrected rates and contrasts when given."""
+    the judge-corrected rates and contrasts when given. ``exploratory``: a sweep registered an
+    analysis plan (the time-to-failure and chatbot sections say so)."""
     import json
 
     from branchpoint.analysis.report.sections import printed_notes
+    from branchpoint.tui.commands.analyze_sections import sections_json
 
     def records(frame: Any) -> Any:
         if frame is None or getattr(frame, "empty", True):
@@ -449,6 +467,7 @@ def analysis_json(a: Any, corrected: Any = None, contrasts: Any = None) -> str:
             "contrasts": [] if contrasts is None else records(contrasts.table),
             "contrast_notes": [] if contrasts is None else list(contrasts.notes),
         },
+        **sections_json(a, exploratory=exploratory),
         "notes": printed_notes(a),
     }
     return json.dumps(out, indent=1, default=str)

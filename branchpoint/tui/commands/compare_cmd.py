@@ -246,16 +246,15 @@ def _print_text(c: Any, ranking: Any, db: str | None, db_b: str | None, ttf: Any
 
 
 def _rankings(db: str | None, runs: list[str] | None) -> dict[str, Any]:
-    from branchpoint.analysis.chatbots.ed_models import ed_model_comparison
-    from branchpoint.analysis.chatbots.ranking import rank_targets
+    """The ranking and ED model comparison as ``analyze`` and the report compute them."""
+    from branchpoint.analysis.chatbots.summary import chatbot_summary
     from branchpoint.analysis.pairing.forks import attach_tree
     from branchpoint.analysis.tables.judgments import judgment_table
     from branchpoint.core.store import open_store
 
     store = open_store(db, create=False)
-    jt = attach_tree(judgment_table(store, runs or None), store, runs or None)
-    fried, pairs = ed_model_comparison(jt)
-    return {"ranking": rank_targets(jt), "ed_friedman": fried, "ed_pairwise": pairs}
+    c = chatbot_summary(attach_tree(judgment_table(store, runs or None), store, runs or None))
+    return {"ranking": c.ranking, "ed_friedman": c.ed_friedman, "ed_pairwise": c.ed_pairwise}
 
 
 def _rank_only(db: str | None, runs: list[str] | None, fmt: str, out: Path | None) -> None:
