@@ -145,3 +145,24 @@ def test_relabelling_targets_permutes_the_unit_rows(store: Path, units: pd.DataF
         want.sort_values(key).reset_index(drop=True),
         check_dtype=False,
     )
+
+
+def test_the_judged_items_are_the_unit_exports_rated_turns(
+    store: Path, units: pd.DataFrame
+) -> None:
+    """The labelling designs' frame and the judge correction read ``read.judged_items``: the same
+    units, resolved over every stored verdict. Here copied turns keep verdicts of their own, so a
+    root's unrated verdict beside a copy's rated one tells the orders apart: filtering the rated
+    rows first let 1,401 copies stand in for their roots (8,319 items against 6,918)."""
+    from branchpoint.core import read
+
+    items = read.judged_items(store)
+    rated = units["applicable"].fillna(False).astype(bool) & units["turn_index"].notna()
+    rated &= ~units["verdict"].isin([None, "error"])
+    want = units[rated.to_numpy()]
+    key = ["conversation_id", "turn_index", "rubric_id", "criterion_id", "judge", "prompt_version"]
+    got, want = (
+        f[[*key, "verdict", "n_arms"]].astype(str).sort_values(key).reset_index(drop=True)
+        for f in (items, want)
+    )
+    pd.testing.assert_frame_equal(got, want)

@@ -209,13 +209,17 @@ def _unit_codes(
 
 def carriers(judgments: pd.DataFrame, kept: pd.DataFrame) -> np.ndarray:
     """For each row of ``kept`` (``distinct_ratings(judgments)``): how many arms of
-    ``judgments`` carry that rating (1: no other arm has a copy of it)."""
+    ``judgments`` carry that rating (1: no other arm has a copy of it); the length of each
+    ``carrying_arms`` list, without the lists."""
     if kept.empty:
         return np.zeros(0, np.int64)
     if "parent_id" not in judgments.columns or not Tree(judgments).has_forks:
         return np.ones(len(kept), np.int64)
     codes, kept_codes = _unit_codes(judgments, kept, Tree(judgments))
-    return np.maximum(np.bincount(codes, minlength=kept_codes.max() + 1)[kept_codes], 1)
+    arm = pd.factorize(judgments["conversation_id"].astype(str))[0].astype(np.int64)
+    pairs = np.unique(codes.astype(np.int64) * (int(arm.max()) + 1) + arm)  # an arm once a unit
+    per_unit = np.bincount(pairs // (int(arm.max()) + 1), minlength=int(kept_codes.max()) + 1)
+    return np.maximum(per_unit[kept_codes], 1)
 
 
 def carrying_arms(judgments: pd.DataFrame, kept: pd.DataFrame) -> list[tuple[str, ...]]:
