@@ -33,7 +33,7 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, Path]
         store.close()
     out = folder / "out"
     out.mkdir()
-    for level in ("turn", "judgment", "arm"):
+    for level in ("unit", "turn", "judgment", "arm"):
         for fmt in ("csv", "parquet", "jsonl"):
             res = CliRunner().invoke(
                 app,
@@ -178,7 +178,7 @@ def test_every_format_holds_the_same_table(exported: tuple[Path, str, Path]) -> 
     from branchpoint.analysis.export import read_export
 
     _db, _run, out = exported
-    for level in ("turn", "judgment", "arm"):
+    for level in ("unit", "turn", "judgment", "arm"):
         ref = read_export(out / f"{level}.parquet")
         for fmt in ("csv", "jsonl"):
             got = read_export(out / f"{level}.{fmt}")
@@ -203,6 +203,7 @@ def test_no_api_key_reaches_an_export(tmp_path: Path, monkeypatch: Any) -> None:
         con.execute("UPDATE turns SET content = content || ' my key is ' || ? ", (key,))
         con.execute("UPDATE judgments SET error = 'bad key ' || ?, raw_output = ?", (key, key))
     con.close()
+    # unit: no text of its own (ids, verdicts, its conversation), through the same redacting writer
     for level in ("turn", "judgment", "arm"):
         for fmt in ("csv", "parquet", "jsonl"):
             path = tmp_path / f"{level}.{fmt}"

@@ -223,7 +223,7 @@ def test_sqlite_and_postgresql_stores_export_the_same_files(
     the same run are the same either way (PostgreSQL only runs where a server is given)."""
     import pandas as pd
 
-    from branchpoint.analysis.export import export_level, read_export, write_transcripts
+    from branchpoint.analysis.export import LEVELS, export_level, read_export, write_transcripts
     from branchpoint.core.store import open_store
 
     got: dict[str, dict[str, Any]] = {}
@@ -232,7 +232,7 @@ def test_sqlite_and_postgresql_stores_export_the_same_files(
         try:
             run_id = judged_run(store, tmp_path / name, run_id="same-run")
             files: dict[str, Any] = {}
-            for level in ("turn", "judgment", "arm"):
+            for level in LEVELS:
                 path = tmp_path / f"{name}-{level}.parquet"
                 export_level(store, level, path, "parquet", run_id)
                 files[level] = read_export(path)
@@ -242,7 +242,7 @@ def test_sqlite_and_postgresql_stores_export_the_same_files(
             got[name] = files
         finally:
             store.close()
-    for level in ("turn", "judgment", "arm"):
+    for level in LEVELS:
         # where each run kept its scenarios, and how long each call took, are each run's own
         own = ["scenario_path", "latency_s"]
         a, b = (got[n][level].drop(columns=own, errors="ignore") for n in ("sqlite", "pg"))

@@ -4,7 +4,6 @@ the judgment rows' codes) as through the judgment table."""
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -15,82 +14,9 @@ import pytest
 
 import branchpoint.analysis.pipeline as pipeline
 from branchpoint.analysis.pipeline import run_analysis
-from branchpoint.analysis.testing.synthetic import TeenDesign, write_teen_store
+from branchpoint.analysis.testing.synthetic import write_forked_teen_store
 
-
-def _forked_store(path: Path) -> Path:
-    """A teen store made into fork trees: in each tree (scenario x target x condition x
-    simulator), option arm i copies the prefix of the baseline (odd i) or of option arm i - 1
-    (even i: a two-level chain), forking at turn 2, 4 or 6; every third option arm never forked
-    (a copy). Its copied turns keep their own, different verdicts, so the rule that picks the
-    root's rating is exercised. Then a second judge, a second prompt version of the first judge
-    on part of the store, and a whole-conversation rating per arm."""
-    write_teen_store(
-        path,
-        TeenDesign(
-            n_scenarios=6,
-            targets=("scripted:t0", "scripted:t1"),
-            simulators=("scripted:simA", "scripted:simB"),
-            n_exchanges=5,
-            # three options: Friedman runs too
-            branch_points={
-                "disclosure": ["guarded", "open"],
-                "help": ["accept", "decline"],
-                "limit": ["accept_limit", "push_back", "argue"],
-            },
-        ),
-        seed=3,
-    )
-    con = sqlite3.connect(str(path))
-    with con:
-        rows = con.execute(
-            "SELECT id, scenario_id, target, condition, simulator, choices FROM conversations "
-            "ORDER BY rowid"
-        ).fetchall()
-        trees: dict[tuple[str, ...], list[tuple[str, dict[str, str]]]] = {}
-        for cid, sid, t, c, sim, ch in rows:
-            trees.setdefault((sid, t, c, sim), []).append((cid, json.loads(ch)))
-        n = 0
-        for arms in trees.values():
-            base = arms[0][0]  # variants() lists the baseline first
-            prev = base
-            for i, (cid, _) in enumerate(arms[1:], start=1):
-                parent = prev if i % 2 == 0 else base
-                fork = None if n % 3 == 2 else 2 * (n % 3) + 2
-                con.execute(
-                    "UPDATE conversations SET parent_id = ?, fork_turn = ? WHERE id = ?",
-                    (parent, fork, cid),
-                )
-                prev, n = cid, n + 1
-        cols = [r[1] for r in con.execute("PRAGMA table_info(judgments)")]
-        qcols = ", ".join(f'"{c}"' for c in cols)
-        judg = con.execute(f"SELECT {qcols} FROM judgments ORDER BY rowid").fetchall()
-        flip = {"pass": "fail", "fail": "partial", "partial": "pass"}
-        extra = []
-        for k, row in enumerate(judg):
-            j = dict(zip(cols, row))
-            two = dict(j, id=j["id"] + "#2", judge="scripted:judge2")
-            if k % 4 == 0 and j["verdict"] in flip:
-                two["verdict"] = flip[j["verdict"]]
-            extra.append(two)
-            if j["conversation_id"] < "c":  # part of the store, judged again with prompt v2
-                v2 = dict(j, id=j["id"] + "#v2", prompt_version="v2")
-                if k % 3 == 0 and j["verdict"] in flip:
-                    v2["verdict"] = flip[j["verdict"]]
-                extra.append(v2)
-        for k, (cid, *_rest) in enumerate(rows):
-            j = dict(zip(cols, judg[0]))
-            extra.append(
-                dict(j, id=f"{cid}:whole", conversation_id=cid, turn_id=None, turn_index=None,
-                     criterion_id="overall", verdict=["pass", "fail", "partial"][k % 3])
-            )  # fmt: skip
-        place = ", ".join("?" * len(cols))
-        con.executemany(
-            f"INSERT INTO judgments ({qcols}) VALUES ({place})",
-            [[e[c] for c in cols] for e in extra],
-        )
-    con.close()
-    return path
+_forked_store = write_forked_teen_store  # test_fork_summaries imports it by this name
 
 
 @pytest.fixture(scope="module")

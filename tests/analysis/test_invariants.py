@@ -1,8 +1,9 @@
 """Invariants that hold for any store (issue 44, Build 5), over seeded random synthetic stores.
 
 Every figure that ``analyze --format json`` writes (rates, contrasts, ED, reasoning, realisation,
-the judge-corrected rates and contrasts), the labelling design's frame and the conversation-level
-export is compared between a store and a transformed copy of it:
+the judge-corrected rates and contrasts), the labelling design's frame, the conversation-level
+export and the unit export (one row per unit of analysis) is compared between a store and a
+transformed copy of it:
 
 * adding arms that never fork (the parent's transcript stored again, verdicts copied) changes
   nothing: a copied turn is one observation everywhere;
@@ -26,6 +27,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from branchpoint.analysis.export import export_level, read_export
 from branchpoint.analysis.judge_correction.contrasts import judge_corrected_contrasts
 from branchpoint.analysis.judge_correction.estimators import judge_corrected
 from branchpoint.analysis.pipeline import run_analysis
@@ -119,14 +121,17 @@ def _copy(src: Path, name: str) -> Path:
 
 
 def _figures(path: Path, baselines: dict[str, str] | None = None) -> dict[str, Any]:
-    """Every number analyze --format json gives (notes aside), with the conversation-level export
-    and the labelling designs' frames."""
+    """Every number analyze --format json gives (notes aside), with the conversation-level and
+    unit exports and the labelling designs' frames."""
     a = run_analysis(path, n_boot=0, examples=0, baselines=baselines)
     corrected = judge_corrected(path)
     contrasts = judge_corrected_contrasts(path, baselines=baselines)
     out: dict[str, Any] = json.loads(analysis_json(a, corrected, contrasts))
     out["_analysis"] = a
     out["export_conversation"] = distinct_conversation_counts(path)
+    unit = path.with_name(f"{path.stem}-unit.parquet")
+    export_level(path, "unit", unit, "parquet")
+    out["export_unit"] = read_export(unit)
     store = open_store(path)
     out["designs"] = {d: design_population(store, d) for d in read.label_design_rows(path)["id"]}
     store.close()
@@ -164,7 +169,7 @@ def _original(records: Any) -> Any:
     return [r for r in records or [] if r.get("branch_point") not in ADDED]
 
 
-def _same(x: dict[str, Any], y: dict[str, Any]) -> None:
+def _same(x: dict[str, Any], y: dict[str, Any], copies: int = 1) -> None:
     for key in ("n_conversations", "n_ratings", "n_reasoning_replies"):
         assert x[key] == y[key], key
     for key in FRAMES:
@@ -192,6 +197,17 @@ def _same(x: dict[str, Any], y: dict[str, Any]) -> None:
         obj="export --level conversation",
     )
     assert x["designs"] == y["designs"]
+    _same_units(x["export_unit"], y["export_unit"], copies)
+
+
+def _same_units(x: pd.DataFrame, y: pd.DataFrame, copies: int = 1) -> None:
+    """The same units of analysis, row for row: the verdicts, the arm that produced each turn and
+    its conversation; only how many arms carry a unit may differ (``copies`` times as many)."""
+    x, y = (f.sort_values("judgment_id").reset_index(drop=True) for f in (x, y))
+    cols = [c for c in x.columns if c not in ("arms", "n_arms")]
+    assert len(x) == len(y) > 0
+    pd.testing.assert_frame_equal(x[cols], y[cols], check_dtype=False, obj="export --level unit")
+    assert (y["n_arms"] == copies * x["n_arms"]).all()
 
 
 def test_adding_arms_that_never_fork_changes_no_figure(
@@ -202,7 +218,7 @@ def test_adding_arms_that_never_fork_changes_no_figure(
     assert add_unforked_arms(more) > 0
     after = _figures(more)
     assert after["n_copied_conversations"] > 0
-    _same(before, after)
+    _same(before, after, copies=2)  # each unit is carried by its arm and the arm's copy
 
 
 def test_copying_prefixes_into_more_arms_twice_changes_no_figure(
@@ -213,7 +229,7 @@ def test_copying_prefixes_into_more_arms_twice_changes_no_figure(
     more = _copy(base, "twice.db")
     add_unforked_arms(more, key="unfired")
     add_unforked_arms(more, key="again")
-    _same(before, _figures(more))
+    _same(before, _figures(more), copies=4)
 
 
 def _judge_only(f: dict[str, Any]) -> dict[str, Any]:
@@ -234,6 +250,8 @@ def _judge_only(f: dict[str, Any]) -> dict[str, Any]:
     }
     ex = f["export_conversation"]
     out["export_conversation"] = ex[ex["judge"] == JUDGE]
+    units = f["export_unit"]
+    out["export_unit"] = units[units["judge"] == JUDGE]
     return out
 
 
@@ -260,6 +278,7 @@ def test_a_judge_whose_verdicts_are_all_errors_changes_nothing_of_another(
             f"corrected {part}",
             common=True,
         )
+    _same_units(before["export_unit"], after["export_unit"])
 
 
 def test_relabelling_targets_permutes_rows(base: Path, base_figures: dict[str, Any]) -> None:
@@ -284,6 +303,8 @@ def test_relabelling_targets_permutes_rows(base: Path, base_figures: dict[str, A
             obj=key,
         )
     assert before["n_ratings"] == after["n_ratings"]
+    units = before["export_unit"].assign(target=lambda f: f["target"].map(new))
+    _same_units(units, after["export_unit"])
 
 
 def test_swapping_a_contrasts_arms_flips_its_sign(base: Path) -> None:
@@ -354,6 +375,9 @@ def test_each_count_the_report_states_equals_its_table(
     assert int(ppf["n_rated"].sum()) == int(pd.DataFrame(f["rates"])["n_rated"].sum())
     items = read.judged_items(base)
     assert len(items) == int(pd.DataFrame(f["rates"])["n_rated"].sum())
+    u = f["export_unit"]
+    rated = u["applicable"].fillna(False).astype(bool) & ~u["verdict"].isin([None, "error"])
+    assert int(rated[u["rubric_id"] == "teen"].sum()) == len(items)
     # "N pairs never forked" and "n of m assigned" name counts of pairs, not of rows
     for note in f["contrasts"]["notes"] if f["contrasts"] else []:
         m = re.search(r"(\d+) pairs never forked", note)

@@ -99,7 +99,7 @@ def test_judge_with_error_verdicts_exits_1(tmp_path: Path) -> None:
     judged = cli("judge", "r1", "--rubric", "teen", "--judge", "scripted:echo", "--db", db)
     assert judged.returncode == 1, judged.stdout + judged.stderr
     assert "verdict(s) are error" in judged.stdout
-    assert "`branchpoint export r1 --out judgments.csv`" in judged.stdout
+    assert "`branchpoint export r1 --level judgment --out judgments.csv`" in judged.stdout
     # with --all there is no run id to name: it printed `branchpoint export None ...`
     everything = cli(
         "judge",
@@ -113,7 +113,7 @@ def test_judge_with_error_verdicts_exits_1(tmp_path: Path) -> None:
         db,
     )
     assert everything.returncode == 1, everything.stdout + everything.stderr
-    assert "`branchpoint export --all --out judgments.csv`" in everything.stdout
+    assert "`branchpoint export --all --level judgment --out judgments.csv`" in everything.stdout
     assert "None" not in everything.stdout
     heuristic = cli("judge", "r1", "--rubric", "teen", "--judge", "heuristic", "--db", db)
     assert heuristic.returncode == 0, heuristic.stdout + heuristic.stderr

@@ -1,8 +1,10 @@
 """Exports an outside analyst (or another tool) can use without branchpoint.
 
-* flat tables (``export_level``): ``turn`` (every message with its flags), ``judgment`` (every
-  verdict with rationale, evidence, error and raw output), ``arm`` (realisation flags per
-  conversation x branch point), as CSV, Parquet or JSON lines;
+* flat tables (``export_level``), as CSV, Parquet or JSON lines: ``unit`` (one row per unit of
+  analysis, a judged turn x criterion x judge counted once however many arms carry it: what every
+  count and rate uses), ``judgment`` and ``turn`` (the stored rows of each transcript, copies of a
+  shared prefix included and flagged: every verdict with rationale, evidence, error and raw
+  output; every message), ``arm`` (realisation flags per conversation x branch point);
 * transcripts (``write_transcripts`` / ``load_transcripts``): one conversation a record, with its
   messages, arm, fork and verdicts, as JSON lines or Parquet; ``TranscriptRecord`` is the schema;
 * Inspect AI eval logs (``write_inspect_logs``), browsable with ``inspect view``;

@@ -2,10 +2,11 @@
 
 One rule for every flat table, whatever the format: the same columns in the same order; integer
 columns stay integers (empty where missing), flags stay booleans; mappings and lists (choices,
-branch state, fired branch points, events, evidence, panel members) are JSON text, so a column has
-one type in every format and a CSV cell holds the whole value. Every text cell passes through
-``branchpoint.core.redaction`` on the way out: an API key that reached a model's reply, an error message or a
-spec string is masked in the export as it is in the store's configs.
+branch state, fired branch points, events, evidence, panel members, the arms that carry a unit)
+are JSON text, so a column has one type in every format and a CSV cell holds the whole value.
+Every text cell passes through ``branchpoint.core.redaction`` on the way out: an API key that
+reached a model's reply, an error message or a spec string is masked in the export as it is in the
+store's configs.
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ INT_COLUMNS = frozenset(
 )  # fmt: skip
 FLOAT_COLUMNS = frozenset({"score", "cost", "latency_s", "first_exchange"})
 BOOL_COLUMNS = frozenset({"applicable", "shared_prefix", "realised", "recorded"})
-JSON_COLUMNS = frozenset({"choices", "branch_state", "fired", "events", "evidence", "members"})
+JSON_COLUMNS = frozenset(
+    {"choices", "branch_state", "fired", "events", "evidence", "members", "arms"}
+)
 
 
 def _missing(v: Any) -> bool:

@@ -1,28 +1,41 @@
 """The flat export tables an outside analyst needs to redo the analysis without branchpoint.
 
-Three levels, each one row per unit and each joined with its conversation (run, scenario, variant,
-target, condition, simulator, replicate, status, the fork tree and one ``choice:<key>`` column per
-variant choice):
+Four levels, each joined with its conversation (run, scenario, variant, target, condition,
+simulator, replicate, status, the fork tree and one ``choice:<key>`` column per variant choice).
+One of them counts observations; the others are the stored rows:
 
-* ``turn``: every message of every transcript: text, reasoning, role, exchange, stage, the branch
-  points that fired, the events observed, tokens and cost, and where it came from
+* ``unit`` (the default): one row per unit of analysis, what every count and rate of ``analyze``,
+  ``report`` and the other exports uses: a judged chatbot turn x criterion x judge (x rubric and
+  prompt version), counted once however many arms of a conversation tree carry it
+  (``branchpoint.core.read.units``, the code the analysis runs). The row is the verdict in the arm
+  that produced the turn (its conversation columns are that arm's), with ``arms``, the ids of every
+  arm that carries it (JSON), and ``n_arms``; ``judgment_id`` joins it to the judgment export for
+  the judge's words. Counting its rows gives the report's counts: adding arms that never fork, or
+  copying a shared prefix into more arms, adds no row;
+* ``turn``: every message of every transcript, copies included: text, reasoning, role, exchange,
+  stage, the branch points that fired, the events observed, tokens and cost, and where it came from
   (``origin_turn_id``: the turn a copy was taken from; ``shared_prefix``: the turn lies in a prefix
   that another arm shares, so the same message stands in several transcripts);
-* ``judgment``: every verdict with its rationale, evidence quotes, panel members, error and the
-  judge's raw output, plus the turn's ``origin_turn_id`` and ``shared_prefix``;
+* ``judgment``: every stored verdict, copies included (a verdict on a shared-prefix turn is there
+  once per arm that carries it, flagged by ``origin_turn_id`` and ``shared_prefix``), with its
+  rationale, evidence quotes, panel members, error and the judge's raw output: count its rows and a
+  shared turn counts as often as it was copied;
 * ``arm``: every conversation x branch point: the option it was assigned, whether it was realised
   (the branch point fired and the option was in force for a persona turn), from which exchange,
   and ``recorded`` (False: the run records no firing at all, so realisation is unknown).
 
-With these three files and pandas alone the report's per-protocol post-fork contrast comes out
-again (``tests/analysis/test_export_reproduces_the_report.py`` does it): pair the arms on their keys, keep
-the pairs both of whose arms realised their option, compare the turns from the first index at which
-the two arms' turns stop being the same message (``origin_turn_id`` or ``turn_id``), average each
-pair's difference in failure proportion within its scenario, then across scenarios.
+With the turn, judgment and arm files and pandas alone the report's per-protocol post-fork contrast
+comes out again (``tests/analysis/test_export_reproduces_the_report.py`` does it): pair the arms on
+their keys, keep the pairs both of whose arms realised their option, compare the turns from the
+first index at which the two arms' turns stop being the same message (``origin_turn_id`` or
+``turn_id``), average each pair's difference in failure proportion within its scenario, then across
+scenarios. The unit file alone gives the rate tables' counts and failure proportions
+(``tests/analysis/test_export_units.py``).
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from collections.abc import Iterator, Sequence
@@ -34,8 +47,9 @@ import pandas as pd
 from branchpoint.analysis.export.formats import write_chunks
 from branchpoint.analysis.tables.judgments import choice_columns, expand_choices, resolve_runs
 from branchpoint.core import read
+from branchpoint.core.read.units import Tree
 
-LEVELS = ("turn", "judgment", "arm")
+LEVELS = ("unit", "turn", "judgment", "arm")
 # Conversations per batch: a few thousand transcripts in memory at a time, whatever the store.
 BATCH = 2000
 
@@ -54,6 +68,11 @@ JUDGMENT_COLUMNS = [
     "shared_prefix", "rubric_id", "rubric_hash", "criterion_id", "risk_area", "judge",
     "prompt_version", "applicable", "verdict", "score", "rationale", "evidence", "members", "error",
     "raw_output", "call_id",
+]  # fmt: skip
+UNIT_COLUMNS = [
+    "turn_id", "turn_index", "exchange", "turn_role", "rubric_id", "rubric_hash", "criterion_id",
+    "risk_area", "judge", "prompt_version", "applicable", "verdict", "score", "n_arms", "arms",
+    "judgment_id",
 ]  # fmt: skip
 ARM_COLUMNS = ["branch_point", "option", "realised", "realised_exchange", "recorded"]
 
@@ -79,6 +98,25 @@ class Conversations:
         ids = self.ids if wanted is None else [i for i in self.ids if i in wanted]
         for i in range(0, len(ids), BATCH):
             yield ids[i : i + BATCH]
+
+    def tree_batches(self) -> Iterator[list[str]]:
+        """The conversation ids, about ``BATCH`` at a time, each fork tree whole in one batch: a
+        copy is resolved to the arm that produced it only when both are read together."""
+        tree = Tree(self.frame)
+        if not tree.has_forks:
+            yield from self.batches()
+            return
+        trees: dict[str, list[str]] = {}
+        for cid in self.ids:  # ancestry lists the arm first, its farthest ancestor last
+            trees.setdefault(next(reversed(tree.ancestry(cid))), []).append(cid)
+        batch: list[str] = []
+        for arms in trees.values():
+            batch += arms
+            if len(batch) >= BATCH:
+                yield batch
+                batch = []
+        if batch:
+            yield batch
 
     def joined(self, rows: pd.DataFrame) -> pd.DataFrame:
         keep = [*CONVERSATION_COLUMNS, *self.choice_columns]
@@ -126,6 +164,25 @@ def judgment_chunks(
         yield conv.joined(rows)
 
 
+def unit_chunks(
+    conv: Conversations, rubric: str | None = None, judge: str | None = None
+) -> Iterator[pd.DataFrame]:
+    """The units of analysis, a batch of whole fork trees at a time (``distinct_ratings`` and
+    ``carrying_arms``: the rule every count uses)."""
+    tree = conv.frame[["conversation_id", "parent_id", "fork_turn"]]
+    for ids in conv.tree_batches():
+        rows = read.judgment_export_rows(conv.store, ids, rubric=rubric, judge=judge, words=False)
+        rows = rows.merge(tree, on="conversation_id", how="left", validate="m:1")
+        kept = read.distinct_ratings(rows)
+        arms = read.carrying_arms(rows, kept)
+        text: dict[tuple[str, ...], str] = {}  # the units of one stretch of turns share arms
+        kept = kept.drop(columns=["parent_id", "fork_turn"]).assign(
+            n_arms=[len(a) for a in arms],
+            arms=[text.get(a) or text.setdefault(a, json.dumps(list(a))) for a in arms],
+        )
+        yield conv.joined(kept)
+
+
 def arm_table(conv: Conversations) -> pd.DataFrame:
     rows = read.realisation_rows(conv.store, conv.runs).rename(
         columns={"exchange": "realised_exchange"}
@@ -147,6 +204,8 @@ def export_level(
     if level not in LEVELS:
         raise ValueError(f"level must be one of {', '.join(LEVELS)}, not {level!r}")
     conv = Conversations(store_or_db, run)
+    if level == "unit":
+        return write_chunks(unit_chunks(conv, rubric, judge), out, fmt, conv.columns(UNIT_COLUMNS))
     if level == "turn":
         return write_chunks(turn_chunks(conv), out, fmt, conv.columns(TURN_COLUMNS))
     if level == "judgment":

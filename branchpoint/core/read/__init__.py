@@ -77,6 +77,7 @@ _EXPORTS = {
     "distinct_ratings": "branchpoint.core.read.units",
     "with_tree": "branchpoint.core.read.units",
     "carriers": "branchpoint.core.read.units",
+    "carrying_arms": "branchpoint.core.read.units",
     "copied_conversations": "branchpoint.core.read.units",
     # model calls
     "model_call_count": "branchpoint.core.read.calls",
@@ -204,6 +205,7 @@ if TYPE_CHECKING:  # for type checkers and editors
     )
     from branchpoint.core.read.units import (
         carriers,
+        carrying_arms,
         copied_conversations,
         distinct_ratings,
         with_tree,

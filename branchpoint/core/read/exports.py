@@ -110,11 +110,14 @@ def judgment_export_rows(
     *,
     rubric: str | None = None,
     judge: str | None = None,
+    words: bool = True,
 ) -> pd.DataFrame:
     """Every judgment of these conversations with the judge's own words: judgment_id,
     conversation_id, turn_id, turn_index, exchange, turn_role, origin_turn_id, rubric_id,
     rubric_hash, criterion_id, risk_area, judge, prompt_version, applicable, verdict, score,
-    rationale, evidence, members, error, raw_output, call_id."""
+    rationale, evidence, members, error, raw_output, call_id (``words=False``: the columns up to
+    score, for the unit export, which leaves the judge's words to the judgment export)."""
+    words_columns = [J.rationale, J.evidence, J.members, J.error, J.raw_output, J.call_id]
 
     def make(ids: list[str]) -> Query:
         q = (
@@ -135,12 +138,7 @@ def judgment_export_rows(
                 J.applicable,
                 J.verdict,
                 J.score,
-                J.rationale,
-                J.evidence,
-                J.members,
-                J.error,
-                J.raw_output,
-                J.call_id,
+                *(words_columns if words else []),
             )
             .outerjoin(TURNS, T.id == J.turn_id)
             .where(J.conversation_id.in_(ids))

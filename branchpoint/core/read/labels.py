@@ -92,7 +92,11 @@ def judged_items(ref: StoreRef, runs: Sequence[str] | None = None) -> pd.DataFra
     analysis the rate tables count), with what the labelling designs stratify and cluster by:
     conversation_id (the arm that produced the turn), turn_index, rubric_id, rubric_hash,
     criterion_id, judge, prompt_version, verdict, created_at, run_id, scenario_id, target,
-    condition and n_arms (how many arms carry the turn)."""
+    condition and n_arms (how many arms carry the turn).
+
+    Copies are resolved over every stored verdict before the unrated ones are dropped, as the
+    rate tables resolve them: where a root's verdict is not applicable (or an error) and a copy's
+    is rated, the unit is the root's, unrated, and no copy stands in for it."""
     j, c = JUDGMENTS.c, CONVERSATIONS.c
     q = (
         select(
@@ -103,6 +107,7 @@ def judged_items(ref: StoreRef, runs: Sequence[str] | None = None) -> pd.DataFra
             j.criterion_id,
             j.judge,
             j.prompt_version,
+            j.applicable,
             j.verdict,
             j.created_at,
             c.run_id,
@@ -111,16 +116,14 @@ def judged_items(ref: StoreRef, runs: Sequence[str] | None = None) -> pd.DataFra
             c.condition,
         )
         .join_from(JUDGMENTS, CONVERSATIONS, c.id == j.conversation_id)
-        .where(
-            j.applicable.is_(True),
-            j.verdict.is_not(None),
-            j.verdict != ERROR,
-            j.turn_index.is_not(None),
-        )
+        .where(j.turn_index.is_not(None))
     )
     if runs is not None:
         q = q.where(c.run_id.in_(list(runs)))
     rows = with_tree(read_frame(q, ref), ref, runs)
     items = distinct_ratings(rows)
     items = items.assign(n_arms=carriers(rows, items))
-    return items.drop(columns=["parent_id", "fork_turn"]).reset_index(drop=True)
+    verdict = items["verdict"]
+    rated = items["applicable"].fillna(False).astype(bool) & verdict.notna() & (verdict != ERROR)
+    items = items[rated.to_numpy()]
+    return items.drop(columns=["parent_id", "fork_turn", "applicable"]).reset_index(drop=True)

@@ -5,8 +5,9 @@ Arms that agree up to a branch point store the very same prefix: each arm names 
 prefix it copies (``parent_id``) and the index of its first own turn (``fork_turn``; None: it
 never diverged). A copied turn, and every verdict on it, is one observation wherever it is
 counted: rates, ED scores, the reasoning table, agreement, the labelling design's frame and the
-judge correction all read ``distinct_ratings`` (or ``judged_items``, built on it); contrasts
-compare only the turns after the fork (``branchpoint.analysis.pairing.forks``).
+judge correction all read ``distinct_ratings`` (or ``judged_items``, built on it), and so does the
+unit export (``branchpoint export --level unit``, with ``carrying_arms``); contrasts compare only
+the turns after the fork (``branchpoint.analysis.pairing.forks``).
 
 Pure pandas / numpy over frames the read layer returns, so that both the read layer
 (``branchpoint.core.read.labels.judged_items``) and analysis use the same rule.
@@ -188,24 +189,60 @@ def distinct_ratings(judgments: pd.DataFrame, level: str = "turn") -> pd.DataFra
     return judgments.iloc[np.sort(order[keep])]
 
 
+def _unit_codes(
+    judgments: pd.DataFrame, kept: pd.DataFrame, tree: Tree
+) -> tuple[np.ndarray, np.ndarray]:
+    """An integer per row of ``judgments`` and of ``kept`` (its rows), equal where two rows are
+    the same unit of analysis whichever arm carries them: the rating's identity
+    (``RATING_KEYS``), the conversation whose own turn it is and the turn index."""
+    pos = judgments.index.get_indexer(kept.index) if judgments.index.is_unique else None
+    both = judgments if pos is not None and (pos >= 0).all() else pd.concat([judgments, kept])
+    keys = [c for c in RATING_KEYS if c in both.columns]
+    work = both[keys].astype(str)
+    work["_root"] = turn_roots(both, tree)
+    work["_turn"] = pd.to_numeric(both["turn_index"], errors="coerce").fillna(-1).to_numpy()
+    codes = work.groupby(list(work.columns), sort=False).ngroup().to_numpy()
+    if both is judgments:
+        return codes, codes[pos]
+    return codes[: len(judgments)], codes[len(judgments) :]
+
+
 def carriers(judgments: pd.DataFrame, kept: pd.DataFrame) -> np.ndarray:
     """For each row of ``kept`` (``distinct_ratings(judgments)``): how many arms of
-    ``judgments`` carry that rating (1: no other arm has a copy of it)."""
+    ``judgments`` carry that rating (1: no other arm has a copy of it); the length of each
+    ``carrying_arms`` list, without the lists."""
     if kept.empty:
         return np.zeros(0, np.int64)
     if "parent_id" not in judgments.columns or not Tree(judgments).has_forks:
         return np.ones(len(kept), np.int64)
+    codes, kept_codes = _unit_codes(judgments, kept, Tree(judgments))
+    arm = pd.factorize(judgments["conversation_id"].astype(str))[0].astype(np.int64)
+    pairs = np.unique(codes.astype(np.int64) * (int(arm.max()) + 1) + arm)  # an arm once a unit
+    per_unit = np.bincount(pairs // (int(arm.max()) + 1), minlength=int(kept_codes.max()) + 1)
+    return np.maximum(per_unit[kept_codes], 1)
+
+
+def carrying_arms(judgments: pd.DataFrame, kept: pd.DataFrame) -> list[tuple[str, ...]]:
+    """For each row of ``kept`` (``distinct_ratings(judgments)``): the conversation ids of the
+    arms of ``judgments`` that carry that rating, sorted, each once (its own arm alone: no other
+    arm has a copy of it). What the unit export lists beside each unit."""
+    own: list[tuple[str, ...]] = [(str(c),) for c in kept["conversation_id"]]
+    if kept.empty or "parent_id" not in judgments.columns:
+        return own
     tree = Tree(judgments)
-    keys = [c for c in RATING_KEYS if c in judgments.columns]
-
-    def key_of(frame: pd.DataFrame) -> pd.Series:
-        work = frame[keys].astype(str)
-        work["_root"] = turn_roots(frame, tree)
-        work["_turn"] = pd.to_numeric(frame["turn_index"], errors="coerce").fillna(-1).to_numpy()
-        return pd.Series(pd.MultiIndex.from_frame(work).to_flat_index(), index=frame.index)
-
-    counts = key_of(judgments).value_counts()
-    return key_of(kept).map(counts).fillna(1).to_numpy(np.int64)
+    if not tree.has_forks:
+        return own
+    codes, kept_codes = _unit_codes(judgments, kept, tree)
+    cids = judgments["conversation_id"].astype(str).to_numpy()
+    order = np.lexsort((cids, codes))  # by unit, then by conversation id
+    n = max(int(codes.max()), int(kept_codes.max())) + 1
+    bounds = np.searchsorted(codes[order], np.arange(n + 1))
+    out = []
+    for k, mine in zip(kept_codes, own):
+        # dict.fromkeys: an arm that holds two rows of one unit (judged twice) is one arm
+        arms = tuple(dict.fromkeys(cids[order[bounds[k] : bounds[k + 1]]].tolist()))
+        out.append(arms or mine)
+    return out
 
 
 def with_tree(frame: pd.DataFrame, ref: Any, runs: Any = None) -> pd.DataFrame:

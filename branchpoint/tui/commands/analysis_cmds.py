@@ -88,12 +88,17 @@ def register(app: typer.Typer) -> None:
             Path | None, typer.Option("--out", help="File to write (a folder for inspect).")
         ] = None,
         level: Annotated[
-            str,
+            str | None,
             typer.Option(
                 "--level",
-                help="judgment: one row per judgment (verdict, rationale, evidence, error, raw "
-                "output); turn: one row per message (text, role, exchange, fork, shared-prefix "
-                "flag, fired branch points, events); arm: one row per conversation x branch "
+                help="unit (default): one row per unit of analysis, a judged chatbot turn x "
+                "criterion x judge counted once however many arms carry it, as every count and "
+                "rate of analyze and report counts it (the arm that produced it, the arms that "
+                "carry it and how many, the verdict); judgment: every stored verdict row, "
+                "copies of a shared-prefix turn included and flagged (origin_turn_id, "
+                "shared_prefix), with rationale, evidence, error and raw output; turn: every "
+                "stored message, copies included and flagged (text, role, exchange, fork, fired "
+                "branch points, events); arm: one row per conversation x branch "
                 "point (realised or not); transcript: one record per conversation (messages, "
                 "arm, fork, verdicts); conversation: per conversation x criterion counts; "
                 "realisation: per branch point x option x target x condition x simulator, how "
@@ -105,18 +110,21 @@ def register(app: typer.Typer) -> None:
                 "x judge x outcome (any criterion, each criterion), the exchange of the first "
                 "failure or the censoring exchange and why the conversation ended there.",
             ),
-        ] = "judgment",
+        ] = None,
         rubric: Annotated[str | None, typer.Option("--rubric", help="Only this rubric id.")] = None,
         judge: Annotated[str | None, typer.Option("--judge", help="Only this judge spec.")] = None,
         db: DbOption = None,
     ) -> None:
-        """Write the store's data for other tools: tidy tables (judgments, turns, arms, counts),
-        whole transcripts, or Inspect AI eval logs. Every table is joined with its conversation
-        and one column per variant choice. No API keys are in these files."""
+        """Write the store's data for other tools: tidy tables (units of analysis, judgments,
+        turns, arms, counts), whole transcripts, or Inspect AI eval logs. The unit table has one
+        row per observation, what every count and rate uses; the judgment and turn tables are
+        the stored rows of each transcript, copies of a shared prefix included and flagged.
+        Every table is joined with its conversation and one column per variant choice. No API
+        keys are in these files."""
         selected = _runs(run, all_runs)
-        flat = ("judgment", "turn", "arm")
+        flat = ("unit", "judgment", "turn", "arm")
         levels = (*flat, "transcript", "conversation", "realisation", "corrected", "first-failure")
-        if level not in levels:
+        if level is not None and level not in levels:
             raise UserError(f"--level {level!r}: expected {', '.join(levels)}")
         formats = ("csv", "parquet", "jsonl", "inspect")
         if fmt not in formats:
@@ -124,13 +132,14 @@ def register(app: typer.Typer) -> None:
         if out is None:
             raise UserError("--out FILE is required (a folder for --format inspect)")
         if fmt == "inspect":
-            if level not in ("judgment", "transcript"):  # the default, or what a log holds
+            if level not in (None, "transcript"):  # a log holds whole conversations
                 raise UserError(
                     f"--level {level}: --format inspect writes whole conversations (leave out "
                     "--level)"
                 )
             _export_inspect(db, selected, out, rubric=rubric, judge=judge)
             return
+        level = level or "unit"
         if level == "transcript" and fmt == "csv":
             raise UserError("--level transcript: expected --format jsonl or parquet (not csv)")
         store = _store(db)

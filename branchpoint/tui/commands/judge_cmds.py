@@ -188,7 +188,9 @@ def judge_command(
     if summary.errors:
         console.print(
             f"{summary.errors} verdict(s) are error: their error and raw_output columns are in "
-            + escape(f"`branchpoint export {run_id or '--all'} --out judgments.csv`")
+            + escape(
+                f"`branchpoint export {run_id or '--all'} --level judgment --out judgments.csv`"
+            )
         )
         raise typer.Exit(1)  # verdicts failed: a script must not take it for success
 
