@@ -157,3 +157,17 @@ def test_a_registered_plan_labels_both_sections_exploratory(two: Path, tmp_path:
     assert "Chatbots ranked (exploratory): Ranking (1: fewest failures)" in text
     out = json.loads(_analyze(db, "--format", "json"))
     assert out["time_to_failure"]["exploratory"] and out["chatbots"]["exploratory"]
+
+
+def test_at_80_columns_every_block_s_values_start_in_one_column(two: Path) -> None:
+    """A table too wide for 80 columns prints one block per row, "label  value": every label of
+    the sections fits the label column, so the values line up (the log-rank label, 29
+    characters, pushed its value one column right of the others)."""
+    res = run_in_process("analyze", "--all", "--db", str(two), "--n-boot", N_BOOT,
+                         env={"COLUMNS": "80"})  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    block = res.stdout.split("Branch option vs baseline", 1)[1].split("\n\n", 1)[0]
+    rows = [ln for ln in block.splitlines() if ln.startswith("  ") and "  " in ln.strip()]
+    assert any("log-rank" in ln for ln in rows)
+    starts = {len(ln) - len(ln.split("  ")[-1].lstrip()) for ln in rows}
+    assert len(starts) == 1, rows

@@ -496,7 +496,8 @@ def _print_table(console: Any, caption: str, frame: Any) -> None:
 
     console.print(Text(caption, style="bold"))
     cols = [str(c) for c in frame.columns]
-    width = min(max((len(c) for c in cols), default=0), 28)
+    # wide enough for every label in use (the longest: 29), narrow enough for 80 columns
+    width = min(max((len(c) for c in cols), default=0), 32)
     for i, row in enumerate(frame.head(40).itertuples(index=False)):
         if i:
             console.print(Text(""))
