@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-from scipy import special, stats
+from scipy import special
 
+from branchpoint.analysis.stats.distributions import binom_cdf, binom_sf, norm_ppf, t_ppf, t_sf
 from branchpoint.analysis.stats.intervals import (
     NO_SPREAD_UNBOUNDED,
     no_spread_interval,
@@ -80,8 +81,8 @@ def binomial_half_p(b: np.ndarray, c: np.ndarray) -> np.ndarray:
     n = b + np.atleast_1d(np.asarray(c, dtype=np.int64))
     below = b * 2 < n  # binomtest's branches: b below the mode, or above it
     with np.errstate(all="ignore"):
-        low = np.where(below, stats.binom.cdf(b, n, 0.5), stats.binom.cdf(n - b, n, 0.5))
-        high = np.where(below, stats.binom.sf(n - b - 1, n, 0.5), stats.binom.sf(b - 1, n, 0.5))
+        low = np.where(below, binom_cdf(b, n, 0.5), binom_cdf(n - b, n, 0.5))
+        high = np.where(below, binom_sf(n - b - 1, n, 0.5), binom_sf(b - 1, n, 0.5))
     return np.where((b * 2 == n) | (n == 0), 1.0, np.minimum(1.0, low + high))
 
 
@@ -183,6 +184,8 @@ def friedman(columns: list[np.ndarray]) -> Friedman:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         # Rounded before ranking: 0.1 + 0.2 and 0.3 are the tie they are, not a ranking.
+        from scipy import stats  # only here: see branchpoint.analysis.stats.distributions
+
         res = stats.friedmanchisquare(*[round_ties(c) for c in columns])
     stat = float(res.statistic)
     p = float(res.pvalue)
@@ -207,7 +210,7 @@ def wilson(
     """
     k = np.asarray(k, dtype=float)
     n = np.asarray(n, dtype=float)
-    z = np.asarray(stats.norm.ppf(0.5 + ci / 2) if quantile is None else quantile, dtype=float)
+    z = np.asarray(norm_ppf(0.5 + ci / 2) if quantile is None else quantile, dtype=float)
     with np.errstate(invalid="ignore", divide="ignore"):
         p = k / n
         den = 1 + z * z / n
@@ -395,10 +398,10 @@ def scenario_level_test(
         tstat = est / se
         df = s - 1
         valid = s >= MIN_TEST_CLUSTERS
-        tq = np.where(valid, stats.t.ppf(0.5 + ci / 2, np.where(valid, df, 1)), np.nan)
+        tq = np.where(valid, t_ppf(0.5 + ci / 2, np.where(valid, df, 1)), np.nan)
         lo = np.where(valid, est - tq * se, np.nan)
         hi = np.where(valid, est + tq * se, np.nan)
-        p = np.where(valid, 2 * stats.t.sf(np.abs(tstat), np.where(valid, df, 1)), np.nan)
+        p = np.where(valid, 2 * t_sf(np.abs(tstat), np.where(valid, df, 1)), np.nan)
         flat_spread = np.sqrt(var) <= DEGENERATE_SPREAD * np.maximum(1.0, np.abs(est))
     method = [scenario_test(int(s[i]), no_spread=bool(flat_spread[i])) for i in range(n_groups)]
     interval = [""] * n_groups
