@@ -44,3 +44,24 @@ def test_binomial_tails_equal_scipy_stats_around_the_support() -> None:
         kk = np.floor(big * frac)
         _same(d.binom_cdf(kk, big, 0.5), stats.binom.cdf(kk, big, 0.5))
         _same(d.binom_sf(kk - 1, big, 0.5), stats.binom.sf(kk - 1, big, 0.5))
+
+
+def test_friedman_equals_scipy_stats_with_ties_and_degenerate_blocks() -> None:
+    from branchpoint.analysis.stats.inference import friedman_chi2
+
+    rng = np.random.default_rng(3)
+    for k in (3, 4, 7):
+        for n in (1, 2, 5, 40, 300):
+            for data in (
+                rng.integers(0, 3, size=(k, n)).astype(float),  # many ties
+                rng.normal(size=(k, n)),
+                np.round(rng.random((k, n)), 1),
+                np.ones((k, n)),  # every block tied: 0/0
+            ):
+                want = stats.friedmanchisquare(*data)
+                got = friedman_chi2(list(data))
+                _same(got[0], float(want.statistic))
+                _same(got[1], float(want.pvalue))
+    with_nan = [np.array([1.0, np.nan, 2.0]), np.array([2.0, 1.0, 3.0]), np.array([3.0, 2, 1])]
+    assert all(np.isnan(friedman_chi2(with_nan)))
+    assert np.isnan(stats.friedmanchisquare(*with_nan).pvalue)
