@@ -46,16 +46,10 @@ def _missing(v: Any) -> bool:
 
 
 def _present(values: np.ndarray) -> np.ndarray:
-    """Where an object array holds a rating: ``not _missing(v)`` for each element, in one call
-    (element by element it was a fifth of a 300-conversation analysis with two judges)."""
-    missing = np.asarray(values == None, dtype=bool)  # noqa: E711 (element by element)
-    numbers = np.fromiter(
-        (isinstance(v, float) for v in values.ravel()), dtype=bool, count=values.size
-    ).reshape(values.shape)
-    if numbers.any():
-        with np.errstate(invalid="ignore"):
-            missing[numbers] = np.isnan(values[numbers].astype(float))
-    return ~missing
+    """Where an object array holds a rating: not None and not NaN (``_missing``), in one call:
+    element by element it was a fifth of a 300-conversation analysis with two judges. (``pd.isna``
+    also takes pandas' own missing markers, pd.NA and NaT, for missing.)"""
+    return ~np.asarray(pd.isna(values), dtype=bool)
 
 
 def _codes_of(values: np.ndarray, index: dict[Any, int]) -> np.ndarray:
