@@ -94,6 +94,8 @@ def branch_point_keys(cc: pd.DataFrame) -> list[str]:
 
 def _scenario_baselines(paths: Sequence[str]) -> dict[str, str]:
     """Baselines declared in the scenario files, read by the scenarios loader (set files too)."""
+    if not paths:  # the loader (YAML, templates: 0.1 s of imports) only where there are files
+        return {}
     from branchpoint.scenarios.loader import load_scenario_file
 
     found: dict[str, str] = {}
@@ -441,34 +443,37 @@ def summarise_pairs(
     for c in keys.columns:
         if isinstance(keys[c].dtype, pd.CategoricalDtype):
             keys[c] = keys[c].astype(object)
-    out = keys.copy()
-    out["n_pairs"] = np.bincount(group, minlength=g)
-    out["n_scenarios"] = prim.n_clusters
-    out["rate_a"] = m["fail_a"].sum(0) / m["rated_a"].sum(0)
-    out["rate_b"] = m["fail_b"].sum(0) / m["rated_b"].sum(0)
-    out["diff"], out["ci_low"], out["ci_high"] = prim.estimate, prim.ci_low, prim.ci_high
-    out["t_stat"], out["p_scenario"] = prim.statistic, prim.pvalue
-    out["interval"] = prim.labels()
-    out["test"] = prim.method
-    out["diff_pooled"] = out["rate_b"] - out["rate_a"]
-    big = out["n_scenarios"].to_numpy() >= BOOT_MIN_CLUSTERS
+    # The columns gathered, then one frame: inserted one at a time they cost 1 ms each, a
+    # third of the contrasts' time on a 300-conversation store.
+    col: dict[str, Any] = {}
+    col["n_pairs"] = np.bincount(group, minlength=g)
+    col["n_scenarios"] = prim.n_clusters
+    col["rate_a"] = m["fail_a"].sum(0) / m["rated_a"].sum(0)
+    col["rate_b"] = m["fail_b"].sum(0) / m["rated_b"].sum(0)
+    col["diff"], col["ci_low"], col["ci_high"] = prim.estimate, prim.ci_low, prim.ci_high
+    col["t_stat"], col["p_scenario"] = prim.statistic, prim.pvalue
+    col["interval"] = prim.labels()
+    col["test"] = prim.method
+    col["diff_pooled"] = col["rate_b"] - col["rate_a"]
+    big = np.asarray(col["n_scenarios"]) >= BOOT_MIN_CLUSTERS
     if big.any():
         w = cluster_weights(s, n_boot, seed)
         _, blo, bhi = ratio_difference_interval(
             m["fail_a"], m["rated_a"], m["fail_b"], m["rated_b"], w, ci
         )
-        out["pooled_boot_low"] = np.where(big, blo, np.nan)
-        out["pooled_boot_high"] = np.where(big, bhi, np.nan)
+        col["pooled_boot_low"] = np.where(big, blo, np.nan)
+        col["pooled_boot_high"] = np.where(big, bhi, np.nan)
     else:
-        out["pooled_boot_low"] = out["pooled_boot_high"] = np.nan
-    out["conv_rate_a"] = m["conv_a"].sum(0) / m["one"].sum(0)
-    out["conv_rate_b"] = m["conv_b"].sum(0) / m["one"].sum(0)
-    out["diff_conv"], out["diff_conv_ci_low"], out["diff_conv_ci_high"] = (
+        col["pooled_boot_low"] = col["pooled_boot_high"] = np.full(g, np.nan)
+    col["conv_rate_a"] = m["conv_a"].sum(0) / m["one"].sum(0)
+    col["conv_rate_b"] = m["conv_b"].sum(0) / m["one"].sum(0)
+    col["diff_conv"], col["diff_conv_ci_low"], col["diff_conv_ci_high"] = (
         conv.estimate,
         conv.ci_low,
         conv.ci_high,
     )
-    out["p_conv_scenario"] = conv.pvalue
+    col["p_conv_scenario"] = conv.pvalue
+    out = pd.concat([keys, pd.DataFrame(col, index=keys.index)], axis=1)
     if tests:
         order = np.argsort(group, kind="mergesort")
         bounds = np.searchsorted(group[order], np.arange(g + 1))

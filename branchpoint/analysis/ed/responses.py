@@ -39,7 +39,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from branchpoint.analysis.outcomes.rates import BOOT_MIN_CLUSTERS
 from branchpoint.analysis.stats.bootstrap import (
@@ -48,6 +47,7 @@ from branchpoint.analysis.stats.bootstrap import (
     per_cluster_sums,
     ratio_interval,
 )
+from branchpoint.analysis.stats.distributions import t_ppf
 from branchpoint.analysis.stats.inference import cluster_mean_test, friedman, holm, wilcoxon_paired
 from branchpoint.analysis.tables.judgments import (
     CHOICE_PREFIX,
@@ -212,7 +212,7 @@ def _mean_interval(
     with np.errstate(invalid="ignore", divide="ignore"):
         resid = np.where(den > 0, num - est[None, :] * den, 0.0)
         se = np.sqrt(q / (q - 1) * (resid**2).sum(axis=0)) / n
-        tq = stats.t.ppf(0.5 + ci / 2, np.maximum(q - 1, 1))
+        tq = t_ppf(0.5 + ci / 2, np.maximum(q - 1, 1))
     boot = q >= BOOT_MIN_CLUSTERS
     small = (q >= 2) & ~boot
     lo = np.where(boot, lo, np.where(small, np.clip(est - tq * se, 0, 100), np.nan))

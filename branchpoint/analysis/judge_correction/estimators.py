@@ -49,8 +49,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
+from branchpoint.analysis.stats.distributions import norm_ppf, t_ppf
 from branchpoint.analysis.stats.intervals import (
     MIN_LABELS_PER_STRATUM,
     no_spread_interval,
@@ -115,7 +115,7 @@ def ppi_mean_iid(
         lam = float(np.clip(cov / (2 * (1 + n / big_n) * var_hat), 0, 1))
     est = float((lam * yu).mean() + (y - lam * yhat).mean())
     se = math.sqrt(np.std(lam * yu) ** 2 / big_n + np.std(y - lam * yhat) ** 2 / n)
-    z = stats.norm.ppf(1 - alpha / 2)
+    z = norm_ppf(1 - alpha / 2)
     return est, est - z * se, est + z * se, lam
 
 
@@ -166,7 +166,7 @@ def ppi_design(
         plug_in = math.sqrt(scale * float(z @ z))
         se = plug_in if se is None else max(se, plug_in)
         extra = o.floor_variance(lam_) if lam_ is not None else 0.0  # rests on labels: floor
-        t = stats.t.ppf(1 - alpha / 2, floored_df(effective_df(z), se**2, extra))
+        t = t_ppf(1 - alpha / 2, floored_df(effective_df(z), se**2, extra))
         se = math.sqrt(se**2 + extra)
         if bounded and se == 0:  # every scenario the same (the judge-only rate at 0%): rule 3
             return Interval(estimate, *no_spread_interval(estimate, g, (0.0, 1.0), 1 - alpha), se)
@@ -436,7 +436,7 @@ def ppi_contrast(
         se = plug_in if se is None else max(se, plug_in)
         # the two sides' labels are drawn apart: their floors add
         extra = o.floor_variance(lam_) + b.floor_variance(lam_) if lam_ is not None else 0.0
-        t = stats.t.ppf(1 - alpha / 2, floored_df(effective_df(z), se**2, extra))
+        t = t_ppf(1 - alpha / 2, floored_df(effective_df(z), se**2, extra))
         se = math.sqrt(se**2 + extra)
         if se == 0 and bound < math.inf:  # every scenario the same difference: rule 3
             return Interval(estimate, *no_spread_interval(estimate, g, (-1.0, 1.0), 1 - alpha), se)
@@ -510,7 +510,7 @@ def weighted_ratio(
     np.add.at(z, codes, weight * (num - ratio * den))
     g = len(names)
     se = math.sqrt(g / (g - 1) * float(z @ z)) / total
-    t = stats.t.ppf(1 - alpha / 2, effective_df(z))
+    t = t_ppf(1 - alpha / 2, effective_df(z))
     return Interval(ratio, max(0.0, ratio - t * se), min(1.0, ratio + t * se), se)
 
 
@@ -741,7 +741,7 @@ def labels_needed(
     # 1/2 (the most variable): never toward the judge's own rate, which made a judge that says
     # 0% need no label at all (issue 44), though such a judge may be missing every failure.
     p = (float(labelled["y"].sum()) + 0.5 * PRIOR_WEIGHT) / (n + PRIOR_WEIGHT)
-    z = float(stats.norm.ppf(1 - alpha / 2))
+    z = float(norm_ppf(1 - alpha / 2))
     needed = math.ceil(z**2 * min(d_hat, p * (1 - p)) / (width / 100) ** 2)
     # and never fewer than the estimator needs to give a figure at all
     return d_hat, min(len(group), max(MIN_LABELS_PER_STRATUM, needed))

@@ -28,9 +28,9 @@ from typing import Literal
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from branchpoint.analysis.stats.bootstrap import DEFAULT_BOOT, per_cluster_sums
+from branchpoint.analysis.stats.distributions import norm_ppf, t_ppf
 from branchpoint.analysis.stats.inference import wilson
 from branchpoint.analysis.tables.judgments import as_conversation_frame, group_codes
 from branchpoint.analysis.tables.versions import keep_versions_apart
@@ -175,8 +175,8 @@ def choose_interval(
     # The design effect is estimated from S scenarios, so the quantile is t on its Satterthwaite
     # degrees of freedom, not z: z covered 89.8% at 5 scenarios and a cluster bootstrap 93% at
     # 40; this covers 94.8% to 99% over the grid of benchmarks/inference_calibration.py.
-    z = stats.norm.ppf(0.5 + ci / 2)
-    q = np.where(s >= 2, stats.t.ppf(0.5 + ci / 2, np.where(s >= 2, df, 1.0)), z)
+    z = norm_ppf(0.5 + ci / 2)
+    q = np.where(s >= 2, t_ppf(0.5 + ci / 2, np.where(s >= 2, df, 1.0)), z)
     lo, hi = wilson(est * n_eff, n_eff, ci, quantile=q)
     labels = [
         "Wilson, one scenario (not cluster-adjusted)"

@@ -22,7 +22,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import special, stats
+from scipy import special
+
+from branchpoint.analysis.stats.distributions import chi2_sf
 
 
 @dataclass(frozen=True)
@@ -137,4 +139,4 @@ def logrank(
     if var <= 0:
         return LogRank(0.0, 1.0, o_minus_e, var, len(levels))
     chi2 = o_minus_e**2 / var
-    return LogRank(float(chi2), float(stats.chi2.sf(chi2, 1)), o_minus_e, var, len(levels))
+    return LogRank(float(chi2), float(chi2_sf(chi2, 1)), o_minus_e, var, len(levels))

@@ -34,13 +34,16 @@ class Tree:
                 ["fork_turn"] if "fork_turn" in frame.columns else []
             )
             conv = frame[cols].drop_duplicates("conversation_id")
-            for row in conv.itertuples(index=False):
-                cid, parent = str(row[0]), row[1]
+            # Columns as lists (the values ``itertuples`` gives, without a tuple per row)
+            forks = conv["fork_turn"].tolist() if len(cols) > 2 else [None] * len(conv)
+            for cid, parent, f in zip(
+                conv["conversation_id"].tolist(), conv["parent_id"].tolist(), forks
+            ):
                 if isinstance(parent, str) and parent:
-                    self.parent[cid] = parent
-                    f = row[2] if len(row) > 2 else None
-                    self.fork[cid] = math.inf if f is None or f != f else float(f)
+                    self.parent[str(cid)] = parent
+                    self.fork[str(cid)] = math.inf if f is None or f != f else float(f)
         self._ancestry: dict[str, dict[str, float]] = {}
+        self._root: dict[str, str] = {}
 
     @property
     def has_forks(self) -> bool:
@@ -76,10 +79,14 @@ class Tree:
     def content_root(self, cid: str) -> str:
         """The farthest ancestor this arm never diverged from (itself when it forked): the
         conversation whose transcript it is."""
+        got = self._root.get(cid)
+        if got is not None:
+            return got
         root = cid
         for node, shared in self.ancestry(cid).items():
             if shared == math.inf:
                 root = node
+        self._root[cid] = root  # asked for every pair of every contrast: found once
         return root
 
     def divergences(self, a: Iterable[str], b: Iterable[str]) -> np.ndarray:

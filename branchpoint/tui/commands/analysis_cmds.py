@@ -219,7 +219,9 @@ def register(app: typer.Typer) -> None:
             raise UserError(f"--format {fmt!r}: expected text or json")
         from rich.console import Console
 
-        from branchpoint.analysis.report.write import headline_tables, run_analysis
+        # Not ``report.write``: the report's templates and pages are not printed here.
+        from branchpoint.analysis.pipeline import run_analysis
+        from branchpoint.analysis.report.sections import headline_tables
 
         console = Console()
         err = Console(stderr=True)
