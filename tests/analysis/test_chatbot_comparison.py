@@ -183,3 +183,16 @@ def test_the_report_ranks_the_chatbots_and_compares_the_ed_models(tmp_path: Path
     assert "ED models: Friedman over questions" in section
     for a, b in (("m1", "m2"), ("m1", "m3"), ("m2", "m3")):
         assert f"| scripted:{a} | scripted:{b} | 8 |" in section
+
+
+def test_average_ranks_equal_scipy_rankdata_with_ties_and_infinities() -> None:
+    from scipy import stats
+
+    from branchpoint.analysis.chatbots.ranking import average_ranks
+
+    rng = np.random.default_rng(5)
+    for n in (1, 2, 3, 7, 18):
+        x = rng.integers(0, 4, size=(200, n)).astype(float)  # many ties
+        x[rng.random(x.shape) < 0.1] = np.inf  # a target with no draw ranks last
+        assert np.array_equal(average_ranks(x), stats.rankdata(x, axis=1))
+        assert np.array_equal(average_ranks(x[0]), stats.rankdata(x[0]))
