@@ -198,6 +198,12 @@ def _same(x: dict[str, Any], y: dict[str, Any], copies: int = 1) -> None:
     )
     assert x["designs"] == y["designs"]
     _same_units(x["export_unit"], y["export_unit"], copies)
+    tx, ty = x["time_to_failure"], y["time_to_failure"]
+    assert tx["absent"] is None and tx["n_conversations"] == ty["n_conversations"]
+    assert tx["per_target"] and tx["matched"] and x["chatbots"]["ranking"]
+    for part in ("per_target", "matched"):  # per arm: an added arm is an arm of its own
+        _same_frame(tx[part], ty[part], f"time_to_failure.{part}")
+    _same_frame(x["chatbots"]["ranking"], y["chatbots"]["ranking"], "chatbots.ranking")
 
 
 def _same_units(x: pd.DataFrame, y: pd.DataFrame, copies: int = 1) -> None:
@@ -335,11 +341,20 @@ def _intervals(f: dict[str, Any]) -> list[tuple[str, float, float, float]]:
     for fam in ("contrasts", "condition"):
         if f[fam] is not None:
             scan(fam, f[fam]["contrasts"], "n_pairs")
+    ttf = f["time_to_failure"]
+    scan("time_to_failure.matched", ttf.get("matched"), "n_pairs")
+    # the median's interval (null where the band never gets to one half)
+    for part in ("per_target", "per_arm"):
+        for r in ttf.get(part) or []:
+            if r.get("median_ci_low") is not None and r.get("median_ci_high") is not None:
+                out.append((part, float(r["n"]), r["median_ci_low"], r["median_ci_high"]))
     return [x for x in out if x[1] > 0]
 
 
 def test_no_interval_from_sampled_data_has_zero_width(base_figures: dict[str, Any]) -> None:
-    zero = [x for x in _intervals(base_figures) if not x[3] > x[2]]
+    found = _intervals(base_figures)
+    assert {"time_to_failure.matched", "per_target"} <= {x[0] for x in found}
+    zero = [x for x in found if not x[3] > x[2]]
     assert not zero, zero[:5]
 
 
