@@ -24,6 +24,7 @@ NOT_IMPORTED = (
     "branchpoint.scenarios.loader",
     "jinja2",
     "matplotlib",
+    "ruamel.yaml",  # the analysis plan validates without it (FieldProblem in core.errors)
 )
 PROBE = """
 import sys
