@@ -30,6 +30,7 @@ from branchpoint.analysis.pairing.realisation import (
 from branchpoint.analysis.raters.agreement import AgreementResult, agreement_report
 from branchpoint.analysis.raters.realism import realism_by_simulator, realism_ratings
 from branchpoint.analysis.report.judge_choice import check_judge, plotted_judge, several_judges_note
+from branchpoint.analysis.stats.threads import one_blas_thread
 from branchpoint.analysis.survival.first_failure import with_endings
 from branchpoint.analysis.survival.summary import TimeToFailure, time_to_failure
 from branchpoint.analysis.tables.judgments import (
@@ -116,6 +117,7 @@ def refuse_pooled_configs(store_or_db: Any, runs: Sequence[str] | None) -> None:
         raise UserError(lines[0] + more)
 
 
+@one_blas_thread()  # small products: worker threads only spin (``stats.threads``)
 def run_analysis(
     store_or_db: Any,
     run: str | Sequence[str] | None = None,

@@ -21,8 +21,8 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
+from branchpoint.core.errors import FieldProblem
 from branchpoint.core.strict import StrictModel
-from branchpoint.core.yamlio import FieldProblem
 
 RUBRIC_LEVEL: Literal["rubric"] = "rubric"
 DECISIONS = {

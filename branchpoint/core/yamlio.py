@@ -36,6 +36,7 @@ from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from ruamel.yaml.reader import ReaderError
 from ruamel.yaml.scalarbool import ScalarBoolean
 
+from branchpoint.core.errors import FieldProblem
 from branchpoint.core.untrusted import visible
 from branchpoint.core.yaml_limits import (
     MAX_FILE_BYTES,
@@ -573,14 +574,6 @@ def pydantic_errors(
 
 def _input_is_marker(value: Any) -> bool:
     return value is _INVALID
-
-
-class FieldProblem(ValueError):
-    """Raised by model validators to point the error at one field of the model (a relative loc)."""
-
-    def __init__(self, field_loc: Sequence[str | int], message: str) -> None:
-        super().__init__(message)
-        self.field_loc = tuple(field_loc)
 
 
 def compiling_regexes(values: list[str]) -> list[str]:

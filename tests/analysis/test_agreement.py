@@ -117,3 +117,19 @@ def test_judge_vs_judge_without_humans() -> None:
     row = res.pairs[res.pairs["criterion_id"] == "(all)"].iloc[0]
     assert row["kind"] == "judge vs judge" and row["raw_agreement"] == 1.0
     assert any("no human labels" in n for n in res.notes)
+
+
+def test_ranks_and_codes_looked_up_per_distinct_value_equal_element_by_element() -> None:
+    from branchpoint.analysis.raters.agreement import RISK_ORDER, _codes_of, _risk_ranks
+
+    rng = np.random.default_rng(3)
+    pool = np.array(["pass", "fail", "partial", "n/a", "refusal", None, float("nan"), "high"],
+                    dtype=object)  # fmt: skip
+    values = pool[rng.integers(0, len(pool), 500)]
+    want = [np.nan if v is None else RISK_ORDER.get(v, np.nan) for v in values]
+    np.testing.assert_array_equal(_risk_ranks(values), np.array(want, dtype=float))
+    present = np.array(["fail", "pass", "partial"], dtype=object)[rng.integers(0, 3, 300)]
+    index = {"pass": 0, "partial": 1, "fail": 2}
+    np.testing.assert_array_equal(_codes_of(present, index), [index[v] for v in present])
+    with pytest.raises(KeyError):
+        _codes_of(np.array(["pass", "refusal"], dtype=object), index)

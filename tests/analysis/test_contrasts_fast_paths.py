@@ -78,6 +78,28 @@ def test_each_level_equals_the_analysis_of_its_rows_alone(store: str) -> None:
                 assert got[name] == frame, name
 
 
+@pytest.mark.slow  # over 2 s: make test runs it, test-fast does not
+def test_without_counts_each_level_keeps_every_figure_but_the_counts(store: str) -> None:
+    """``counts=False`` (the simulator conclusions) leaves out the dropout and realised-arm
+    counts, and nothing else: the figures, their Holm family and the realisation label stay."""
+    ft = fork_tables(store, None)
+    assert ft is not None
+    realisation = read.realisation_rows(store, None)
+    kw: dict[str, Any] = {"realisation": realisation, "n_boot": 50, "per_target": False}
+    full = matched_contrasts_within(ft.paired, "simulator", secondary_tests=False, **kw)
+    brief = matched_contrasts_within(
+        ft.paired, "simulator", secondary_tests=False, counts=False, **kw
+    )
+    counted = ["n_only_baseline", "n_only_option", "n_never_forked", "n_realised_pairs",
+               "n_assigned_pairs", "n_arms_baseline"]  # fmt: skip
+    for sim in SIMS:
+        got, want = brief[sim].contrasts, full[sim].contrasts
+        assert not want.empty and set(counted) <= set(want.columns)
+        assert not set(counted) & set(got.columns)
+        pd.testing.assert_frame_equal(got, want[list(got.columns)])
+        assert brief[sim].realisation.empty and not full[sim].realisation.empty
+
+
 def test_a_column_that_is_not_matched_on_is_refused(store: str) -> None:
     ft = fork_tables(store, None)
     assert ft is not None

@@ -437,9 +437,8 @@ def summarise_pairs(
         k: per_cluster_sums(cl, group, v[k], s, g)
         for k in ("fail_a", "rated_a", "fail_b", "rated_b", "conv_a", "conv_b", "one")
     }
-    keys = (
-        pairs[list(group_cols)].assign(_g=group).drop_duplicates("_g").set_index("_g").sort_index()
-    )
+    at = np.unique(group, return_index=True)[1]  # each group's first pair, groups in order
+    keys = pairs[list(group_cols)].iloc[at].reset_index(drop=True)
     for c in keys.columns:
         if isinstance(keys[c].dtype, pd.CategoricalDtype):
             keys[c] = keys[c].astype(object)
@@ -737,18 +736,19 @@ def matched_contrasts_within(
     per_target: bool = True,
     realisation: pd.DataFrame | None = None,
     secondary_tests: bool = True,
+    counts: bool = True,
 ) -> dict[str, ContrastResult]:
     """``matched_contrasts`` of each level of ``column`` (one of ``PAIR_KEYS``, e.g. the
     simulator) on its own: each equals ``matched_contrasts`` of that level's rows, its own
     baselines, notes and Holm family, but the arms are paired once for all levels. A pair never
     crosses levels of a column it is matched on, so a level's pairs are the pairs of all levels
     with that level. ``secondary_tests=False`` leaves out the pair-level tests (McNemar, Wilcoxon) and
-    Friedman's."""
+    Friedman's; ``counts=False`` the dropout and realised-arm counts (their columns and notes)."""
     if column not in PAIR_KEYS:
         raise ValueError(f"{column!r} is not matched on: pairs cross its levels")
     p, notes = _pairing(data)
     settings = _Settings(
-        baselines, None, by, n_boot, seed, ci, per_target, realisation, secondary_tests
+        baselines, None, by, n_boot, seed, ci, per_target, realisation, secondary_tests, counts
     )
     out = {}
     for level in text_levels(p.cc[column]):
@@ -778,6 +778,7 @@ class _Settings:
     per_target: bool
     realisation: pd.DataFrame | None
     secondary_tests: bool = True
+    counts: bool = True  # dropouts and realised arms counted (``matched_contrasts_within``)
 
 
 def _contrasts(
@@ -830,21 +831,31 @@ def _contrasts(
             cands[opt] = cand
             gcols = ["contrast", "branch_point", "baseline", "option", *CRITERION_KEYS,
                      "risk_area", *by]  # fmt: skip
-            drop = _dropouts(cand, gcols)
-            _note_dropouts(drop, label["contrast"], notes, cand)
+            drop = _dropouts(cand, gcols) if o.counts else None
+            if drop is not None:
+                _note_dropouts(drop, label["contrast"], notes, cand)
+                arms.append(
+                    arm_counts(cand, ["contrast", "branch_point", "baseline", "option", *by])
+                )
             pairs = per_protocol_pairs(cand)
-            arms.append(arm_counts(cand, ["contrast", "branch_point", "baseline", "option", *by]))
             if pairs.empty:
                 notes.append(f"{label['contrast']}: no pair realised in both arms (not realised)")
             tests = o.secondary_tests
             summary = summarise_pairs(pairs, gcols, n_boot=n_boot, seed=seed, ci=ci, tests=tests)
             # The intention-to-treat figures beside it carry no pair-level test; its columns
-            # are the blank row's only where nothing was realised (``with_itt``).
-            itt_summary = summarise_pairs(
-                itt.assign(**_constants(len(itt), **label)), gcols, n_boot=n_boot, seed=seed,
-                ci=ci, tests=tests and pairs.empty,
-            )  # fmt: skip
-            pooled.append(with_itt(summary, itt_summary, gcols).merge(drop, on=gcols, how="left"))
+            # are the blank row's only where nothing was realised (``with_itt``). Every pair
+            # realised: the assigned pairs are the realised ones, rows and order (both are
+            # ``cand``'s pairs in order, the realised among the assigned), and ``with_itt``
+            # takes only the figures both summaries hold.
+            if len(itt) == len(pairs) and not pairs.empty:
+                itt_summary = summary
+            else:
+                itt_summary = summarise_pairs(
+                    itt.assign(**_constants(len(itt), **label)), gcols, n_boot=n_boot,
+                    seed=seed, ci=ci, tests=tests and pairs.empty,
+                )  # fmt: skip
+            both = with_itt(summary, itt_summary, gcols)
+            pooled.append(both if drop is None else both.merge(drop, on=gcols, how="left"))
             if o.per_target and not pairs.empty:
                 per_t.append(
                     summarise_pairs(
@@ -866,6 +877,7 @@ def _contrasts(
     real = pd.concat(arms, ignore_index=True) if arms else pd.DataFrame()
     if not tab.empty:
         tab["p_scenario_itt_holm"] = holm(tab["p_scenario_itt"].to_numpy())
+    if not tab.empty and not real.empty:
         tab = tab.merge(real, on=[c for c in real.columns if c in tab.columns], how="left")
     tab, real = _labels_as_text(tab), _labels_as_text(real)
     pt = _labels_as_text(pd.concat(per_t, ignore_index=True) if per_t else pd.DataFrame())

@@ -71,6 +71,7 @@ def conclusions_by_simulator(
         seed=seed,
         per_target=False,
         secondary_tests=False,  # not compared
+        counts=False,  # nor are the dropouts and realised arms
     )
     results = {sim: each[sim].contrasts for sim in sims}
     ref = results[ref_sim]

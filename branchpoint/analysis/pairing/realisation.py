@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 
 from branchpoint.analysis.pairing.forks import COUNT_COLS
+from branchpoint.analysis.tables.judgments import group_codes
 from branchpoint.core.domain import ENACTED, NOT_ENACTED, PARTLY_ENACTED
 from branchpoint.core.scales import ERROR
 
@@ -165,11 +166,50 @@ def with_itt(per_protocol: pd.DataFrame, itt: pd.DataFrame, keys: Sequence[str])
 def arm_counts(
     cand: pd.DataFrame, keys: Sequence[str] = ("contrast", "branch_point", "baseline", "option")
 ) -> pd.DataFrame:
-    """Per contrast: arms assigned each side, and how many realised their option (n of N)."""
+    """Per contrast: arms assigned each side, and how many realised their option (n of N).
+
+    Counted from integer codes (``group_codes``): three pandas group-bys with a de-duplication
+    each took 20 ms a contrast, a tenth of ``analyze``'s contrasts on a 300-conversation sweep.
+    The groups, their order and the counts are those of ``groupby(keys, sort=True,
+    dropna=False, observed=True)`` (a test compares them)."""
     keys = list(keys)
     # a pair of copied arms is its originals' pair stored again: counted once (the original)
     own = cand[(cand["status"] != "copy").to_numpy()] if "status" in cand.columns else cand
-    pairs = own.drop_duplicates(["conversation_id_a", "conversation_id_b"])
+    if own.empty:
+        return _arm_counts_grouped(own, keys)
+    ids = ["conversation_id_a", "conversation_id_b"]
+    first = ~pd.Series(group_codes(own, ids, sort=False)).duplicated().to_numpy()
+    pairs = own[first]
+    group = group_codes(pairs, keys)
+    n = int(group.max()) + 1
+    real_a = pairs["realised_a"].astype(bool).to_numpy()
+    real_b = pairs["realised_b"].astype(bool).to_numpy()
+    cols: dict[str, np.ndarray] = {}
+    for side, flag in (("baseline", real_a), ("option", real_b)):
+        # an arm counts once per group however many pairs it is in
+        arm = pd.factorize(pairs[ids[side == "option"]], use_na_sentinel=False)[0]
+        once = ~pd.Series(group * (int(arm.max()) + 1) + arm).duplicated().to_numpy()
+        cols[f"n_realised_{side}"] = np.bincount(group[once], weights=flag[once], minlength=n)
+        cols[f"n_arms_{side}"] = np.bincount(group[once], minlength=n)
+    cols["n_realised_pairs"] = np.bincount(group, weights=real_a & real_b, minlength=n)
+    cols["n_assigned_pairs"] = np.bincount(group, minlength=n)
+    at = np.unique(group, return_index=True)[1]  # each group's first row, groups in order
+    out = pairs[keys].iloc[at].reset_index(drop=True)
+    for col in keys:  # plain values (text: str), as a frame of them (and a group-by) infers
+        if isinstance(out[col].dtype, pd.CategoricalDtype):
+            out[col] = out[col].astype(object).infer_objects()
+        elif out[col].dtype == object:
+            out[col] = out[col].infer_objects()
+    for name in ("n_realised_baseline", "n_arms_baseline", "n_realised_option", "n_arms_option",
+                 "n_realised_pairs", "n_assigned_pairs"):  # fmt: skip
+        out[name] = cols[name].astype(int)
+    return out
+
+
+def _arm_counts_grouped(pairs: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """``arm_counts`` by pandas group-bys: its definition, kept for an empty frame (the columns
+    and dtypes a group-by gives) and for the test that checks the coded counts against it."""
+    pairs = pairs.drop_duplicates(["conversation_id_a", "conversation_id_b"])
 
     def per_group(frame: pd.DataFrame, flag: Any) -> pd.DataFrame:
         grouped = frame.assign(_flag=flag).groupby(keys, dropna=False, sort=True, observed=True)

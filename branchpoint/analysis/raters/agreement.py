@@ -53,8 +53,21 @@ def _present(values: np.ndarray) -> np.ndarray:
 
 
 def _codes_of(values: np.ndarray, index: dict[Any, int]) -> np.ndarray:
-    """Each value's position in ``index`` (a value outside it raises KeyError, as a lookup does)."""
-    return np.fromiter((index[v] for v in values), dtype=np.int64, count=len(values))
+    """Each value's position in ``index`` (a value outside it raises KeyError, as a lookup does).
+    Looked up once per distinct value (``_by_distinct``)."""
+    return _by_distinct(values, lambda v: index[v], np.int64)
+
+
+def _by_distinct(values: np.ndarray, f: Any, dtype: Any) -> np.ndarray:
+    """``f`` of each element of an object array, called once per distinct value: a few
+    categories over thousands of ratings (element by element: 0.1 s of ``analyze`` on a
+    300-conversation sweep with two judges). Values are told apart as a dict tells keys apart
+    (hash and ==); every missing value (None, NaN) is one, given ``f(None)``."""
+    codes, uniques = pd.factorize(values)
+    out = np.fromiter((f(u) for u in uniques), dtype=dtype, count=len(uniques))
+    if (codes < 0).any():
+        out = np.append(out, np.asarray([f(None)], dtype=dtype))  # code -1: the last
+    return out[codes]
 
 
 def cohen_kappa_quadratic(
@@ -236,11 +249,7 @@ def _objects(values: Any) -> np.ndarray:
 
 def _risk_ranks(values: np.ndarray) -> np.ndarray:
     """Each rating's place on the risk order (``RISK_ORDER``); NaN for a refusal, n/a or none."""
-    return np.fromiter(
-        (np.nan if v is None else RISK_ORDER.get(v, np.nan) for v in values),
-        dtype=float,
-        count=len(values),
-    )
+    return _by_distinct(values, lambda v: np.nan if v is None else RISK_ORDER.get(v, np.nan), float)
 
 
 def _pair_stats(x: pd.Series, y: pd.Series) -> dict[str, Any]:

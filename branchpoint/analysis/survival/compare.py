@@ -91,9 +91,19 @@ def rmst_test(diffs: np.ndarray, tau: float, ci: float = 0.95) -> ClusterMeans:
                                bounds=(-tau, tau), exact=True)  # fmt: skip
 
 
-def _side_times(ff: pd.DataFrame, cids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    got = ff.set_index("conversation_id").reindex(cids)
-    return got["time"].to_numpy(float), got["event"].to_numpy(float)
+class _Times:
+    """Each conversation's time and event (one row per conversation), looked up for many sides:
+    indexed once, where a reindex per side and group indexed the frame again each time."""
+
+    def __init__(self, ff: pd.DataFrame) -> None:
+        self.index = pd.Index(ff["conversation_id"])
+        self.time, self.event = ff["time"].to_numpy(float), ff["event"].to_numpy(float)
+
+    def of(self, cids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Time and event of ``cids`` (NaN for a conversation without a row, as a reindex)."""
+        at = self.index.get_indexer(cids)
+        found, safe = at >= 0, np.where(at >= 0, at, 0)
+        return np.where(found, self.time[safe], np.nan), np.where(found, self.event[safe], np.nan)
 
 
 def matched_time_to_failure(
@@ -107,10 +117,10 @@ def matched_time_to_failure(
         return pd.DataFrame()
     rows = []
     for (rubric, judge, outcome), f in ff.groupby(CURVE_KEYS, sort=True):
-        f = f.drop_duplicates("conversation_id")
+        times = _Times(f.drop_duplicates("conversation_id"))
         for key, p in pairs.groupby(list(group_cols), sort=True, dropna=False):
-            ta, ea = _side_times(f, p["conversation_id_a"].astype(str).to_numpy())
-            tb, eb = _side_times(f, p["conversation_id_b"].astype(str).to_numpy())
+            ta, ea = times.of(p["conversation_id_a"].astype(str).to_numpy())
+            tb, eb = times.of(p["conversation_id_b"].astype(str).to_numpy())
             ok = ~np.isnan(ta) & ~np.isnan(tb)
             if not ok.any():
                 continue

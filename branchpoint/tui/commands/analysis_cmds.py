@@ -214,6 +214,9 @@ def register(app: typer.Typer) -> None:
         safety scores, error-verdict counts, the judge-corrected rates, the time to the first
         failure (Kaplan-Meier per target, branch options matched with their baseline) and, with
         two or more targets, the chatbots ranked (and the ED model comparison)."""
+        from branchpoint.analysis.stats.threads import one_blas_thread_in_process
+
+        one_blas_thread_in_process()  # before numpy loads: its idle BLAS workers only spin
         selected = _runs(run, all_runs)
         if fmt not in ("text", "json"):
             raise UserError(f"--format {fmt!r}: expected text or json")
@@ -225,9 +228,10 @@ def register(app: typer.Typer) -> None:
 
         console = Console()
         err = Console(stderr=True)
+        store = _store(db)  # opened once: each opening sets up an engine (7 ms)
         with err.status("analysing ..."):
             a = run_analysis(
-                _store(db),
+                store,
                 selected,
                 n_boot=n_boot,
                 seed=seed,
@@ -246,14 +250,14 @@ def register(app: typer.Typer) -> None:
         from branchpoint.analysis.judge_correction.estimators import ALL, judge_corrected
         from branchpoint.analysis.judge_correction.section import TITLE, display_table
 
-        corrected = judge_corrected(_store(db), selected, exclude=a.excluded)
+        corrected = judge_corrected(store, selected, exclude=a.excluded)
         contrasts = judge_corrected_contrasts(
-            _store(db), selected, baselines=_baselines(baseline), exclude=a.excluded
+            store, selected, baselines=_baselines(baseline), exclude=a.excluded
         )
         from branchpoint.core.read import analysis_registrations
 
         # a registered plan makes every table outside its family exploratory, as in the report
-        exploratory = bool(analysis_registrations(_store(db), selected))
+        exploratory = bool(analysis_registrations(store, selected))
         if fmt == "json":
             typer.echo(analysis_json(a, corrected, contrasts, exploratory=exploratory))
             return
@@ -346,6 +350,9 @@ def register(app: typer.Typer) -> None:
         headline findings first, then failure rates, criterion heatmap, matched contrasts, the
         condition contrast, simulator sensitivity, ED safety scores, judge agreement, reasoning,
         the time to the first failure and, with two or more targets, the chatbots ranked."""
+        from branchpoint.analysis.stats.threads import one_blas_thread_in_process
+
+        one_blas_thread_in_process()  # before numpy loads: its idle BLAS workers only spin
         selected = _runs(run, all_runs)
         from rich.console import Console
 
@@ -487,35 +494,49 @@ def analysis_json(
 def _print_table(console: Any, caption: str, frame: Any) -> None:
     """A table when it fits the terminal; otherwise one block per row ("column: value" lines),
     since a table squeezed into 80 columns breaks every cell into unreadable pieces."""
-    from rich.measure import Measurement
-
-    table = _rich_table(caption, frame)
-    natural = Measurement.get(console, console.options.update_width(100_000), table).maximum
-    if natural <= console.width:
-        console.print(table)
-        return
     from rich.text import Text
 
-    console.print(Text(caption, style="bold"))
     cols = [str(c) for c in frame.columns]
+    cells = [[_printable(v) for v in row] for row in frame.head(40).itertuples(index=False)]
+    if _natural_width(cols, cells) <= console.width:
+        console.print(_rich_table(caption, cols, cells))
+        return
+    console.print(Text(caption, style="bold"))
     # wide enough for every label in use (the longest: 29), narrow enough for 80 columns
     width = min(max((len(c) for c in cols), default=0), 32)
-    for i, row in enumerate(frame.head(40).itertuples(index=False)):
+    lines = []
+    for i, row in enumerate(cells):
         if i:
-            console.print(Text(""))
-        for col, value in zip(cols, row):
-            console.print(Text(f"  {col:<{width}}  {_printable(value)}"))
+            lines.append("")
+        lines += [f"  {col:<{width}}  {value}" for col, value in zip(cols, row)]
+    if lines:  # one Text: rich wraps it line by line, as it did a print per line (0.1 ms each)
+        console.print(Text("\n".join(lines)))
 
 
-def _rich_table(caption: str, frame: Any) -> Any:
+def _natural_width(cols: list[str], cells: list[list[str]]) -> int:
+    """The width rich measures a ``_rich_table`` at when nothing is wrapped: each column its
+    longest line plus a space each side, a border between columns and at both edges. From the
+    cells' lengths: measuring the table (every cell, twice) was a third of the printing."""
+    from rich.cells import cell_len
+
+    def widest(text: str) -> int:  # rich measures a Text by its lines, split as here
+        return max((cell_len(line) for line in text.splitlines()), default=0)
+
+    width = [widest(c) for c in cols]
+    for row in cells:
+        width = [max(w, widest(v)) for w, v in zip(width, row)]
+    return sum(w + 2 for w in width) + len(cols) + 1
+
+
+def _rich_table(caption: str, cols: list[str], cells: list[list[str]]) -> Any:
     from rich.table import Table
     from rich.text import Text
 
     table = Table(title=Text(caption), title_justify="left")
-    for col in frame.columns:
-        table.add_column(Text(str(col)))
-    for row in frame.head(40).itertuples(index=False):
-        table.add_row(*[Text(_printable(v)) for v in row])
+    for col in cols:
+        table.add_column(Text(col))
+    for row in cells:
+        table.add_row(*[Text(v) for v in row])
     return table
 
 
