@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from branchpoint.core.records import Turn
+from branchpoint.core.store import store_failure
 from branchpoint.gateway.budget import BudgetReached
 from branchpoint.simulator.graph import (
     CallCounter,
@@ -191,9 +192,12 @@ async def run_tree(spec: TreeSpec, env: TreeEnv) -> list[ArmResult]:
                 await env.writer.set_status(arms, "interrupted", "stopped_by_budget", error)
                 n = len(state.get("history") or [])
                 return [ArmResult(a, "interrupted", "stopped_by_budget", n, error) for a in arms]
-            except (
-                Exception
-            ) as exc:  # a bug or a store failure: record it on the arms, keep the run going
+            except Exception as exc:  # a bug: record it on the arms, keep the run going
+                if store_failure(exc) is not None:
+                    # The store went away (a full disk, a lost server): the arms are not failed,
+                    # they are unfinished. Marking them failed (a write that may still succeed)
+                    # left them out of the re-run that "run the same command again" promises.
+                    raise
                 error = f"{type(exc).__name__}: {exc}"[:2000]
                 await env.writer.set_status(arms, "failed", "simulator_error", error)
                 n = len(state.get("history") or [])
