@@ -162,6 +162,7 @@ def test_a_missing_dimension_gives_no_score_and_is_counted(ed_db: Path) -> None:
     assert any("2 of" in n and "incomplete" in n for n in res.notes)
 
 
+@pytest.mark.slow  # among the slowest of test-fast with its set-up; make test runs it
 def test_two_conditions_are_reported_apart(ed_db: Path) -> None:
     before = ed_analysis(judgment_table(ed_db), n_boot=100)
     assert before is not None

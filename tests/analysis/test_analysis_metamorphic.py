@@ -126,6 +126,7 @@ def _same(x: dict[str, object], y: dict[str, object]) -> None:
     pd.testing.assert_frame_equal(x["contrasts"], y["contrasts"])  # type: ignore[arg-type]
 
 
+@pytest.mark.slow  # among the slowest of test-fast with its set-up; make test runs it
 def test_adding_arms_that_never_fork_changes_no_count(store: Path, tmp_path: Path) -> None:
     """Each arm is its parent's transcript stored again: one observation, not two."""
     before = _figures(run_analysis(store, n_boot=0))

@@ -34,6 +34,7 @@ def teen_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     return path, truth
 
 
+@pytest.mark.slow  # among the slowest of test-fast with its set-up; make test runs it
 def test_judgment_table_has_one_row_per_judgment_and_choice_columns(
     teen_db: tuple[Path, dict],
 ) -> None:

@@ -80,6 +80,7 @@ def analysed(tmp_path_factory: pytest.TempPathFactory) -> tuple[object, str]:
     return a, md
 
 
+@pytest.mark.slow  # among the slowest of test-fast with its set-up; make test runs it
 def test_matched_branch_contrast_on_ed_safety(analysed: tuple[object, str]) -> None:
     a, md = analysed
     br = a.ed.branches  # type: ignore[attr-defined]

@@ -40,6 +40,7 @@ def logs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, Path]:
     return db, run_id, out
 
 
+@pytest.mark.slow  # among the slowest of test-fast with its set-up; make test runs it
 def test_logs_read_back_equal_the_store(logs: tuple[Path, str, Path]) -> None:
     from inspect_ai.log import read_eval_log
 

@@ -109,6 +109,7 @@ def per_protocol_post_fork(
     return float(by_scenario.groupby("condition").mean().iloc[0])
 
 
+@pytest.mark.slow  # among the slowest of test-fast with its set-up; make test runs it
 @pytest.mark.parametrize("fmt", ["csv", "parquet", "jsonl"])
 def test_the_exports_reproduce_the_reported_per_protocol_contrast(
     exported: tuple[Path, str, Path], fmt: str
@@ -185,6 +186,7 @@ def test_every_format_holds_the_same_table(exported: tuple[Path, str, Path]) -> 
             pd.testing.assert_frame_equal(got, ref, check_dtype=True, obj=f"{level}.{fmt}")
 
 
+@pytest.mark.slow  # among the slowest of test-fast with its set-up; make test runs it
 def test_no_api_key_reaches_an_export(tmp_path: Path, monkeypatch: Any) -> None:
     import sqlite3
 

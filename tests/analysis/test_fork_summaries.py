@@ -113,6 +113,7 @@ def _same(a: Any, b: Any) -> None:
             assert got == want, name
 
 
+@pytest.mark.slow  # among the slowest of test-fast with its set-up; make test runs it
 def test_the_triggers_keep_what_the_rows_say(store: Path) -> None:
     assert _table(store) == sorted(summary_rows(str(store)))
 

@@ -117,6 +117,7 @@ def test_the_corrected_value_equals_ppi_contrast_on_the_same_arrays() -> None:
     assert int(st.labels["turn_index"].lt(4).sum()) > 0
 
 
+@pytest.mark.slow  # among the slowest of test-fast with its set-up; make test runs it
 def test_one_scenario_no_labels_on_one_side_and_error_verdicts_each_say_why_in_one_line() -> None:
     one = contrast_study(ContrastSetting(n_scenarios=1), np.random.default_rng(2))
     table = _corrected(one)

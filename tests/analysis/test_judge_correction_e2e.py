@@ -70,6 +70,7 @@ async def test_sixty_blind_labels_reach_the_report_and_the_agreement_screen(
     store.close()
 
 
+@pytest.mark.slow  # among the slowest of test-fast with its set-up; make test runs it
 def test_a_report_without_design_labels_says_so_in_one_line(tmp_path: Path) -> None:
     store = small_teen_store(tmp_path / "t.db")
     files = write_report(store, tmp_path / "report", n_boot=50)

@@ -152,6 +152,7 @@ def _contrast(store: Any, run_id: str, realisation: Any) -> Any:
     return row.iloc[0]
 
 
+@pytest.mark.slow  # among the slowest of test-fast with its set-up; make test runs it
 def test_enactment_half_of_decline_arms_and_the_planted_effect(judged: tuple[Any, str]) -> None:
     store, run_id = judged
     rows = read.realisation_rows(store, [run_id])

@@ -290,6 +290,7 @@ def _help_rows(a: Any, condition: str) -> Any:
     return c[(c["branch_point"] == "help") & (c["condition"] == condition)]
 
 
+@pytest.mark.slow  # among the slowest of test-fast with its set-up; make test runs it
 def test_never_realised_help_is_reported_as_not_realised_not_as_zero(store, tmp_path) -> None:
     from branchpoint.analysis.report.write import build_sections, render_markdown, run_analysis
 
@@ -329,6 +330,7 @@ def test_never_realised_help_is_reported_as_not_realised_not_as_zero(store, tmp_
     assert "0 of 2" in md and "2 of 2" in md
 
 
+@pytest.mark.slow  # among the slowest of test-fast with its set-up; make test runs it
 def test_a_planted_effect_in_realised_pairs_is_recovered_and_diluted_under_itt(tmp_path) -> None:
     from branchpoint.analysis.report.write import run_analysis
     from branchpoint.analysis.testing.synthetic import Effect, TeenDesign, write_teen_store
@@ -365,6 +367,7 @@ def test_a_planted_effect_in_realised_pairs_is_recovered_and_diluted_under_itt(t
     assert (other["n_pairs"] == other["n_pairs_itt"]).all()
 
 
+@pytest.mark.slow  # among the slowest of test-fast with its set-up; make test runs it
 def test_two_simulators_the_report_pairs_the_cells_and_says_what_moved(store, tmp_path) -> None:
     from branchpoint.analysis.report.write import build_sections, render_markdown, run_analysis
 

@@ -404,6 +404,7 @@ def test_human_ratings_of_shared_turns_pair_with_the_automatic_rating(
 # ------------------------------------------- the same rater again, after its rubric or rules changed
 
 
+@pytest.mark.slow  # among the slowest of test-fast with its set-up; make test runs it
 def test_the_newest_rating_by_a_rater_stands(store: Any, tmp_path: Path) -> None:
     """A rubric edit changes the rating's id, so rating again adds a row beside the old one under
     the same rater: the newest must count, once (not whichever the database returns first)."""

@@ -122,6 +122,7 @@ def test_report_has_every_plot_headline_first_and_escaped_text(
     assert "Failing replies whose reasoning noticed the risk" in page
 
 
+@pytest.mark.slow  # among the slowest of test-fast with its set-up; make test runs it
 def test_ed_report_has_the_ed_plot(tmp_path: Path) -> None:
     from branchpoint.analysis.report.write import write_report
 

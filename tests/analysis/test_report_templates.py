@@ -134,6 +134,7 @@ def hostile_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.mark.slow  # among the slowest of test-fast with its set-up; make test runs it
 def test_a_report_of_a_store_with_hostile_replies_shows_them_literally(
     hostile_db: Path, tmp_path: Path
 ) -> None:

@@ -88,6 +88,7 @@ def _texts(fig: Any) -> str:
 # --------------------------------------------------------------------------- judge of the plots
 
 
+@pytest.mark.slow  # among the slowest of test-fast with its set-up; make test runs it
 def test_plots_follow_the_judge_with_ratings_and_name_it(
     tmp_path: Path, figures: list[Any]
 ) -> None:
@@ -305,6 +306,7 @@ def test_cut_tables_point_only_to_files_that_exist(tmp_path: Path) -> None:
     assert write_full_tables(small, tmp_path / "none") == {}
 
 
+@pytest.mark.slow  # among the slowest of test-fast with its set-up; make test runs it
 def test_simulator_table_has_a_judge_column_and_no_duplicate_rows(tmp_path: Path) -> None:
     from branchpoint.analysis.report.write import build_sections, run_analysis
 

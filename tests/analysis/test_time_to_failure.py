@@ -46,6 +46,7 @@ def _check_against_lifelines(t: np.ndarray, e: np.ndarray, tau: float) -> None:
         assert ref.median_survival_time_ == km.median
 
 
+@pytest.mark.slow  # among the slowest of test-fast with its set-up; make test runs it
 def test_kaplan_meier_equals_lifelines_to_1e9_on_random_data_with_ties_and_censoring() -> None:
     from lifelines.statistics import logrank_test
 

@@ -146,6 +146,7 @@ def test_parsing_a_spec_imports_only_its_own_provider_module() -> None:
     assert heavy == []
 
 
+@pytest.mark.slow  # among the slowest of test-fast with its set-up; make test runs it
 def test_a_run_on_the_command_line_targets_a_plugin_provider(tmp_path: Path) -> None:
     (tmp_path / "lab_plugin.py").write_text(LAB_PLUGIN, encoding="utf-8")
     env = plugin_env(0.0)

@@ -60,6 +60,7 @@ def test_litellm_errors_map_to_retryable_or_not(monkeypatch: pytest.MonkeyPatch)
     ).retryable
 
 
+@pytest.mark.slow  # among the slowest of test-fast with its set-up; make test runs it
 def test_litellm_kwargs_drop_keys_and_ask_for_json_schema() -> None:
     from branchpoint.gateway.providers.litellm_provider import LiteLLMProvider
 

@@ -55,6 +55,7 @@ def _judge(seen: list[str]) -> Any:
     return ScriptedModel(default=reply)
 
 
+@pytest.mark.slow  # among the slowest of test-fast with its set-up; make test runs it
 def test_reasoning_rubric_is_judged_on_reply_and_reasoning(tmp_path: Path) -> None:
     from branchpoint.core.store import open_store
 

@@ -128,6 +128,7 @@ def viewed(tmp_path_factory: pytest.TempPathFactory) -> Viewed:
     return Viewed(tmp_path / "results.db", url, plain_line(snap), console.export_text())
 
 
+@pytest.mark.slow  # among the slowest of test-fast with its set-up; make test runs it
 def test_the_live_view_counts_failed_conversations_apart_from_done(viewed: Viewed) -> None:
     status = dict(rows(viewed.db, "select status, count(*) from conversations group by status"))
     assert status.get("failed", 0) > 0 and status.get("completed", 0) > 0, status

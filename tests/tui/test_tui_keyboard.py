@@ -120,6 +120,7 @@ async def test_escape_leaves_the_filter(tmp_path: Path) -> None:
     store.close()
 
 
+@pytest.mark.slow  # among the slowest of test-fast with its set-up; make test runs it
 @pytest.mark.parametrize("screen_key", ["browse", "transcript", "compare", "L", "R"])
 async def test_every_screen_footer_fits_80_columns_and_help_names_every_key(
     tree, screen_key: str
