@@ -628,21 +628,6 @@ def write_ed_store(
     return {"design": d, "conversations": conv, "judgments": judg}
 
 
-def _enactment_checks(conv: pd.DataFrame, d: TeenDesign) -> pd.DataFrame:
-    """The manipulation checks of ``d.chatbot_enactment``'s branch points: one rating of the
-    persona turn on which each realised arm's option came into force (the opening one)."""
-    rows = [
-        (cid, bp, ENACTED if enacted.get(bp, True) else NOT_ENACTED)
-        for cid, realised, enacted in zip(
-            conv["conversation_id"], conv["realised"], conv["enacted"]
-        )
-        for bp in d.chatbot_enactment
-        if realised.get(bp)
-    ]
-    out = pd.DataFrame(rows, columns=["conversation_id", "criterion_id", "verdict"])
-    return out.assign(turn_index=0, risk_area=ENACTMENT_RUBRIC, applicable=True, score=None)
-
-
 # --------------------------------------------------------------------------- store transformations
 # For the metamorphic tests: each changes a store in a way that must leave every figure unchanged.
 
