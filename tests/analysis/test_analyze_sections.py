@@ -171,3 +171,14 @@ def test_at_80_columns_every_block_s_values_start_in_one_column(two: Path) -> No
     assert any("log-rank" in ln for ln in rows)
     starts = {len(ln) - len(ln.split("  ")[-1].lstrip()) for ln in rows}
     assert len(starts) == 1, rows
+
+
+def test_a_store_whose_verdicts_are_all_errors_says_so_not_that_they_are_risk_levels(
+    tmp_path: Path,
+) -> None:
+    db = _store(tmp_path / "err.db", TARGETS)
+    with sqlite3.connect(db) as con:
+        con.execute("update judgments set verdict = 'error'")
+    text = " ".join(_analyze(db).split())
+    assert "Time to the first failure: Every verdict is an error or not applicable" in text
+    assert "risk levels" not in text.split("Time to the first failure:", 1)[1].split(".")[0]

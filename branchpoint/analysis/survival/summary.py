@@ -33,6 +33,10 @@ NO_PPF = (
     "No pass/partial/fail verdicts (risk levels have no failing verdict to time): no time to a "
     "first failure to show."
 )
+NO_RATED = (
+    "Every verdict is an error or not applicable: no rated turn, so no time to a first failure "
+    "to show."
+)
 # What the matched comparison reads of the first failures: a slim frame is reindexed per group
 # much faster than one that carries every design column.
 _MATCHED_COLS = [*CURVE_KEYS, "conversation_id", "time", "event"]
@@ -102,7 +106,9 @@ def time_to_failure(
         return TimeToFailure(why_empty=NO_TURNS)
     ff = first_failures(jt, criteria=False)
     if ff.empty:
-        return TimeToFailure(why_empty=NO_PPF)
+        v = jt["verdict"].astype(object)
+        rated = jt["applicable"].astype(bool).to_numpy() & v.notna().to_numpy() & (v != "error")
+        return TimeToFailure(why_empty=NO_PPF if rated.any() else NO_RATED)
     out = TimeToFailure(ff, frozenset(copied_conversations(jt)))
     out.per_target = km_summary(out.own, ["target"])
     if ff["arm"].nunique() > 1:
