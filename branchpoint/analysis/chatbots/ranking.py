@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from branchpoint.analysis.pairing.forks import distinct_ratings
+from branchpoint.analysis.pairing.forks import distinct_ratings, rated_rows
 from branchpoint.analysis.stats.bootstrap import DEFAULT_BOOT, cluster_weights, per_cluster_sums
 
 MIN_SCENARIOS = 3  # as for a scenario-level test: fewer give no interval worth the name
@@ -38,11 +38,7 @@ def rank_targets(
     if judgments.empty:
         return pd.DataFrame()
     j = distinct_ratings(judgments)
-    v = j["verdict"].astype(object)
-    rated = (
-        j["applicable"].astype(bool).to_numpy() & v.notna().to_numpy() & (v != "error").to_numpy()
-    )
-    j = j[rated]
+    j = j[rated_rows(j)]
     targets = sorted(j["target"].astype(str).unique())
     if len(targets) < 2:
         return pd.DataFrame()

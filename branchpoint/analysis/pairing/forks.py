@@ -37,14 +37,20 @@ ROW_KEYS = ["conversation_id", "rubric_id", "criterion_id", "judge"]
 PPF = PASS_PARTIAL_FAIL.scores
 
 
-def turn_level_counts(judgments: pd.DataFrame) -> pd.DataFrame:
-    """Conversation x rubric x criterion x judge x turn counts from a judgment table."""
+def rated_rows(judgments: pd.DataFrame) -> np.ndarray:
+    """The rows that are ratings: applicable, with a verdict that is not ``error``."""
     v = judgments["verdict"].astype(object)
-    rated = (
+    return (
         judgments["applicable"].astype(bool).to_numpy()
         & v.notna().to_numpy()
         & (v != "error").to_numpy()
     )
+
+
+def turn_level_counts(judgments: pd.DataFrame) -> pd.DataFrame:
+    """Conversation x rubric x criterion x judge x turn counts from a judgment table."""
+    v = judgments["verdict"].astype(object)
+    rated = rated_rows(judgments)
     score = v.map(PPF).to_numpy(dtype=float)
     scored = rated & ~np.isnan(score)
     work = judgments[ROW_KEYS].copy()

@@ -18,6 +18,7 @@ from branchpoint.analysis.contrasts.matched import (
     resolve_baselines,
     text_levels,
 )
+from branchpoint.analysis.pairing.forks import rated_rows
 from branchpoint.analysis.survival.compare import (
     CURVE_KEYS,
     conversation_pairs,
@@ -106,9 +107,7 @@ def time_to_failure(
         return TimeToFailure(why_empty=NO_TURNS)
     ff = first_failures(jt, criteria=False)
     if ff.empty:
-        v = jt["verdict"].astype(object)
-        rated = jt["applicable"].astype(bool).to_numpy() & v.notna().to_numpy() & (v != "error")
-        return TimeToFailure(why_empty=NO_PPF if rated.any() else NO_RATED)
+        return TimeToFailure(why_empty=NO_PPF if rated_rows(jt).any() else NO_RATED)
     out = TimeToFailure(ff, frozenset(copied_conversations(jt)))
     out.per_target = km_summary(out.own, ["target"])
     if ff["arm"].nunique() > 1:
