@@ -12,6 +12,7 @@ from typing import Annotated, Any
 import typer
 
 from branchpoint.core.errors import UserError
+from branchpoint.tui.commands.json_rows import json_records
 from branchpoint.tui.commands.options import DbOption
 
 RunArg = Annotated[
@@ -427,19 +428,14 @@ def analysis_json(
     from branchpoint.analysis.report.sections import printed_notes
     from branchpoint.tui.commands.analyze_sections import sections_json
 
-    def records(frame: Any) -> Any:
-        if frame is None or getattr(frame, "empty", True):
-            return []
-        return json.loads(frame.to_json(orient="records", date_format="iso"))
-
     def contrast(result: Any) -> Any:
         if result is None:
             return None
         return {
-            "contrasts": records(result.contrasts),
-            "per_target": records(result.per_target),
-            "target_share": records(result.target_share),
-            "friedman": records(result.friedman),
+            "contrasts": json_records(result.contrasts),
+            "per_target": json_records(result.per_target),
+            "target_share": json_records(result.target_share),
+            "friedman": json_records(result.friedman),
             "notes": list(result.notes),
         }
 
@@ -449,40 +445,43 @@ def analysis_json(
         "n_copied_conversations": a.n_copied_conversations,
         "n_ratings": a.n_judgments,
         "unit_of_analysis": "judged chatbot turn, each counted once however many arms carry it",
-        "rates": records(a.rates),
-        "rates_target_condition": records(a.rates_target_condition),
-        "rates_condition": records(a.rates_condition),
-        "rates_condition_conversation": records(a.rates_condition_conversation),
-        "rates_risk_area": records(a.rates_risk_area),
-        "errors": records(a.errors),
+        "rates": json_records(a.rates),
+        "rates_target_condition": json_records(a.rates_target_condition),
+        "rates_condition": json_records(a.rates_condition),
+        "rates_condition_conversation": json_records(a.rates_condition_conversation),
+        "rates_risk_area": json_records(a.rates_risk_area),
+        "errors": json_records(a.errors),
         "contrasts": contrast(a.contrasts),
         "condition": contrast(a.condition),
         "simulators": contrast(a.simulators),
-        "simulator_conclusions": records(a.simulator_conclusions),
+        "simulator_conclusions": json_records(a.simulator_conclusions),
         "agreement": None
         if a.agreement is None
-        else {"pairs": records(a.agreement.pairs), "alpha_all": records(a.agreement.alpha_all)},
+        else {
+            "pairs": json_records(a.agreement.pairs),
+            "alpha_all": json_records(a.agreement.alpha_all),
+        },
         "plotted_judge": a.primary_judge,
-        "realisation": records(a.realisation),
-        "reasoning": records(a.reasoning),
+        "realisation": json_records(a.realisation),
+        "reasoning": json_records(a.reasoning),
         "n_reasoning_replies": a.n_reasoning_replies,
         "ed": None
         if a.ed is None
         else {
-            "by_model": records(a.ed.by_model),
-            "bio": records(a.ed.bio),
-            "cue": records(a.ed.cue),
-            "attributes": records(a.ed.attributes),
-            "dimensions": records(a.ed.dimensions),
-            "branches": records(a.ed.branches),
-            "conditions": records(a.ed.conditions),
+            "by_model": json_records(a.ed.by_model),
+            "bio": json_records(a.ed.bio),
+            "cue": json_records(a.ed.cue),
+            "attributes": json_records(a.ed.attributes),
+            "dimensions": json_records(a.ed.dimensions),
+            "branches": json_records(a.ed.branches),
+            "conditions": json_records(a.ed.conditions),
         },
         "judge_corrected": None
         if corrected is None
         else {
-            "rates": records(corrected.table),
+            "rates": json_records(corrected.table),
             "notes": list(corrected.notes),
-            "contrasts": [] if contrasts is None else records(contrasts.table),
+            "contrasts": [] if contrasts is None else json_records(contrasts.table),
             "contrast_notes": [] if contrasts is None else list(contrasts.notes),
         },
         **sections_json(a, exploratory=exploratory),

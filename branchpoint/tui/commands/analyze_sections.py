@@ -5,7 +5,6 @@ Shorter than the report: the per-arm curves and the plot are in the report and i
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pandas as pd
@@ -22,6 +21,7 @@ from branchpoint.analysis.survival.section import (
 )
 from branchpoint.analysis.survival.section import TITLE as SURVIVAL
 from branchpoint.analysis.survival.summary import NO_TURNS
+from branchpoint.tui.commands.json_rows import json_records
 
 SHOWN = 8  # branch-option rows printed (every row: --format json, the report)
 TTF_METHOD = (
@@ -76,11 +76,6 @@ def text_sections(a: Analysis, *, exploratory: bool) -> list[str | tuple[str, pd
 def sections_json(a: Analysis, *, exploratory: bool) -> dict[str, Any]:
     """Both sections' rows for ``analyze --format json`` (every row; the text shows fewer)."""
 
-    def records(frame: Any) -> Any:
-        if frame is None or getattr(frame, "empty", True):
-            return []
-        return json.loads(frame.to_json(orient="records", date_format="iso"))
-
     t, c = a.time_to_failure, a.chatbots
     ttf: dict[str, Any] = {"exploratory": exploratory}
     if t is None or t.why_empty:
@@ -89,15 +84,15 @@ def sections_json(a: Analysis, *, exploratory: bool) -> dict[str, Any]:
         own = t.own
         ttf.update({
             "absent": None, "n_conversations": int(own["conversation_id"].nunique()),
-            "n_copied_conversations": len(t.copies), "per_target": records(t.per_target),
-            "per_arm": records(t.per_arm), "matched": records(t.matched),
+            "n_copied_conversations": len(t.copies), "per_target": json_records(t.per_target),
+            "per_arm": json_records(t.per_arm), "matched": json_records(t.matched),
         })  # fmt: skip
     bots: dict[str, Any] = {"exploratory": exploratory}
     if c is None:
         bots["absent"] = "no judged conversations"
     else:
         bots.update({
-            "absent": c.absent or None, "targets": c.targets, "ranking": records(c.ranking),
-            "ed_friedman": records(c.ed_friedman), "ed_pairwise": records(c.ed_pairwise),
+            "absent": c.absent or None, "targets": c.targets, "ranking": json_records(c.ranking),
+            "ed_friedman": json_records(c.ed_friedman), "ed_pairwise": json_records(c.ed_pairwise),
         })  # fmt: skip
     return {"time_to_failure": ttf, "chatbots": bots}

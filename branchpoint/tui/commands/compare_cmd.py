@@ -12,6 +12,7 @@ from typing import Annotated, Any
 import typer
 
 from branchpoint.core.errors import UserError
+from branchpoint.tui.commands.json_rows import json_records as _records
 from branchpoint.tui.commands.options import DbOption
 
 SHOWN_PAIRS = 5  # pairs listed per regression in text (every one in json and --out)
@@ -51,12 +52,6 @@ def comparison_display(tab: Any, with_arm: bool) -> Any:
         "pairs": tab["n_pairs"],
     })  # fmt: skip
     return pd.DataFrame(cols)
-
-
-def _records(frame: Any) -> Any:
-    if frame is None or getattr(frame, "empty", True):
-        return []
-    return json.loads(frame.to_json(orient="records", date_format="iso"))
 
 
 def compare_json(c: Any, ranking: Any = None, ttf: Any = None) -> str:
