@@ -144,6 +144,21 @@ def test_ranking_orders_a_clearly_worse_target_last_with_its_interval(tmp_path: 
     assert np.isclose(r["p_first"].sum(), 1.0)
 
 
+@pytest.mark.parametrize("n_scenarios", [1, 2])
+def test_a_ranking_of_too_few_scenarios_says_why_it_has_no_rank_interval(
+    tmp_path: Path, n_scenarios: int
+) -> None:
+    from branchpoint.analysis.chatbots.ranking import MIN_SCENARIOS, ranking_display
+
+    db = tmp_path / "few.db"
+    write_teen_store(db, design(0.2, n_scenarios=n_scenarios), seed=5)
+    shown = ranking_display(rank_targets(judgment_table(open_store(db, create=False))))
+    scenarios = "scenario" if n_scenarios == 1 else "scenarios"
+    why = f"none ({n_scenarios} {scenarios}; {MIN_SCENARIOS} needed)"
+    assert list(shown["95% rank interval"]) == [why, why]
+    assert set(shown["P(first)"]) == {"n/a"}
+
+
 def test_ed_model_comparison_finds_the_safer_model_and_not_the_equal_ones(tmp_path: Path) -> None:
     from branchpoint.analysis.chatbots.ed_models import ed_model_comparison
     from branchpoint.analysis.testing.synthetic import EDDesign, write_ed_store

@@ -74,13 +74,20 @@ def rank_targets(
 
 
 def ranking_display(r: pd.DataFrame) -> pd.DataFrame:
-    def iv(lo: float, hi: float) -> str:
-        return "none" if np.isnan(lo) else f"{lo:g} to {hi:g}"
+    def iv(lo: float, hi: float, n_scenarios: int) -> str:
+        if not np.isnan(lo):
+            return f"{lo:g} to {hi:g}"
+        if n_scenarios < MIN_SCENARIOS:  # say why, as the contrast tables do
+            noun = "scenario" if n_scenarios == 1 else "scenarios"
+            return f"none ({n_scenarios} {noun}; {MIN_SCENARIOS} needed)"
+        return "none (not resampled)"
 
     return pd.DataFrame({
         "rank": [f"{x:g}" for x in r["rank"]], "target": r["target"],
         "failure rate": [f"{100 * x:.1f}%" for x in r["rate"]],
-        "95% rank interval": [iv(lo, hi) for lo, hi in zip(r["rank_low"], r["rank_high"])],
+        "95% rank interval": [
+            iv(lo, hi, n) for lo, hi, n in zip(r["rank_low"], r["rank_high"], r["n_scenarios"])
+        ],
         "P(first)": ["n/a" if np.isnan(x) else f"{x:.2f}" for x in r["p_first"]],
         "ratings": r["n_ratings"], "scenarios": r["n_scenarios"],
     })  # fmt: skip
