@@ -106,3 +106,37 @@ def test_a_judge_only_rate_at_0_percent_in_every_scenario_has_width() -> None:
     got = ppi_contrast(_group(120, 8, 0.0, 0.0), _group(120, 8, 0.0, 0.0))
     assert not isinstance(got, str)
     assert got.judge_only.low < 0.0 < got.judge_only.high
+
+
+def test_a_corrected_figure_on_the_plug_in_variance_alone_says_so() -> None:
+    """Issue 44 item 8: where the scenario jackknife cannot be computed the plug-in was used
+    silently. Each estimate now names the variance it rests on, and the report counts them."""
+    from branchpoint.analysis.judge_correction.estimators import (
+        VARIANCE_BOTH,
+        VARIANCE_PLUG_IN_STRATUM,
+    )
+    from branchpoint.analysis.judge_correction.section import variance_note
+
+    rng = np.random.default_rng(4)
+    spread = _group(120, 24, 0.0, 0.0)
+    spread["yhat"] = (rng.random(120) < 0.3).astype(float)
+    spread["y"] = np.where(spread["labelled"], spread["yhat"], 0.0)
+    one = {k: v.copy() for k, v in spread.items()}
+    one["labelled"] = one["cluster"] == 0  # every label in one scenario: no leave-one-out
+    one["y"] = np.where(one["labelled"], one["yhat"], 0.0)
+    both = ppi_design(spread["yhat"], spread["y"], spread["labelled"], spread["stratum"],
+                      spread["cluster"])  # fmt: skip
+    alone = ppi_design(one["yhat"], one["y"], one["labelled"], one["stratum"], one["cluster"])
+    assert not isinstance(both, str) and not isinstance(alone, str)
+    assert both.variance_rule == VARIANCE_BOTH
+    assert (
+        alone.variance_rule == VARIANCE_PLUG_IN_STRATUM and "plug-in alone" in alone.variance_rule
+    )
+    contrast = ppi_contrast(spread, one)
+    assert not isinstance(contrast, str) and contrast.variance_rule == VARIANCE_PLUG_IN_STRATUM
+    table = pd.DataFrame({"variance_rule": [both.variance_rule, alone.variance_rule, ""]})
+    assert (
+        variance_note(table, "rates")
+        == f"1 of 2 corrected rates rest on {VARIANCE_PLUG_IN_STRATUM}."
+    )
+    assert variance_note(table.iloc[:1], "rates") is None

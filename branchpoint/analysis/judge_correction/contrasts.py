@@ -141,7 +141,7 @@ def contrast_row(option: pd.DataFrame, baseline: pd.DataFrame, alpha: float) -> 
         human_low=est.human_only.low, human_high=est.human_only.high,
         corrected=est.corrected.estimate, corrected_low=est.corrected.low,
         corrected_high=est.corrected.high, lam=est.lam, note="",
-        lambda_rule=est.lambda_rule,
+        lambda_rule=est.lambda_rule, variance_rule=est.variance_rule,
     )  # fmt: skip
     return out
 

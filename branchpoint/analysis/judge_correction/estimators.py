@@ -84,7 +84,8 @@ class PPIEstimate:
     n_items: int
     n_labelled: int
     n_clusters: int
-    lambda_rule: str = ""  # how lambda was chosen and the variance made (``_lambda_and_se``)
+    lambda_rule: str = ""  # how lambda was chosen (``_lambda_and_se``)
+    variance_rule: str = ""  # which variance the corrected interval rests on (``_lambda_and_se``)
 
 
 def _nan_interval() -> Interval:
@@ -155,7 +156,7 @@ def ppi_design(
     if len(c_names) < 2:
         return "one scenario: the clustering cannot be estimated"
     o = got
-    lam, jack, rule = _lambda_and_se(o, None, lam)
+    lam, jack, rule, variance_rule = _lambda_and_se(o, None, lam)
     g = len(c_names)
     scale = g / (g - 1) / o.n**2
     bounded = yhat.min() >= 0 and yhat.max() <= 1  # rates; scores are not clipped
@@ -183,6 +184,7 @@ def ppi_design(
         n_labelled=int(lab.sum()),
         n_clusters=g,
         lambda_rule=rule,
+        variance_rule=variance_rule,
     )
 
 
@@ -349,18 +351,31 @@ DEFAULT_LAMBDA = 1.0
 LAMBDA_ONE = "lambda 1 (plain PPI, not tuned on the labels)"
 
 
+# Which variance a corrected interval rests on: the row says it, so a plug-in alone is never silent.
+VARIANCE_BOTH = "the larger of the clustered plug-in and the leave-one-scenario-out jackknife"
+VARIANCE_PLUG_IN_STRATUM = (
+    "the clustered plug-in alone: leaving a scenario out would leave a stratum without labels, "
+    "so the jackknife cannot be computed (lambda 1 and the variance floor keep it valid)"
+)
+VARIANCE_PLUG_IN_LARGE = (
+    f"the clustered plug-in alone: over {JACKKNIFE_MAX_CLUSTERS:,} scenarios the jackknife is "
+    "not run (lambda 1 needs no check)"
+)
+
+
 def _lambda_and_se(
     o: _Influence, b: _Influence | None, lam: float | None
-) -> tuple[float, float | None, str]:
-    """(lambda, jackknife standard error or None, the rule in words): lambda ``DEFAULT_LAMBDA``
-    unless given, never tuned on the labels it is applied to; the scenario jackknife (when every
-    stratum keeps a label without each scenario) is a second variance, of which the larger is
-    used."""
+) -> tuple[float, float | None, str, str]:
+    """(lambda, jackknife standard error or None, the lambda rule in words, the variance rule in
+    words): lambda ``DEFAULT_LAMBDA`` unless given, never tuned on the labels it is applied to;
+    the scenario jackknife (when every stratum keeps a label without each scenario) is a second
+    variance, of which the larger is used; where it cannot be computed the variance rule says so."""
     rule = LAMBDA_ONE if lam is None else f"lambda fixed at {lam:g}"
     lam = DEFAULT_LAMBDA if lam is None else lam
     if len(o.u) > JACKKNIFE_MAX_CLUSTERS:
-        return lam, None, rule
-    return lam, _jackknife_se(o, b, lam), rule
+        return lam, None, rule, VARIANCE_PLUG_IN_LARGE
+    jack = _jackknife_se(o, b, lam)
+    return lam, jack, rule, VARIANCE_PLUG_IN_STRATUM if jack is None else VARIANCE_BOTH
 
 
 def _tuned(u: np.ndarray, v: np.ndarray) -> float:
@@ -379,6 +394,7 @@ class PPIContrast:
     n_labelled: tuple[int, int]
     n_clusters: int
     lambda_rule: str = ""
+    variance_rule: str = ""
 
 
 def ppi_contrast(
@@ -394,11 +410,13 @@ def ppi_contrast(
     Each side is ``ppi_design``'s estimator on its own items (``yhat``, ``y``, ``labelled``,
     ``stratum``, ``cluster`` arrays), corrected with the labels that fell on that side; the
     variance is the cluster-robust variance over scenarios of the difference of the two sides'
-    influence totals, so the pairing (both arms in one scenario) is kept, and one lambda
-    minimises it. The corrected interval's standard error is the larger of that and the
-    leave-one-scenario-out jackknife with lambda tuned again in each (``_jackknife_se``). Valid when labels fall on both sides, whether or not both arms of a pair were
+    influence totals, so the pairing (both arms in one scenario) is kept; lambda and the
+    variance follow ``_lambda_and_se`` (lambda 1; the larger of that variance and the
+    leave-one-scenario-out jackknife where it can be computed, the row's ``variance_rule`` saying
+    which). Valid when labels fall on both sides, whether or not both arms of a pair were
     labelled: the design draws each side's labelled turns at random within its strata. A side
-    with fewer than two labels in one of its strata gives no estimate (said in one line)."""
+    with fewer than ``MIN_LABELS_PER_STRATUM`` labels in one of its strata gives no estimate
+    (said in one line)."""
     names = pd.Index(
         pd.unique(
             np.concatenate([np.asarray(option["cluster"]), np.asarray(baseline["cluster"])]).astype(
@@ -423,7 +441,7 @@ def ppi_contrast(
     u = o.u / o.n - b.u / b.n
     v = o.v / o.n - b.v / b.n
     r = o.r / o.n - b.r / b.n
-    lam, jack, rule = _lambda_and_se(o, b, lam)
+    lam, jack, rule, variance_rule = _lambda_and_se(o, b, lam)
     scale = g / (g - 1)
     values = np.concatenate([np.asarray(side["yhat"], float) for side in (option, baseline)])
     # a difference of two rates lies in [-1, 1]: its interval never runs past (scores are free)
@@ -453,6 +471,7 @@ def ppi_contrast(
         n_labelled=(int(np.sum(option["labelled"])), int(np.sum(baseline["labelled"]))),
         n_clusters=g,
         lambda_rule=rule,
+        variance_rule=variance_rule,
     )
 
 
@@ -829,7 +848,7 @@ def _row(group: pd.DataFrame, alpha: float, width: float) -> dict[str, Any]:
             human_rate=est.human_only.estimate, human_low=est.human_only.low, human_high=est.human_only.high,
             corrected=est.corrected.estimate, corrected_low=est.corrected.low,
             corrected_high=est.corrected.high, lam=est.lam, note="",
-            lambda_rule=est.lambda_rule,
+            lambda_rule=est.lambda_rule, variance_rule=est.variance_rule,
         )  # fmt: skip
     labelled = group[lab]
     _, needed = labels_needed(labelled, group, width)

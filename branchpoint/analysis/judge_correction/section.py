@@ -23,6 +23,7 @@ from branchpoint.analysis.judge_correction.contrasts import (
 )
 from branchpoint.analysis.judge_correction.estimators import (
     ALL,
+    VARIANCE_BOTH,
     Correction,
     correct_frames,
     correct_score_frames,
@@ -43,7 +44,9 @@ METHOD = (
     "intervals are 95%, clustered by scenario; a stratum with fewer than "
     f"{MIN_LABELS_PER_STRATUM} labels gets no "
     "corrected figure, and labels that all agree still leave the interval room (the "
-    "rectifier's variance is floored: docs/methods/intervals.md). "
+    "rectifier's variance is floored: docs/methods/intervals.md); the variance is the larger "
+    "of the clustered plug-in and the leave-one-scenario-out jackknife, or the plug-in alone "
+    "where the jackknife cannot be computed, said below and in each row's `variance_rule`. "
     "Beside each: the judge-only rate (what the tables above report), the people's rate on the "
     "labelled turns, and the judge's sensitivity and specificity against the labels."
 )
@@ -150,6 +153,19 @@ def corrected_plot(table: pd.DataFrame) -> bytes | None:
     return _png(fig)
 
 
+def variance_note(table: pd.DataFrame, what: str) -> str | None:
+    """One line when some corrected figures rest on the plug-in variance alone (never silent)."""
+    if "variance_rule" not in table or table.empty:
+        return None
+    rules = table["variance_rule"].dropna()
+    rules = rules[rules != ""]
+    alone = rules[rules != VARIANCE_BOTH]
+    if alone.empty:
+        return None
+    reasons = "; ".join(sorted(set(alone)))
+    return f"{len(alone)} of {len(rules)} corrected {what} rest on {reasons}."
+
+
 def judge_correction_section(
     store_or_db: Any,
     runs: Sequence[str] | None = None,
@@ -171,6 +187,7 @@ def judge_correction_section(
     s.text.append(METHOD)
     s.text.append(f"Labelling design: {c.design_id}.")
     s.text += c.notes
+    s.text += [n for n in (variance_note(c.table, "rates"),) if n]
     per_target = c.table[c.table["condition"] == ALL]
     cells = c.table[c.table["condition"] != ALL]
     s.tables.append(("Per target (all conditions and criteria)", display_table(per_target)))
@@ -199,6 +216,7 @@ def add_contrasts(s: Section, contrasts: Correction, shown: Sequence[str] = ()) 
     s.text.append(f"{CONTRAST_TITLE}: {CONTRAST_METHOD}")
     line = summary_line(contrasts)
     s.text += [n for n in contrasts.notes if n not in shown and (line is None or n not in line)]
+    s.text += [n for n in (variance_note(contrasts.table, "contrasts"),) if n]
     if line is not None:
         s.text.append(f"{CONTRAST_TITLE}: {line}")
         return

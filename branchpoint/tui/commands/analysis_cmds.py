@@ -249,7 +249,11 @@ def register(app: typer.Typer) -> None:
             summary_line,
         )
         from branchpoint.analysis.judge_correction.estimators import ALL, judge_corrected
-        from branchpoint.analysis.judge_correction.section import TITLE, display_table
+        from branchpoint.analysis.judge_correction.section import (
+            TITLE,
+            display_table,
+            variance_note,
+        )
 
         corrected = judge_corrected(store, selected, exclude=a.excluded)
         contrasts = judge_corrected_contrasts(
@@ -305,6 +309,10 @@ def register(app: typer.Typer) -> None:
                 ]
             ]  # per target; every cell in `report` and `export --level corrected`
             _print_table(console, f"{TITLE} (PPI++, per target)", shown)
+            for note in (variance_note(corrected.table, "rates"),
+                         variance_note(contrasts.table, "contrasts")):  # fmt: skip
+                if note:
+                    console.print(_text("note: " + note))
             line = summary_line(contrasts)
             if line is not None:
                 console.print(_text(f"{CONTRAST_TITLE}: {line}"))
