@@ -182,3 +182,19 @@ def test_a_store_whose_verdicts_are_all_errors_says_so_not_that_they_are_risk_le
     text = " ".join(_analyze(db).split())
     assert "Time to the first failure: Every verdict is an error or not applicable" in text
     assert "risk levels" not in text.split("Time to the first failure:", 1)[1].split(".")[0]
+
+
+def test_two_scenarios_every_missing_interval_and_p_says_why(tmp_path: Path) -> None:
+    """At two scenarios no scenario-level test runs: the per-protocol interval said why, its
+    intention-to-treat neighbour said "n/a" and the time to failure's p read "nan"."""
+    design = TeenDesign(n_scenarios=2, targets=TARGETS, conditions=("none",), criteria=CRITERIA)
+    db = tmp_path / "two_scenarios.db"
+    write_teen_store(db, design, seed=2)
+    out = _analyze(db)
+    assert "nan" not in out.split()
+    listed = json.loads(_analyze(db, "--format", "json"))
+    assert listed["contrasts"]["contrasts"]  # there are contrasts to show
+    rows = [line for line in out.splitlines() if "too few scenarios to test" in line]
+    assert rows, out
+    assert "n/a (too few scenarios to test)" in out
+    assert not [line for line in out.splitlines() if line.rstrip().endswith(" n/a")], out

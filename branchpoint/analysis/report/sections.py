@@ -14,7 +14,7 @@ from branchpoint.analysis.contrasts.sensitivity import summary_line
 from branchpoint.analysis.pairing.realisation import NOT_REALISED
 from branchpoint.analysis.pipeline import Analysis
 from branchpoint.analysis.report import plots
-from branchpoint.analysis.stats.inference import T_TEST
+from branchpoint.analysis.stats.inference import MIN_TEST_CLUSTERS, T_TEST, TOO_FEW
 from branchpoint.judges.reasoning_criterion import REASONING_CRITERION, REASONING_RUBRIC
 
 
@@ -65,6 +65,19 @@ def _scenario_intervals(frame: pd.DataFrame) -> list[str]:
         _interval(lo, hi, _pp) + ("" if m == T_TEST or not isinstance(m, str) else f" ({m})")
         for lo, hi, m in zip(frame["ci_low"], frame["ci_high"], test)
     ]
+
+
+def _itt_intervals(frame: pd.DataFrame, fmt: Any) -> list[str]:
+    """Each row's intention-to-treat interval; where none, why (as the per-protocol one says)."""
+    lows, highs = _values(frame, "ci_low_itt"), _values(frame, "ci_high_itt")
+    scenarios = _values(frame, "n_scenarios_itt")
+    out = []
+    for lo, hi, n in zip(lows, highs, scenarios):
+        text = _interval(lo, hi, fmt)
+        if text == "n/a" and pd.notna(n) and float(n) < MIN_TEST_CLUSTERS:
+            text = f"n/a ({TOO_FEW})"
+        out.append(text)
+    return out
 
 
 @dataclass
@@ -119,9 +132,7 @@ def headline_tables(a: Analysis, top: int = 8) -> list[tuple[str, pd.DataFrame]]
             "95% interval (scenarios)": _scenario_intervals(c),
             "scenarios": c["n_scenarios"], "realised pairs": _realised_pairs(c),
             "diff (pp, intention to treat)": [_pp(x) for x in _values(c, "diff_itt")],
-            "95% interval (intention to treat)": [
-                _interval(lo, hi, _pp) for lo, hi in zip(_values(c, "ci_low_itt"), _values(c, "ci_high_itt"))
-            ],
+            "95% interval (intention to treat)": _itt_intervals(c, _pp),
             "p scenario-level (Holm)": [_p(x) for x in c["p_scenario_holm"]],
             "McNemar p (Holm; not cluster-adjusted)": [_p(x) for x in c["p_mcnemar_holm"]],
             "Wilcoxon p (Holm; not cluster-adjusted)": [_p(x) for x in c["p_wilcoxon_holm"]],
@@ -508,9 +519,7 @@ def _ed_contrast_display(c: pd.DataFrame | None) -> pd.DataFrame | None:
         "p scenario (Holm)": [_p(x) for x in c["p_scenario_holm"]],
         "not realised (left out)": _column(c, "n_not_realised"),
         "diff (points, intention to treat)": [_num(x) for x in _values(c, "diff_itt")],
-        "95% interval (intention to treat)": [
-            _interval(lo, hi, _num) for lo, hi in zip(_values(c, "ci_low_itt"), _values(c, "ci_high_itt"))
-        ],
+        "95% interval (intention to treat)": _itt_intervals(c, _num),
     })  # fmt: skip
 
 
@@ -821,9 +830,7 @@ def _contrast_display(c: pd.DataFrame) -> pd.DataFrame:
         "rate a": [_pct(x) for x in c["rate_a"]], "rate b": [_pct(x) for x in c["rate_b"]],
         "diff (pp)": _realised_diff(c),
         "diff (pp, intention to treat)": [_pp(x) for x in _values(c, "diff_itt")],
-        "95% interval (intention to treat)": [
-            _interval(lo, hi, _pp) for lo, hi in zip(_values(c, "ci_low_itt"), _values(c, "ci_high_itt"))
-        ],
+        "95% interval (intention to treat)": _itt_intervals(c, _pp),
         "p scenario (Holm, intention to treat)": [_p(x) for x in _values(c, "p_scenario_itt_holm")],
         "95% interval": [_interval(lo, hi, _pp) for lo, hi in zip(c["ci_low"], c["ci_high"])],
         "interval": c["interval"], "p scenario": [_p(x) for x in c["p_scenario"]],

@@ -83,8 +83,10 @@ def _matched_display(tab: pd.DataFrame) -> pd.DataFrame:
         "option - baseline": [f"{x:+.2f}" for x in tab["rmst_diff"]],
         "95% interval": ["none" if math.isnan(lo) else f"{lo:+.2f} to {hi:+.2f}"
                          for lo, hi in zip(tab["ci_low"], tab["ci_high"])],
-        "test": tab["interval"], "p (Holm)": [f"{p:.3g}" for p in tab["p_scenario_holm"]],
-        "log-rank p, stratified (Holm)": [f"{p:.3g}" for p in tab["p_logrank_holm"]],
+        "test": tab["interval"], "p (Holm)": ["n/a" if math.isnan(p) else f"{p:.3g}" for p in tab["p_scenario_holm"]],
+        "log-rank p, stratified (Holm)": [
+            "n/a" if math.isnan(p) else f"{p:.3g}" for p in tab["p_logrank_holm"]
+        ],
         "pairs": tab["n_pairs"],
     })  # fmt: skip
 
