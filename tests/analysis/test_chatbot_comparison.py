@@ -211,3 +211,21 @@ def test_average_ranks_equal_scipy_rankdata_with_ties_and_infinities() -> None:
         x[rng.random(x.shape) < 0.1] = np.inf  # a target with no draw ranks last
         assert np.array_equal(average_ranks(x), stats.rankdata(x, axis=1))
         assert np.array_equal(average_ranks(x[0]), stats.rankdata(x[0]))
+
+
+@pytest.mark.parametrize(("n_scenarios", "why"), [
+    (2, "none could be tested (too few scenarios to test)"),
+    (4, "none could reach p below 0.05 (the exact sign-flip test's smallest p with 4 scenarios is 0.125)"),
+])  # fmt: skip
+def test_what_regressed_says_when_nothing_could_be_found(
+    tmp_path: Path, n_scenarios: int, why: str
+) -> None:
+    """'What regressed: nothing' read as a finding where no row could be tested (2 scenarios) or
+    none could reach alpha (4: the exact test's smallest p is 0.125)."""
+    db = tmp_path / "few.db"
+    write_teen_store(db, design(0.4, n_scenarios=n_scenarios), seed=5)
+    res = run_in_process("compare", "--db", str(db), "--a", "scripted:old", "--b", "scripted:new",
+                         env={"COLUMNS": "300"})  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    line = next(x for x in res.stdout.splitlines() if x.startswith("What regressed"))
+    assert why in line, line

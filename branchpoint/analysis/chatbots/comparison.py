@@ -42,8 +42,9 @@ from branchpoint.analysis.contrasts.matched import (
     pairing_of,
     summarise_pairs,
 )
-from branchpoint.analysis.stats.inference import holm
+from branchpoint.analysis.stats.inference import SIGN_FLIP, holm
 from branchpoint.core.errors import UserError
+from branchpoint.core.power import sign_flip_min_p
 
 ALL_CRITERIA = "(all criteria)"
 ALL_ARMS = "(all arms)"
@@ -199,6 +200,33 @@ def compare_chatbots(aligned: Aligned, *, alpha: float = 0.05, ci: float = 0.95)
         aligned.label_a, aligned.label_b, overall, by_arm, regressions,
         _regressed_pairs(pairs, regressions), pairs, alpha, notes,
     )  # fmt: skip
+
+
+def nothing_regressed(c: Comparison) -> str:
+    """What to say when no row regressed: that nothing did, or why nothing could have been found
+    (no row could be tested; or none could reach alpha: the exact sign-flip test at 3-5
+    scenarios), so that an empty list is not read as a finding."""
+    rows = pd.concat([t for t in (c.overall, c.by_arm) if not t.empty], ignore_index=True)
+    tested = rows["p_scenario"].notna()
+    floor = [sign_flip_min_p(int(n)) if t == SIGN_FLIP else 0.0
+             for t, n in zip(rows["test"], rows["n_scenarios"])]  # fmt: skip
+    can = tested & (pd.Series(floor, index=rows.index) < c.alpha)
+    if not tested.any():
+        reasons = ", ".join(sorted(set(rows["test"].astype(str))))
+        return f"What regressed: nothing; none could be tested ({reasons})"
+    if not can.any():
+        n = int(rows.loc[tested, "n_scenarios"].max())
+        return (
+            f"What regressed: nothing; none could reach p below {c.alpha:g} (the exact sign-flip "
+            f"test's smallest p with {n} scenarios is {sign_flip_min_p(n):.3g})"
+        )
+    line = (
+        f"What regressed: nothing; no arm, criterion or condition where B fails more with a "
+        f"Holm-adjusted p below {c.alpha:g}"
+    )
+    if not can.all():
+        line += f" ({int((~can).sum())} of {len(rows)} rows had no test that could reach it)"
+    return line
 
 
 def pair_export(comparison: Comparison) -> pd.DataFrame:

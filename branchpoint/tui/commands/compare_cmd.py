@@ -54,6 +54,15 @@ def comparison_display(tab: Any, with_arm: bool) -> Any:
     return pd.DataFrame(cols)
 
 
+def _nothing_regressed(c: Any) -> str | None:
+    """The line for an empty regression list (why nothing could be found, where so), or None."""
+    if not c.regressions.empty or c.overall.empty:
+        return None
+    from branchpoint.analysis.chatbots.comparison import nothing_regressed
+
+    return nothing_regressed(c)
+
+
 def compare_json(c: Any, ranking: Any = None, ttf: Any = None) -> str:
     out = {
         "a": c.label_a,
@@ -63,6 +72,7 @@ def compare_json(c: Any, ranking: Any = None, ttf: Any = None) -> str:
         "overall": _records(c.overall),
         "by_arm": _records(c.by_arm),
         "regressions": _records(c.regressions),
+        "regressions_note": _nothing_regressed(c),
         "regressed_pairs": _records(c.regressed_pairs),
         "ranking": _records(ranking),
         "time_to_failure": {k: _records(v) for k, v in (ttf or {}).items()},
@@ -198,12 +208,7 @@ def _print_text(c: Any, ranking: Any, db: str | None, db_b: str | None, ttf: Any
     _print_table(console, "Overall (per criterion and over the rubric; Holm over this table)",
                  comparison_display(c.overall, with_arm=False))  # fmt: skip
     if c.regressions.empty:
-        console.print(
-            _text(
-                f"What regressed: nothing; no arm, criterion or condition where B fails "
-                f"more with a Holm-adjusted p below {c.alpha:g}"
-            )  # fmt: skip
-        )
+        console.print(_text(_nothing_regressed(c) or ""))
     else:
         _print_table(console, "What regressed (B worse; Holm-adjusted p below alpha)",
                      comparison_display(c.regressions, with_arm=True))  # fmt: skip
