@@ -149,3 +149,23 @@ def test_registered_amended_and_reported(tmp_path: Path) -> None:
     # every scenario at -100: the interval of no spread, not zero-width (issue 44)
     assert "-100.0 to -18.1" in chat
     assert "difference: failure lower, at least the smallest effect of interest" in chat
+
+
+@pytest.mark.parametrize(("n", "expected"), [
+    (4, "no test could show a difference: the exact sign-flip test's smallest p with 4 scenarios is 0.125"),
+    (6, "no difference shown"),
+])  # fmt: skip
+def test_a_member_whose_test_cannot_reach_alpha_is_not_called_no_difference_shown(
+    n: int, expected: str
+) -> None:
+    """At 3-5 scenarios the exact sign-flip test cannot give p below 0.05: 'no difference shown'
+    read as a result where no result was possible."""
+    from types import SimpleNamespace
+
+    from branchpoint.analysis.preregistered.family import decide
+    from branchpoint.core.analysis_plan import AnalysisPlan
+
+    plan = AnalysisPlan.model_validate(PLAN)
+    row = SimpleNamespace(p_holm=0.5, diff=0.2, ci_low=-1.0, ci_high=1.0,
+                          test="exact sign-flip", n_scenarios=n)  # fmt: skip
+    assert decide(plan, row) == expected

@@ -27,9 +27,10 @@ from branchpoint.analysis.contrasts.matched import (
     resolve_baselines,
     summarise_pairs,
 )
-from branchpoint.analysis.stats.inference import holm
+from branchpoint.analysis.stats.inference import SIGN_FLIP, holm
 from branchpoint.analysis.tables.judgments import choice_column, choice_columns
 from branchpoint.core.analysis_plan import AnalysisPlan, PrimaryContrast
+from branchpoint.core.power import sign_flip_min_p
 
 ALL_CRITERIA = "(all criteria)"
 GROUP = ["contrast", "criterion_id", "condition"]
@@ -143,6 +144,12 @@ def decide(plan: AnalysisPlan, row: Any) -> str:
     x = plan.smallest_effect
     if p != p:  # NaN: no test (too few scenarios)
         return "no test (too few scenarios)"
+    floor = sign_flip_min_p(int(row.n_scenarios)) if row.test == SIGN_FLIP else 0.0
+    if floor >= plan.alpha:  # 3-5 scenarios: "no difference shown" would read as a result
+        return (
+            f"no test could show a difference: the exact sign-flip test's smallest p with "
+            f"{int(row.n_scenarios)} scenarios is {floor:.3g}"
+        )
     if p < plan.alpha:
         direction = "higher" if est > 0 else "lower"
         if plan.decision == "holm":
