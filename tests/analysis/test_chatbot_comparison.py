@@ -229,3 +229,44 @@ def test_what_regressed_says_when_nothing_could_be_found(
     assert res.returncode == 0, res.stderr
     line = next(x for x in res.stdout.splitlines() if x.startswith("What regressed"))
     assert why in line, line
+
+
+def _second_judge(db: Path, flip_every: int = 5) -> None:
+    """A second judge on every turn, disagreeing with the first on some (a judge-validation run)."""
+    with sqlite3.connect(db) as con:
+        cols = [r[1] for r in con.execute("pragma table_info(judgments)")]
+        picked = ", ".join(
+            "id || '-j2'" if c == "id" else "'scripted:judge2'" if c == "judge"
+            else f"case when rowid % {flip_every} = 0 and verdict = 'fail' then 'pass' "
+            f"when rowid % {flip_every} = 0 and verdict = 'pass' then 'fail' else verdict end"
+            if c == "verdict" else c
+            for c in cols
+        )  # fmt: skip
+        con.execute(f"insert into judgments ({', '.join(cols)}) select {picked} from judgments")
+
+
+def test_two_judges_each_row_names_its_judge_and_holm_runs_per_judge(tmp_path: Path) -> None:
+    """Two judges: compare printed each judge's rows with no judge column (a criterion twice,
+    with different figures), ran Holm over both judges' rows at once, and the ranking pooled
+    both judges' verdicts into one rate."""
+    from branchpoint.analysis.stats.inference import holm
+
+    db = tmp_path / "two_judges.db"
+    write_teen_store(db, design(0.2, n_scenarios=8), seed=6)
+    _second_judge(db)
+    store = open_store(db, create=False)
+    c = compare_chatbots(align(Side(store, "scripted:old"), Side(store, "scripted:new"),
+                               two_stores=False))  # fmt: skip
+    assert set(c.overall["judge"]) == {"scripted:judge", "scripted:judge2"}
+    for _, rows in c.overall.groupby("judge"):
+        assert np.allclose(rows["p_scenario_holm"], holm(rows["p_scenario"].to_numpy()),
+                           equal_nan=True)  # fmt: skip
+    res = run_in_process("compare", "--db", str(db), "--a", "scripted:old", "--b", "scripted:new",
+                         "--rank", env={"COLUMNS": "300"})  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    overall = res.stdout.split("Overall")[1].split("What regressed")[0]
+    assert "┃ judge " in overall, res.stdout  # every row of the family names its judge
+    assert overall.count("scripted:judge2 ") == (c.overall["judge"] == "scripted:judge2").sum()
+    ranked = rank_targets(judgment_table(store), n_boot=50)
+    assert set(ranked["judge"]) == {"scripted:judge", "scripted:judge2"}
+    assert len(ranked) == 4 and "┃ judge " in res.stdout.split("Ranking")[1]

@@ -8,7 +8,8 @@ scenario-level test and interval of ``branchpoint.analysis.stats.inference.scena
 with its rules for degenerate designs (fewer than 3 scenarios: no test; fewer than 6 or no
 spread: the exact sign-flip test; else a t-test). Sign: > 0 means B fails more.
 
-Two families, each Holm-adjusted on its own:
+Two families, each Holm-adjusted on its own (per judge: with several judges each judge's rows
+are a family of their own, and each row names its judge):
 
 * ``overall``: per criterion, and over the rubric (``ALL_CRITERIA``: every criterion's pairs
   together), per condition (conditions are never pooled), pooled over the arms;
@@ -113,8 +114,12 @@ def _family(pairs: pd.DataFrame, ci: float) -> pd.DataFrame:
         ignore_index=True,
     )
     tab = tab.drop(columns=["pooled_boot_low", "pooled_boot_high"], errors="ignore")
-    tab["p_scenario_holm"] = holm(tab["p_scenario"].to_numpy())
-    tab["p_conv_scenario_holm"] = holm(tab["p_conv_scenario"].to_numpy())
+    # one family per judge: two judges rating the same replies measure the same hypotheses
+    # twice, they do not double the family
+    for col in ("p_scenario", "p_conv_scenario"):
+        tab[f"{col}_holm"] = tab.groupby("judge", sort=False)[col].transform(
+            lambda p: holm(p.to_numpy())
+        )
     return tab.sort_values(["p_scenario", "diff"], ascending=[True, False]).reset_index(drop=True)
 
 

@@ -17,6 +17,7 @@ import pandas as pd
 
 from branchpoint.analysis.pairing.forks import distinct_ratings, rated_rows
 from branchpoint.analysis.stats.bootstrap import DEFAULT_BOOT, cluster_weights, per_cluster_sums
+from branchpoint.analysis.tables.display import with_judge
 
 MIN_SCENARIOS = 3  # as for a scenario-level test: fewer give no interval worth the name
 
@@ -34,11 +35,26 @@ def average_ranks(values: np.ndarray) -> np.ndarray:
 def rank_targets(
     judgments: pd.DataFrame, *, n_boot: int = DEFAULT_BOOT, seed: int = 0, ci: float = 0.95
 ) -> pd.DataFrame:
-    """One row per target: rate, rank, rank interval, P(first) (see the module docstring)."""
+    """One row per judge x target: rate, rank, rank interval, P(first) (see the module
+    docstring). Each judge ranks on its own verdicts: two judges' verdicts are two measurements
+    of one reply, not twice the ratings."""
     if judgments.empty:
         return pd.DataFrame()
     j = distinct_ratings(judgments)
     j = j[rated_rows(j)]
+    parts = [
+        _rank_one(g, n_boot=n_boot, seed=seed, ci=ci).assign(judge=str(judge))
+        for judge, g in j.groupby("judge", sort=True, observed=True)
+    ]
+    parts = [p for p in parts if not p.empty]
+    if not parts:
+        return pd.DataFrame()
+    out = pd.concat(parts, ignore_index=True)
+    return out[["judge", *[c for c in out.columns if c != "judge"]]]
+
+
+def _rank_one(j: pd.DataFrame, *, n_boot: int, seed: int, ci: float) -> pd.DataFrame:
+    """The ranking over one judge's rated items."""
     targets = sorted(j["target"].astype(str).unique())
     if len(targets) < 2:
         return pd.DataFrame()
@@ -82,7 +98,7 @@ def ranking_display(r: pd.DataFrame) -> pd.DataFrame:
             return f"none ({n_scenarios} {noun}; {MIN_SCENARIOS} needed)"
         return "none (not resampled)"
 
-    return pd.DataFrame({
+    shown = pd.DataFrame({
         "rank": [f"{x:g}" for x in r["rank"]], "target": r["target"],
         "failure rate": [f"{100 * x:.1f}%" for x in r["rate"]],
         "95% rank interval": [
@@ -91,3 +107,4 @@ def ranking_display(r: pd.DataFrame) -> pd.DataFrame:
         "P(first)": ["n/a" if np.isnan(x) else f"{x:.2f}" for x in r["p_first"]],
         "ratings": r["n_ratings"], "scenarios": r["n_scenarios"],
     })  # fmt: skip
+    return with_judge(r, shown)

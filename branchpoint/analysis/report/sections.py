@@ -15,6 +15,7 @@ from branchpoint.analysis.pairing.realisation import NOT_REALISED
 from branchpoint.analysis.pipeline import Analysis
 from branchpoint.analysis.report import plots
 from branchpoint.analysis.stats.inference import MIN_TEST_CLUSTERS, T_TEST, TOO_FEW
+from branchpoint.analysis.tables.display import with_judge
 from branchpoint.judges.reasoning_criterion import REASONING_CRITERION, REASONING_RUBRIC
 
 
@@ -725,19 +726,11 @@ def _plot(
     return name, None, f"judge {a.primary_judge} has no applicable pass/partial/fail rating"
 
 
-def _with_judge(src: pd.DataFrame, shown: pd.DataFrame) -> pd.DataFrame:
-    """Put the judge column first when several judges are in the table."""
-    if "judge" in src.columns and src["judge"].nunique() > 1 and "judge" not in shown.columns:
-        shown = shown.copy()
-        shown.insert(0, "judge", src["judge"].to_numpy())
-    return shown
-
-
 def _named(
     caption: str, src: pd.DataFrame, shown: pd.DataFrame, judge: str | None = None
 ) -> tuple[str, pd.DataFrame]:
     """Every table names its judge: a column when several judges are in it, else the caption."""
-    shown = _with_judge(src, shown)
+    shown = with_judge(src, shown)
     if "judge" in shown.columns and shown["judge"].nunique() > 1:
         return caption, shown
     one = (
@@ -824,7 +817,7 @@ def _realisation_display(r: pd.DataFrame) -> pd.DataFrame:
 
 
 def _contrast_display(c: pd.DataFrame) -> pd.DataFrame:
-    return _with_judge(c, pd.DataFrame({
+    return with_judge(c, pd.DataFrame({
         "contrast": c["contrast"], "condition": _column(c, "condition"), "criterion": c["criterion_id"],
         "scenarios": c["n_scenarios"], "realised pairs": _realised_pairs(c),
         "rate a": [_pct(x) for x in c["rate_a"]], "rate b": [_pct(x) for x in c["rate_b"]],

@@ -51,7 +51,9 @@ def comparison_display(tab: Any, with_arm: bool) -> Any:
         "test": tab["interval"], "p (Holm)": [_p(x) for x in tab["p_scenario_holm"]],
         "pairs": tab["n_pairs"],
     })  # fmt: skip
-    return pd.DataFrame(cols)
+    from branchpoint.analysis.tables.display import with_judge
+
+    return with_judge(tab, pd.DataFrame(cols))
 
 
 def _nothing_regressed(c: Any) -> str | None:
@@ -178,7 +180,9 @@ def ttf_display(tab: Any) -> Any:
     def ex(x: Any) -> str:
         return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.2f}"
 
-    return pd.DataFrame({
+    from branchpoint.analysis.tables.display import with_judge
+
+    return with_judge(tab, pd.DataFrame({
         "outcome": tab["outcome"], "condition": tab["condition"],
         "exchanges without failure A": [ex(x) for x in tab["rmst_a"]],
         "B": [ex(x) for x in tab["rmst_b"]], "B - A": [f"{x:+.2f}" for x in tab["rmst_diff"]],
@@ -187,7 +191,7 @@ def ttf_display(tab: Any) -> Any:
         "p (Holm)": [_p(x) for x in tab["p_scenario_holm"]],
         "log-rank p (stratified)": [_p(x) for x in tab["p_logrank"]],
         "first": [f"{int(x)}" for x in tab["tau"]], "pairs": tab["n_pairs"],
-    })  # fmt: skip
+    }))  # fmt: skip
 
 
 def _print_text(c: Any, ranking: Any, db: str | None, db_b: str | None, ttf: Any = None) -> None:
@@ -218,7 +222,9 @@ def _print_text(c: Any, ranking: Any, db: str | None, db_b: str | None, ttf: Any
         for reg in c.regressions.itertuples(index=False):
             hit = rp[(rp["family"] == reg.family) & (rp["regression_arm"] == reg.arm)
                      & (rp["regression_criterion"] == reg.criterion_id)]  # fmt: skip
-            console.print(_text(f"  {reg.arm} / {reg.criterion_id} / {reg.condition}: "
+            judge = f" ({reg.judge})" if c.regressions["judge"].nunique() > 1 else ""
+            hit = hit[hit["judge"] == reg.judge] if judge else hit
+            console.print(_text(f"  {reg.arm} / {reg.criterion_id} / {reg.condition}{judge}: "
                                 f"{len(hit)} pairs where B failed more, e.g."))  # fmt: skip
             for row in hit.head(SHOWN_PAIRS).itertuples(index=False):
                 # soft_wrap: not folded at the console's width, so a long store path stays one
