@@ -37,6 +37,7 @@ from branchpoint.analysis.testing.synthetic import (
     Effect,
     TeenDesign,
     add_error_judge,
+    add_second_judge,
     add_unforked_arms,
     write_teen_store,
 )
@@ -285,6 +286,30 @@ def test_a_judge_whose_verdicts_are_all_errors_changes_nothing_of_another(
             common=True,
         )
     _same_units(before["export_unit"], after["export_unit"])
+
+
+def test_a_second_judge_with_verdicts_of_its_own_changes_nothing_of_the_first(
+    base: Path, base_figures: dict[str, Any]
+) -> None:
+    """Two judges are two measurements of the same replies: each judge's figures, intervals and
+    Holm-adjusted p values are its own. Holm ran over both judges' rows at once (a second judge
+    that mostly agrees doubled the family of the first)."""
+    more = _copy(base, "secondjudge.db")
+    assert add_second_judge(more, "scripted:judge2", flip_every=4) > 0
+    before, after = _judge_only(base_figures), _judge_only(_figures(more))
+    for fam in ("contrasts", "condition"):
+        if before[fam] is None:
+            continue
+        for part in ("contrasts", "per_target", "target_share"):
+            _same_frame(before[fam][part], after[fam][part], f"{fam}.{part}", common=True)
+    for key in FRAMES:
+        _same_frame(before[key], after[key], key, common=True)
+    _same_units(before["export_unit"], after["export_unit"])
+    for part in ("per_target", "matched"):
+        first = [r for r in after["time_to_failure"][part] if r.get("judge", JUDGE) == JUDGE]
+        _same_frame(before["time_to_failure"][part], first, f"time_to_failure.{part}", common=True)
+    ranked = [r for r in after["chatbots"]["ranking"] if r.get("judge", JUDGE) == JUDGE]
+    _same_frame(before["chatbots"]["ranking"], ranked, "chatbots.ranking", common=True)
 
 
 def test_relabelling_targets_permutes_rows(base: Path, base_figures: dict[str, Any]) -> None:

@@ -43,7 +43,7 @@ from branchpoint.analysis.contrasts.matched import (
     pairing_of,
     summarise_pairs,
 )
-from branchpoint.analysis.stats.inference import SIGN_FLIP, holm
+from branchpoint.analysis.stats.inference import SIGN_FLIP, holm_per_judge
 from branchpoint.core.errors import UserError
 from branchpoint.core.power import sign_flip_min_p
 
@@ -104,7 +104,8 @@ def _pairs(aligned: Aligned) -> tuple[pd.DataFrame, list[str]]:
 
 
 def _family(pairs: pd.DataFrame, ci: float) -> pd.DataFrame:
-    """Per group of ``GROUP`` plus the rubric-level rows, Holm over the whole table."""
+    """Per group of ``GROUP`` plus the rubric-level rows, Holm over the table (each judge's rows
+    apart)."""
     every = pairs.assign(criterion_id=ALL_CRITERIA, risk_area="(all)")
     tab = pd.concat(
         [
@@ -114,12 +115,8 @@ def _family(pairs: pd.DataFrame, ci: float) -> pd.DataFrame:
         ignore_index=True,
     )
     tab = tab.drop(columns=["pooled_boot_low", "pooled_boot_high"], errors="ignore")
-    # one family per judge: two judges rating the same replies measure the same hypotheses
-    # twice, they do not double the family
     for col in ("p_scenario", "p_conv_scenario"):
-        tab[f"{col}_holm"] = tab.groupby("judge", sort=False)[col].transform(
-            lambda p: holm(p.to_numpy())
-        )
+        tab[f"{col}_holm"] = holm_per_judge(tab[col].to_numpy(), tab["judge"].to_numpy())
     return tab.sort_values(["p_scenario", "diff"], ascending=[True, False]).reset_index(drop=True)
 
 

@@ -61,6 +61,7 @@ from branchpoint.analysis.stats.inference import (
     binomial_half_p,
     friedman,
     holm,
+    holm_per_judge,
     scenario_level_test,
     wilcoxon_paired,
 )
@@ -599,14 +600,14 @@ def _target_share(per_target: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame
 
 
 def _finish_family(tab: pd.DataFrame) -> pd.DataFrame:
-    """Holm over the family; the primary (scenario-level) p-values and the secondary ones apart."""
+    """Holm over the family (each judge's rows apart: ``holm_per_judge``); the primary
+    (scenario-level) p-values and the secondary ones apart."""
     if tab.empty:
         return tab
-    tab["p_scenario_holm"] = holm(tab["p_scenario"].to_numpy())
-    tab["p_conv_scenario_holm"] = holm(tab["p_conv_scenario"].to_numpy())
-    if "p_mcnemar" in tab:
-        tab["p_mcnemar_holm"] = holm(tab["p_mcnemar"].to_numpy())
-        tab["p_wilcoxon_holm"] = holm(tab["p_wilcoxon"].to_numpy())
+    judges = tab["judge"].to_numpy() if "judge" in tab else None
+    cols = ["p_scenario", "p_conv_scenario", *(["p_mcnemar", "p_wilcoxon"] * ("p_mcnemar" in tab))]
+    for col in cols:
+        tab[f"{col}_holm"] = holm_per_judge(tab[col].to_numpy(), judges)
     return tab
 
 
@@ -876,7 +877,9 @@ def _contrasts(
     tab = _finish_family(pd.concat(pooled, ignore_index=True) if pooled else pd.DataFrame())
     real = pd.concat(arms, ignore_index=True) if arms else pd.DataFrame()
     if not tab.empty:
-        tab["p_scenario_itt_holm"] = holm(tab["p_scenario_itt"].to_numpy())
+        tab["p_scenario_itt_holm"] = holm_per_judge(
+            tab["p_scenario_itt"].to_numpy(), tab["judge"].to_numpy() if "judge" in tab else None
+        )
     if not tab.empty and not real.empty:
         tab = tab.merge(real, on=[c for c in real.columns if c in tab.columns], how="left")
     tab, real = _labels_as_text(tab), _labels_as_text(real)

@@ -326,7 +326,7 @@ def build_sections(a: Analysis) -> list[Section]:
         if not a.contrasts.contrasts.empty:
             s.tables.append(
                 _named(
-                    "All contrasts (option minus baseline, post-fork; Holm across the family). "
+                    "All contrasts (option minus baseline, post-fork; Holm across the family, each judge apart). "
                     + POOLED_RATES,
                     a.contrasts.contrasts,
                     _contrast_display(a.contrasts.contrasts),

@@ -58,6 +58,21 @@ def holm(pvalues: np.ndarray | list[float]) -> np.ndarray:
     return out
 
 
+def holm_per_judge(pvalues: np.ndarray | list[float], judges: object = None) -> np.ndarray:
+    """Holm over a table's rows, one family per judge (``judges``: each row's judge, or None for
+    one family): two judges rating the same replies test the same hypotheses twice, they do not
+    double the family. Every table of the project adjusts so (the report says it per table)."""
+    p = np.asarray(pvalues, dtype=float)
+    if judges is None:
+        return holm(p)
+    _, codes = np.unique(np.asarray(judges, dtype=str), return_inverse=True)
+    out = np.full(p.shape, np.nan)
+    for k in np.unique(codes):
+        rows = codes == k
+        out[rows] = holm(p[rows])
+    return out
+
+
 @dataclass(frozen=True)
 class McNemar:
     b: int  # pairs where only the second arm failed

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from branchpoint.analysis.stats.inference import ClusterMeans, holm, scenario_level_test
+from branchpoint.analysis.stats.inference import ClusterMeans, holm_per_judge, scenario_level_test
 from branchpoint.analysis.survival.first_failure import FAILED
 from branchpoint.analysis.survival.kaplan_meier import kaplan_meier, logrank
 
@@ -112,7 +112,7 @@ def matched_time_to_failure(
     """The matched comparison (see the module docstring) per group of ``group_cols`` (columns of
     ``pairs``) and per outcome x judge of ``ff``. ``pairs``: ``conversation_id_a``,
     ``conversation_id_b``, ``scenario_id`` and ``group_cols``, one row per pair of
-    conversations. Holm over the returned table."""
+    conversations. Holm over the returned table, each judge's rows apart."""
     if ff.empty or pairs.empty:
         return pd.DataFrame()
     rows = []
@@ -154,8 +154,9 @@ def matched_time_to_failure(
     out = pd.DataFrame(rows)
     if out.empty:
         return out
-    out["p_scenario_holm"] = holm(out["p_scenario"].to_numpy())
-    out["p_logrank_holm"] = holm(out["p_logrank"].to_numpy())
+    judges = out["judge"].to_numpy() if "judge" in out else None
+    out["p_scenario_holm"] = holm_per_judge(out["p_scenario"].to_numpy(), judges)
+    out["p_logrank_holm"] = holm_per_judge(out["p_logrank"].to_numpy(), judges)
     return out
 
 

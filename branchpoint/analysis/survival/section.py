@@ -36,7 +36,7 @@ METHOD = (
     "compared with their baseline arm pair by pair: within each scenario the difference in "
     "restricted mean (option minus baseline; < 0: the option fails sooner), then the exact "
     "sign-flip test over those scenario differences at any number of scenarios (none below 3) "
-    "and its inversion for the interval, Holm over the table; beside it the log-rank test "
+    "and its inversion for the interval, Holm over the table (each judge apart); beside it the log-rank test "
     "stratified by scenario. Every criterion's curves: `branchpoint export --level first-failure`."
 )
 PER_TARGET = "Per target (any criterion)"

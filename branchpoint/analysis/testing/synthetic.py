@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
+import zlib
 from dataclasses import dataclass, field
 from itertools import combinations, product
 from pathlib import Path
@@ -688,17 +689,33 @@ def add_unforked_arms(path: str | Path, key: str = "unfired", value: str = "b") 
 
 def add_error_judge(path: str | Path, judge: str = "broken:judge") -> int:
     """Add a second judge whose every verdict is ``error`` on every rated unit of the store."""
+    return add_second_judge(path, judge)
+
+
+def add_second_judge(path: str | Path, judge: str, flip_every: int | None = None) -> int:
+    """Add a second judge on every unit the first judged: every verdict ``error`` (``flip_every``
+    None), or the first judge's verdicts with pass and fail swapped on every ``flip_every``-th
+    (a judge of its own that mostly agrees)."""
     conn = sqlite3.connect(str(path))
     with conn:
         jcols = _columns(conn, "judgments")
         first = conn.execute("SELECT judge FROM judgments LIMIT 1").fetchone()[0]
         rows = conn.execute(
-            f"SELECT {_cols(jcols)} FROM judgments WHERE judge = ?", (first,)
+            f"SELECT {_cols(jcols)} FROM judgments WHERE judge = ? ORDER BY id", (first,)
         ).fetchall()
+        swap = {"pass": "fail", "fail": "pass"}
+        # a copied turn's verdicts are its origin's: the swap is decided per origin turn
+        origin = dict(conn.execute("SELECT id, COALESCE(origin_turn_id, id) FROM turns"))
         for jrow in rows:
             j = dict(zip(jcols, jrow))
-            j.update(id=f"{j['id']}#err", judge=judge, verdict="error", score=None,
-                     applicable=True, error="judge could not answer")  # fmt: skip
+            if flip_every is None:
+                j.update(id=f"{j['id']}#err", judge=judge, verdict="error", score=None,
+                         applicable=True, error="judge could not answer")  # fmt: skip
+            else:
+                key = f"{origin.get(j['turn_id'], j['turn_id'])}|{j['criterion_id']}"
+                flip = zlib.crc32(key.encode()) % flip_every == 0 and j["verdict"] in swap
+                j.update(id=f"{j['id']}#2", judge=judge,
+                         verdict=swap[j["verdict"]] if flip else j["verdict"])  # fmt: skip
             conn.execute(
                 f"INSERT INTO judgments ({_cols(j)}) VALUES ({', '.join('?' * len(j))})",
                 list(j.values()),

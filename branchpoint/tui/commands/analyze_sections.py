@@ -28,7 +28,7 @@ TTF_METHOD = (
     "exchanges until a conversation's first failing reply on any criterion; a conversation "
     "without one is censored at its end, for the reason it ended; Kaplan-Meier with 95% "
     "log(-log) intervals. Branch options: the restricted-mean difference per scenario, the "
-    "scenario-level test named in 'test', Holm over the table."
+    "scenario-level test named in 'test', Holm over the table (each judge's rows apart)."
 )
 
 

@@ -209,7 +209,7 @@ def _print_text(c: Any, ranking: Any, db: str | None, db_b: str | None, ttf: Any
         for note in c.notes:
             console.print(_text("note: " + note))
         return
-    _print_table(console, "Overall (per criterion and over the rubric; Holm over this table)",
+    _print_table(console, "Overall (per criterion and over the rubric; Holm over this table, each judge apart)",
                  comparison_display(c.overall, with_arm=False))  # fmt: skip
     if c.regressions.empty:
         console.print(_text(_nothing_regressed(c) or ""))
