@@ -270,3 +270,18 @@ def test_two_judges_each_row_names_its_judge_and_holm_runs_per_judge(tmp_path: P
     ranked = rank_targets(judgment_table(store), n_boot=50)
     assert set(ranked["judge"]) == {"scripted:judge", "scripted:judge2"}
     assert len(ranked) == 4 and "┃ judge " in res.stdout.split("Ranking")[1]
+
+
+def test_rank_on_a_store_whose_verdicts_are_all_errors_says_there_is_no_rating(
+    tmp_path: Path,
+) -> None:
+    """It said 'no two targets with judged conversations to rank' of a store whose every
+    conversation was judged (every verdict an error)."""
+    db = tmp_path / "errors.db"
+    d = design(0.0, n_scenarios=4)
+    d.p_error = 1.0
+    write_teen_store(db, d, seed=2)
+    res = run_in_process("compare", "--db", str(db), "--rank", env={"COLUMNS": "300"})
+    assert res.returncode == 0, res.stderr
+    assert "judged conversations" not in res.stdout
+    assert "2 targets, but no scenario that every one of them ran with a rating" in res.stdout

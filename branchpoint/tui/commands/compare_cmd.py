@@ -260,11 +260,13 @@ def _rankings(db: str | None, runs: list[str] | None) -> dict[str, Any]:
 
     store = open_store(db, create=False)
     c = chatbot_summary(attach_tree(judgment_table(store, runs or None), store, runs or None))
-    return {"ranking": c.ranking, "ed_friedman": c.ed_friedman, "ed_pairwise": c.ed_pairwise}
+    return {"ranking": c.ranking, "ed_friedman": c.ed_friedman, "ed_pairwise": c.ed_pairwise,
+            "absent": c.absent}  # fmt: skip
 
 
 def _rank_only(db: str | None, runs: list[str] | None, fmt: str, out: Path | None) -> None:
     got = _rankings(db, runs)
+    absent = got.pop("absent")  # why nothing is ranked, as analyze says it
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         for name, frame in got.items():
@@ -291,7 +293,7 @@ def _rank_only(db: str | None, runs: list[str] | None, fmt: str, out: Path | Non
         _print_table(console, "ED models, pairwise Wilcoxon over questions (b minus a, > 0: b "
                      "safer; Holm over the pairs)", shown.round(4))  # fmt: skip
     if all(v.empty for v in got.values()):
-        console.print(_text("no two targets with judged conversations to rank"))
+        console.print(_text(absent or "nothing to rank"))
 
 
 def register(app: typer.Typer) -> None:
