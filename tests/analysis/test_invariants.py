@@ -7,7 +7,7 @@ transformed copy of it:
 
 * adding arms that never fork (the parent's transcript stored again, verdicts copied) changes
   nothing: a copied turn is one observation everywhere;
-* adding a judge whose verdicts are all errors changes nothing of the other judge;
+* adding a second judge (all errors, or verdicts of its own) changes nothing of the first;
 * relabelling targets permutes rows and changes no figure;
 * swapping a contrast's arms flips its sign;
 * no 95% interval from sampled data has zero width;
@@ -262,40 +262,19 @@ def _judge_only(f: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def test_a_judge_whose_verdicts_are_all_errors_changes_nothing_of_another(
-    base: Path, base_figures: dict[str, Any]
-) -> None:
-    before = _judge_only(base_figures)
-    more = _copy(base, "errjudge.db")
-    assert add_error_judge(more, ERR_JUDGE) > 0
-    after = _judge_only(_figures(more))
-    for fam in ("contrasts", "condition"):
-        if before[fam] is None:
-            continue
-        for part in ("contrasts", "per_target", "target_share"):
-            _same_frame(before[fam][part], after[fam][part], f"{fam}.{part}", common=True)
-    for key in FRAMES:
-        if key in ("reasoning",):  # a reply whose only other verdict is an error stays known
-            continue
-        _same_frame(before[key], after[key], key, common=True)
-    for part in ("rates", "contrasts"):
-        _same_frame(
-            before["judge_corrected"][part],
-            after["judge_corrected"][part],
-            f"corrected {part}",
-            common=True,
-        )
-    _same_units(before["export_unit"], after["export_unit"])
-
-
-def test_a_second_judge_with_verdicts_of_its_own_changes_nothing_of_the_first(
-    base: Path, base_figures: dict[str, Any]
+@pytest.mark.parametrize("second", ["all errors", "verdicts of its own"])
+def test_a_second_judge_changes_nothing_of_the_first(
+    base: Path, base_figures: dict[str, Any], second: str
 ) -> None:
     """Two judges are two measurements of the same replies: each judge's figures, intervals and
-    Holm-adjusted p values are its own. Holm ran over both judges' rows at once (a second judge
-    that mostly agrees doubled the family of the first)."""
+    Holm-adjusted p values are its own, whether the second's verdicts are all errors or its own.
+    Holm ran over both judges' rows at once (a second judge that mostly agrees doubled the
+    family of the first)."""
     more = _copy(base, "secondjudge.db")
-    assert add_second_judge(more, "scripted:judge2", flip_every=4) > 0
+    if second == "all errors":
+        assert add_error_judge(more, ERR_JUDGE) > 0
+    else:
+        assert add_second_judge(more, "scripted:judge2", flip_every=4) > 0
     before, after = _judge_only(base_figures), _judge_only(_figures(more))
     for fam in ("contrasts", "condition"):
         if before[fam] is None:
@@ -303,7 +282,12 @@ def test_a_second_judge_with_verdicts_of_its_own_changes_nothing_of_the_first(
         for part in ("contrasts", "per_target", "target_share"):
             _same_frame(before[fam][part], after[fam][part], f"{fam}.{part}", common=True)
     for key in FRAMES:
+        if key == "reasoning" and second == "all errors":
+            continue  # a reply whose only other verdict is an error stays known
         _same_frame(before[key], after[key], key, common=True)
+    for part in ("rates", "contrasts"):
+        _same_frame(before["judge_corrected"][part], after["judge_corrected"][part],
+                    f"corrected {part}", common=True)  # fmt: skip
     _same_units(before["export_unit"], after["export_unit"])
     for part in ("per_target", "matched"):
         first = [r for r in after["time_to_failure"][part] if r.get("judge", JUDGE) == JUDGE]
