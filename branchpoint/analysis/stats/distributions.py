@@ -52,26 +52,27 @@ def chi2_sf(x: Any, df: Any) -> Any:
 
 def binom_cdf(k: Any, n: Any, p: float) -> np.ndarray:
     """``scipy.stats.binom.cdf(k, n, p)`` for integer n >= 0: 0 below 0, 1 from n on."""
-    k, n = np.floor(np.asarray(k, dtype=float)), np.asarray(n, dtype=float)
-    if _binom_cdf is None:  # pragma: no cover
-        from scipy import stats
-
-        return np.asarray(stats.binom.cdf(k, n, p), dtype=float)
-    inside = (k >= 0) & (k < n)
-    got = _binom_cdf(np.where(inside, k, 0.0), n, p)
-    return np.where(inside, got, np.where(k >= n, 1.0, 0.0))
+    return _binom_tail(_binom_cdf, "cdf", k, n, p, below=0.0, from_n=1.0)
 
 
 def binom_sf(k: Any, n: Any, p: float) -> np.ndarray:
     """``scipy.stats.binom.sf(k, n, p)`` for integer n >= 0: 1 below 0, 0 from n on."""
+    return _binom_tail(_binom_sf, "sf", k, n, p, below=1.0, from_n=0.0)
+
+
+def _binom_tail(
+    fast: Any, name: str, k: Any, n: Any, p: float, *, below: float, from_n: float
+) -> np.ndarray:
+    """A binomial tail from ``scipy.special``'s ufunc (``fast``) inside 0 <= k < n, the support's
+    ends given; ``scipy.stats`` where the ufunc is missing."""
     k, n = np.floor(np.asarray(k, dtype=float)), np.asarray(n, dtype=float)
-    if _binom_sf is None:  # pragma: no cover
+    if fast is None:  # pragma: no cover
         from scipy import stats
 
-        return np.asarray(stats.binom.sf(k, n, p), dtype=float)
+        return np.asarray(getattr(stats.binom, name)(k, n, p), dtype=float)
     inside = (k >= 0) & (k < n)
-    got = _binom_sf(np.where(inside, k, 0.0), n, p)
-    return np.where(inside, got, np.where(k < 0, 1.0, 0.0))
+    got = fast(np.where(inside, k, 0.0), n, p)
+    return np.where(inside, got, np.where(k >= n, from_n, below))
 
 
 def _scalar_or_array(a: np.ndarray) -> Any:
