@@ -290,3 +290,16 @@ def test_median_intervals_from_sampled_data_have_positive_width_or_are_not_given
     assert (lo[np.isfinite(lo)] >= 0).all()
     has = np.isfinite(med)
     assert (lo[has] < med[has]).all() and (med[has] <= hi[has]).all()
+
+
+@pytest.mark.parametrize(("events", "expected"), [
+    ([1], "1 conversation; per judge, 1 conversation x judge row with a failure."),
+    ([1, 0], "2 conversations; per judge, 1 conversation x judge row with a failure."),
+    ([0, 0], "2 conversations; per judge, 0 conversation x judge rows with a failure."),
+])  # fmt: skip
+def test_the_counts_line_agrees_in_number(events: list[int], expected: str) -> None:
+    """The demo's report said '1 conversations ...; 1 conversation x judge rows'."""
+    from branchpoint.analysis.survival.summary import TimeToFailure
+
+    ff = pd.DataFrame({"conversation_id": [f"c{i}" for i in range(len(events))], "event": events})
+    assert TimeToFailure(first_failures=ff).counts_line() == expected

@@ -64,9 +64,10 @@ class TimeToFailure:
         """How many conversations the per-target table counts, and the failures in it."""
         own = self.own
         kept = f" ({len(self.copies)} arms that never forked counted once)" if self.copies else ""
+        n, failed = own["conversation_id"].nunique(), int(own["event"].sum())
         return (
-            f"{own['conversation_id'].nunique()} conversations{kept}; per judge, "
-            f"{int(own['event'].sum())} conversation x judge rows with a failure."
+            f"{n} conversation{'s' if n != 1 else ''}{kept}; per judge, "
+            f"{failed} conversation x judge row{'s' if failed != 1 else ''} with a failure."
         )
 
 
