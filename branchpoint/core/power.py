@@ -29,6 +29,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from branchpoint.core.words import counted
+
 ALPHA = 0.05
 POWER = 0.8
 
@@ -81,7 +83,7 @@ def detectable_difference(
     k = len([n for n in pairs_per_cluster if n > 0])
     kind = scenario_test(k)
     if kind == TOO_FEW:
-        return None, f"no test with {k} scenario{'s' if k != 1 else ''}"
+        return None, f"no test with {counted(k, 'scenario')}"
     if kind == SIGN_FLIP and sign_flip_min_p(k) >= alpha:
         return None, (
             f"no effect detectable with {k} scenarios: the smallest possible p is "

@@ -18,6 +18,7 @@ import pandas as pd
 from branchpoint.analysis.pairing.forks import distinct_ratings, rated_rows
 from branchpoint.analysis.stats.bootstrap import DEFAULT_BOOT, cluster_weights, per_cluster_sums
 from branchpoint.analysis.tables.display import with_judge
+from branchpoint.core.words import counted
 
 MIN_SCENARIOS = 3  # as for a scenario-level test: fewer give no interval worth the name
 
@@ -94,8 +95,7 @@ def ranking_display(r: pd.DataFrame) -> pd.DataFrame:
         if not np.isnan(lo):
             return f"{lo:g} to {hi:g}"
         if n_scenarios < MIN_SCENARIOS:  # say why, as the contrast tables do
-            noun = "scenario" if n_scenarios == 1 else "scenarios"
-            return f"none ({n_scenarios} {noun}; {MIN_SCENARIOS} needed)"
+            return f"none ({counted(n_scenarios, 'scenario')}; {MIN_SCENARIOS} needed)"
         return "none (not resampled)"
 
     shown = pd.DataFrame({

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pandas as pd
 
 from branchpoint.core.errors import UserError
+from branchpoint.core.words import counted
 
 HEURISTIC = "heuristic"  # the keyword judge's spec
 
@@ -43,7 +44,7 @@ def several_judges_note(cc: pd.DataFrame, plotted: str | None) -> list[str]:
     if cc.empty or cc["judge"].nunique() < 2:
         return []
     counts = cc.groupby("judge")["n_rated"].sum().sort_values(ascending=False, kind="mergesort")
-    listed = ", ".join(f"{j} ({int(n)} non-error ratings)" for j, n in counts.items())
+    listed = ", ".join(f"{j} ({counted(int(n), 'non-error rating')})" for j, n in counts.items())
     return [
         f"Several judges rated these runs: {listed}. Every table lists each judge separately and "
         f"the plots show {plotted}. Verdicts of different judges are never pooled."

@@ -16,6 +16,7 @@ from branchpoint.analysis.pipeline import Analysis
 from branchpoint.analysis.report import plots
 from branchpoint.analysis.stats.inference import MIN_TEST_CLUSTERS, T_TEST, TOO_FEW
 from branchpoint.analysis.tables.display import with_judge
+from branchpoint.core.words import counted
 from branchpoint.judges.reasoning_criterion import REASONING_CRITERION, REASONING_RUBRIC
 
 
@@ -561,13 +562,13 @@ def printed_notes(a: Analysis) -> list[str]:
 def ratings_sentence(a: Analysis) -> str:
     """The headline count, summed from the tables the headline shows (per judge, never pooled)."""
     runs = f"runs: {', '.join(a.runs)}" if a.runs else "all runs"
-    parts = [f"{a.n_conversations} conversations ({runs})."]
+    parts = [f"{counted(a.n_conversations, 'conversation')} ({runs})."]
     r = a.rates_condition
     if r is not None and not r.empty:
         r = r.assign(judge=r["judge"] if "judge" in r.columns else a.primary_judge)
         g = r.groupby("judge", sort=True)[["n_rated", "n_error"]].sum()
         each = "; ".join(
-            f"judge {j}: {int(n)} applicable ratings, {int(e)} error verdicts"
+            f"judge {j}: {counted(int(n), 'applicable rating')}, {counted(int(e), 'error verdict')}"
             for j, (n, e) in g.iterrows()
         )
         parts.append(f"Pass/partial/fail ratings in the overall failure-rate table: {each}.")

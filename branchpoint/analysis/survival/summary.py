@@ -28,6 +28,7 @@ from branchpoint.analysis.survival.compare import (
 from branchpoint.analysis.survival.first_failure import first_failures
 from branchpoint.analysis.tables.judgments import choice_column, choice_columns
 from branchpoint.core.read.units import copied_conversations
+from branchpoint.core.words import counted
 
 NO_TURNS = "No judged chatbot turns: no time to a first failure to show."
 NO_PPF = (
@@ -66,8 +67,8 @@ class TimeToFailure:
         kept = f" ({len(self.copies)} arms that never forked counted once)" if self.copies else ""
         n, failed = own["conversation_id"].nunique(), int(own["event"].sum())
         return (
-            f"{n} conversation{'s' if n != 1 else ''}{kept}; per judge, "
-            f"{failed} conversation x judge row{'s' if failed != 1 else ''} with a failure."
+            f"{counted(n, 'conversation')}{kept}; per judge, "
+            f"{counted(failed, 'conversation x judge row')} with a failure."
         )
 
 
