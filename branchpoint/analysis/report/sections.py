@@ -243,7 +243,8 @@ METHODS = (
     "rounded before ranking, so equal differences tie exactly). Friedman tests use scenarios as "
     "blocks; in the ED analysis questions play the role of scenarios.",
     "Adjustment: Holm's step-down correction across each family of p-values of one table (each "
-    "kind of p-value separately). Intervals are per comparison, 95%, not adjusted for "
+    "kind of p-value separately, each judge's rows apart: two judges rating the same replies "
+    "test the same hypotheses twice). Intervals are per comparison, 95%, not adjusted for "
     "multiplicity. 'Targets raised' counts targets whose own scenario-level interval lies above "
     "zero; a target with one scenario has no interval and is never counted as raised.",
     "Unit of analysis: a judged chatbot turn, counted once however many arms carry it (a "
