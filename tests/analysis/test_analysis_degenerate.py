@@ -22,6 +22,7 @@ from branchpoint.analysis.stats.inference import (
     sign_flip_pvalue,
     wilcoxon_paired,
 )
+from branchpoint.analysis.stats.intervals import NO_SPREAD, no_spread_interval
 
 Pair = tuple[int, int, int, int]  # fails_a, rated_a, fails_b, rated_b
 
@@ -76,8 +77,11 @@ def test_plus_100_in_every_one_of_four_scenarios_gets_an_exact_p_and_ranks_first
     top = tab.loc["all"]
     assert top["diff"] == 1.0
     assert top["p_scenario"] == 0.125  # 2 of the 16 sign patterns are as extreme
-    assert (top["ci_low"], top["ci_high"]) == (-1.0, 1.0)  # 4 scenarios exclude nothing
-    assert top["test"] == SIGN_FLIP and top["interval"].startswith(SIGN_FLIP)
+    # no spread: rule 3's worst case within the bounds (the inversion, -1 to 1, is valid but
+    # says less); at 4 scenarios it still holds 0
+    assert (top["ci_low"], top["ci_high"]) == pytest.approx(no_spread_interval(1.0, 4, (-1, 1)))
+    assert top["ci_low"] < 0 < top["ci_high"]
+    assert top["test"] == SIGN_FLIP and top["interval"].startswith(NO_SPREAD)
     assert np.isfinite(tab["p_scenario_holm"]).all()  # every row is in Holm's family
     ranked = tab.sort_values(["p_scenario_holm", "diff"], ascending=[True, False])
     assert ranked.index[0] == "all"

@@ -83,3 +83,16 @@ def test_every_scenario_interval_from_sampled_data_has_width() -> None:
     for x in itertools.product([-1.0, 0.0, 1.0], repeat=6):
         r = scenario_level_test(np.array(x), np.arange(6), np.zeros(6, int), 1, bounds=(-1, 1))
         assert has_valid_width(r.ci_low[0], r.ci_high[0], 6), x
+
+
+def test_equal_scenario_means_that_differ_in_the_last_bit_get_the_exact_bound() -> None:
+    """2/3 reached two ways differs in its last bit: the rule did not see "no spread" and gave
+    the inversion's "+66.7 to +66.7" (a tester's compare of two chatbots over 7 scenarios)."""
+    means = np.array(
+        [2 / 3, 1 - 1 / 3, 2 / 3, 2 * (1 / 3), 2 / 3, 1 - 1 / 3, 0.2 + 0.4666666666666667]
+    )
+    assert len(set(means.tolist())) > 1  # not bit-identical
+    got = scenario_level_test(means, np.arange(7), np.zeros(7, np.int64), 1, bounds=(-1.0, 1.0))
+    assert got.ci_high[0] - got.ci_low[0] > 0.2
+    assert (got.ci_low[0], got.ci_high[0]) == pytest.approx(no_spread_interval(2 / 3, 7, (-1, 1)))
+    assert "exact bound" in got.labels()[0] and "p: the exact sign-flip test" in got.labels()[0]

@@ -303,3 +303,30 @@ def test_the_counts_line_agrees_in_number(events: list[int], expected: str) -> N
 
     ff = pd.DataFrame({"conversation_id": [f"c{i}" for i in range(len(events))], "event": events})
     assert TimeToFailure(first_failures=ff).counts_line() == expected
+
+
+def test_a_side_that_fails_at_exchange_1_is_followed_to_the_end_not_to_its_failure() -> None:
+    """Every conversation of A failed at exchange 1, none of B's in 2 exchanges: tau was the
+    smaller side's latest *time* (1, A's failure), so both restricted means were 1 and the
+    primary test said +0.00, p 1, beside a log-rank p of 1e-17. tau is the follow-up (the last
+    exchange judged, 2), and B lasts longer."""
+    from branchpoint.analysis.survival.compare import km_summary
+
+    n_scen, per = 6, 4
+    rows, pairs = [], []
+    for s in range(n_scen):
+        for k in range(per):
+            a, b = f"a{s}-{k}", f"b{s}-{k}"
+            rows += [(a, 1.0, 1, 2.0, "A"), (b, 2.0, 0, 2.0, "B")]
+            pairs.append({"conversation_id_a": a, "conversation_id_b": b, "scenario_id": f"s{s}",
+                          "contrast": "B vs A"})  # fmt: skip
+    ff = pd.DataFrame(rows, columns=["conversation_id", "time", "event", "n_exchanges", "target"])
+    ff = ff.assign(rubric_id="teen", judge="j", outcome=ANY,
+                   ending=np.where(ff["event"] == 1, FAILED, "last exchange reached"))  # fmt: skip
+    got = matched_time_to_failure(ff, pd.DataFrame(pairs), ["contrast"]).iloc[0]
+    assert got["tau"] == 2.0
+    assert got["rmst_a"] == 1.0 and got["rmst_b"] == 2.0 and got["rmst_diff"] == 1.0
+    # every scenario +1: the sign-flip p (2/64) and rule 3's worst-case interval within -2..2
+    assert got["p_scenario"] < 0.05 and got["ci_low"] < 1.0 < got["ci_high"] <= 2.0
+    per_target = km_summary(ff, ["target"]).set_index("target")
+    assert per_target.loc["A", "tau"] == 2.0 and per_target.loc["A", "rmst"] == 1.0

@@ -527,8 +527,9 @@ def scenario_level_test(
         p[i] = sign_flip_pvalue(x)
         lo[i], hi[i] = sign_flip_interval(x, ci, bounds)
         tstat[i] = np.nan  # no t statistic: it is 0/0
-        if not np.any(round_ties(x - x[0])) and not lo[i] < hi[i]:
-            # every mean equal: the inversion is one value; the exact bound instead (rule 2)
+        if not np.any(round_ties(x - x[0])):
+            # every mean equal (to rounding: 2/3 computed two ways differs in the last bit, and
+            # its inversion was then "+66.7 to +66.7"): the exact bound instead (rule 2)
             if bounds is None:
                 lo[i], hi[i], interval[i] = np.nan, np.nan, NO_SPREAD_UNBOUNDED
             else:

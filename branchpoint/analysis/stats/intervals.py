@@ -57,7 +57,13 @@ def no_spread_interval(
 
 
 def no_spread_label(n: int) -> str:
-    return f"{NO_SPREAD} over {n} equal scenario means"
+    # The p beside it stays the sign-flip test's (the arms exchangeable): it can fall below 0.05
+    # where this interval, which allows any spread of scenarios not sampled, holds 0; say which
+    # is which so that the two do not read as one method.
+    return (
+        f"{NO_SPREAD} over {n} equal scenario means (the interval: the worst case within the "
+        "bounds; p: the exact sign-flip test)"
+    )
 
 
 def rectifier_floor(n_labels: np.ndarray | float) -> np.ndarray:

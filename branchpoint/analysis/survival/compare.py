@@ -6,7 +6,8 @@ option's arm and its baseline arm) and asks whether B reaches its first failure 
 * primary, at the level of the independent unit: within each scenario, each side's
   Kaplan-Meier restricted mean to ``tau`` (the exchanges a conversation lasts without a failure,
   counting the first tau), B minus A; < 0: B fails sooner. ``tau`` is the last exchange both
-  sides reached (the smaller of the two sides' longest follow-up). The scenario differences go
+  sides were followed to (the smaller of the two sides' longest follow-up: the last exchange
+  judged, whether or not a conversation failed before it). The scenario differences go
   to the project's scenario-level test (``branchpoint.analysis.stats.inference
   .scenario_level_test``: no test below 3 scenarios) with its ``exact`` option: the sign-flip
   (permutation) test over the scenario differences at every number of scenarios, and its
@@ -49,7 +50,7 @@ def km_summary(ff: pd.DataFrame, by: Sequence[str], ci: float = 0.95) -> pd.Data
     keys = [*CURVE_KEYS, *by]
     for key, g in ff.groupby(keys, sort=True, dropna=False):
         km = kaplan_meier(g["time"].to_numpy(float), g["event"].to_numpy(int), ci)
-        tau = float(g["time"].max())
+        tau = _follow_up(g)
         median_low, median_high = km.median_interval()
         row = dict(zip(keys, key if isinstance(key, tuple) else (key,)))
         endings = g["ending"].value_counts()
@@ -64,6 +65,14 @@ def km_summary(ff: pd.DataFrame, by: Sequence[str], ci: float = 0.95) -> pd.Data
         })  # fmt: skip
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _follow_up(ff: pd.DataFrame) -> float:
+    """The longest follow-up: the last exchange judged (``n_exchanges``), whether or not a
+    conversation failed before it. The latest ``time`` is not it: where every conversation
+    fails at exchange 1 the latest time is 1, and a restricted mean to 1 hides the failures."""
+    col = "n_exchanges" if "n_exchanges" in ff.columns else "time"
+    return float(np.nanmax(ff[col].to_numpy(float)))
 
 
 def km_curves(ff: pd.DataFrame, by: Sequence[str], ci: float = 0.95) -> pd.DataFrame:
@@ -98,12 +107,16 @@ class _Times:
     def __init__(self, ff: pd.DataFrame) -> None:
         self.index = pd.Index(ff["conversation_id"])
         self.time, self.event = ff["time"].to_numpy(float), ff["event"].to_numpy(float)
+        follow = "n_exchanges" if "n_exchanges" in ff.columns else "time"
+        self.follow_up = ff[follow].to_numpy(float)
 
-    def of(self, cids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Time and event of ``cids`` (NaN for a conversation without a row, as a reindex)."""
+    def of(self, cids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Time, event and follow-up (the last exchange judged) of ``cids`` (NaN for a
+        conversation without a row, as a reindex)."""
         at = self.index.get_indexer(cids)
         found, safe = at >= 0, np.where(at >= 0, at, 0)
-        return np.where(found, self.time[safe], np.nan), np.where(found, self.event[safe], np.nan)
+        return tuple(np.where(found, x[safe], np.nan)  # type: ignore[return-value]
+                     for x in (self.time, self.event, self.follow_up))  # fmt: skip
 
 
 def matched_time_to_failure(
@@ -119,14 +132,16 @@ def matched_time_to_failure(
     for (rubric, judge, outcome), f in ff.groupby(CURVE_KEYS, sort=True):
         times = _Times(f.drop_duplicates("conversation_id"))
         for key, p in pairs.groupby(list(group_cols), sort=True, dropna=False):
-            ta, ea = times.of(p["conversation_id_a"].astype(str).to_numpy())
-            tb, eb = times.of(p["conversation_id_b"].astype(str).to_numpy())
+            ta, ea, fa = times.of(p["conversation_id_a"].astype(str).to_numpy())
+            tb, eb, fb = times.of(p["conversation_id_b"].astype(str).to_numpy())
             ok = ~np.isnan(ta) & ~np.isnan(tb)
             if not ok.any():
                 continue
             ta, ea, tb, eb = ta[ok], ea[ok], tb[ok], eb[ok]
             scen = p["scenario_id"].astype(str).to_numpy()[ok]
-            tau = float(min(ta.max(), tb.max()))
+            # the last exchange both sides were followed to (not their latest failure: a side
+            # whose every conversation fails at exchange 1 was still followed to its end)
+            tau = float(min(np.nanmax(fa[ok]), np.nanmax(fb[ok])))
             codes, names = pd.factorize(scen, sort=True)
             diffs = np.array([
                 kaplan_meier(tb[codes == s], eb[codes == s]).restricted_mean(tau)
