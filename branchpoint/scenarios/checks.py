@@ -29,18 +29,21 @@ def _one_of(names: list[str]) -> str:
     return ", ".join(names) if names else "none defined"
 
 
-def scenario_problems(s: ScenarioFields) -> list[Problem]:
+def scenario_problems(s: ScenarioFields, stand_ins: frozenset[Loc] = frozenset()) -> list[Problem]:
+    """The problems of ``s``. ``stand_ins``: the fields whose values stand in for invalid ones
+    (``branchpoint.scenarios.partial``); a check that reads one is left out, not run on it."""
     problems: list[Problem] = []
-    problems += _stage_problems(s)
-    problems += _branch_problems(s)
-    problems += _size_problems(s)
+    problems += _stage_problems(s, stand_ins)
+    problems += _branch_problems(s, stand_ins)
+    if ("design",) not in stand_ins:
+        problems += _size_problems(s)
     problems += _criteria_problems(s)
     problems += _profile_problems(s)
-    problems += _template_problems(s)
+    problems += _template_problems(s, stand_ins)
     return problems
 
 
-def _stage_problems(s: ScenarioFields) -> list[Problem]:
+def _stage_problems(s: ScenarioFields, stand_ins: frozenset[Loc]) -> list[Problem]:
     out: list[Problem] = []
     first: dict[str, int] = {}
     last_until: tuple[int, int] | None = None  # (index, until_turn)
@@ -55,7 +58,7 @@ def _stage_problems(s: ScenarioFields) -> list[Problem]:
         else:
             first[stage.id] = i
         if stage.until_turn is not None:
-            if stage.until_turn > s.max_turns:
+            if ("max_turns",) not in stand_ins and stage.until_turn > s.max_turns:
                 out.append(
                     (
                         ("stages", i, "until_turn"),
@@ -75,7 +78,7 @@ def _stage_problems(s: ScenarioFields) -> list[Problem]:
     return out
 
 
-def _branch_problems(s: ScenarioFields) -> list[Problem]:
+def _branch_problems(s: ScenarioFields, stand_ins: frozenset[Loc]) -> list[Problem]:
     out: list[Problem] = []
     stages = s.stage_ids()
     first: dict[str, int] = {}
@@ -99,7 +102,7 @@ def _branch_problems(s: ScenarioFields) -> list[Problem]:
                 )
             )
         at = bp.trigger.at_turn
-        if at is not None and at > s.max_turns:
+        if at is not None and ("max_turns",) not in stand_ins and at > s.max_turns:
             out.append(
                 (
                     ("branch_points", i, "trigger", "at_turn"),
@@ -225,10 +228,22 @@ def _template_fields(s: ScenarioFields) -> Iterator[tuple[Loc, str, dict[str, An
         yield ("profile", "template"), s.profile.template, {**prof, "sentences": sentences}
 
 
-def _template_problems(s: ScenarioFields) -> list[Problem]:
+def _template_problems(s: ScenarioFields, stand_ins: frozenset[Loc]) -> list[Problem]:
+    # A template that reads a stand-in value is not rendered (the author's value might render);
+    # when vars is a stand-in as a whole, which names are defined is not known either.
+    unsure = {str(loc[1]) for loc in stand_ins if loc[0] == "vars" and len(loc) > 1}
+    if any(loc[0] == "persona" for loc in stand_ins):
+        unsure.add("persona")
     out: list[Problem] = []
     for loc, text, context in _template_fields(s):
-        out.extend(template_problems(loc, text, frozenset(context), context))
+        names = frozenset(context)
+        read = undeclared_names(text) if "{" in text and not syntax_problem(text) else set()
+        if ("vars",) in stand_ins:
+            out.extend(template_problems(loc, text, names | read))
+        elif read & unsure:
+            out.extend(template_problems(loc, text, names))
+        else:
+            out.extend(template_problems(loc, text, names, context))
     return out
 
 
