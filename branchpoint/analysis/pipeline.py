@@ -274,7 +274,7 @@ def run_analysis(
         # turn by turn, from the judgment rows the other sections read (one read of the store)
         jt_ended = with_endings(judgments(), store_or_db, runs)
         a.time_to_failure = time_to_failure(jt_ended, paired, baselines)
-        a.chatbots = chatbot_summary(judgments(), n_boot=n_boot, seed=seed)
+        a.chatbots = chatbot_summary(judgments())
 
     if ed_rubrics:
         ej = judgments()

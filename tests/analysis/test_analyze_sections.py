@@ -61,7 +61,7 @@ def _expected(db: Path) -> dict[str, pd.DataFrame]:
         "per_target": km_summary(own, ["target"]),
         "per_arm": km_summary(ff, ["arm"]),
         "matched": matched_time_to_failure(ff, pairs, ["contrast", "condition"]),
-        "ranking": rank_targets(jt, n_boot=int(N_BOOT), seed=0),
+        "ranking": rank_targets(jt),
     }
 
 

@@ -136,12 +136,11 @@ def test_ranking_orders_a_clearly_worse_target_last_with_its_interval(tmp_path: 
     d = design(0.0, targets=3)
     d.effects = (Effect("limit", "push_back", ("no_diagnosis", "self_harm_response"), 0.3, 1 / 3),)
     write_teen_store(db, d, seed=3)
-    r = rank_targets(judgment_table(open_store(db, create=False)), n_boot=500)
+    r = rank_targets(judgment_table(open_store(db, create=False)))
     assert r.iloc[-1]["target"] == "scripted:new" and r.iloc[-1]["rank"] == 3
-    assert r.iloc[-1]["rank_low"] == 3 and r.iloc[-1]["p_first"] == 0
-    # the two equal targets: their rank intervals overlap, each first in some replicates
-    assert (r.iloc[:2]["rank_low"] == 1).all() and (r.iloc[:2]["p_first"] > 0.05).all()
-    assert np.isclose(r["p_first"].sum(), 1.0)
+    assert r.iloc[-1]["rank_low"] == 3 == r.iloc[-1]["rank_high"]
+    # the two equal targets: their rank sets overlap (1 to 2), neither separated from the other
+    assert (r.iloc[:2]["rank_low"] == 1).all() and (r.iloc[:2]["rank_high"] == 2).all()
 
 
 @pytest.mark.parametrize("n_scenarios", [1, 2])
@@ -156,7 +155,6 @@ def test_a_ranking_of_too_few_scenarios_says_why_it_has_no_rank_interval(
     scenarios = "scenario" if n_scenarios == 1 else "scenarios"
     why = f"none ({n_scenarios} {scenarios}; {MIN_SCENARIOS} needed)"
     assert list(shown["95% rank interval"]) == [why, why]
-    assert set(shown["P(first)"]) == {"n/a"}
 
 
 def test_ed_model_comparison_finds_the_safer_model_and_not_the_equal_ones(tmp_path: Path) -> None:
@@ -267,7 +265,7 @@ def test_two_judges_each_row_names_its_judge_and_holm_runs_per_judge(tmp_path: P
     overall = res.stdout.split("Overall")[1].split("What regressed")[0]
     assert "┃ judge " in overall, res.stdout  # every row of the family names its judge
     assert overall.count("scripted:judge2 ") == (c.overall["judge"] == "scripted:judge2").sum()
-    ranked = rank_targets(judgment_table(store), n_boot=50)
+    ranked = rank_targets(judgment_table(store))
     assert set(ranked["judge"]) == {"scripted:judge", "scripted:judge2"}
     assert len(ranked) == 4 and "┃ judge " in res.stdout.split("Ranking")[1]
 
@@ -285,3 +283,28 @@ def test_rank_on_a_store_whose_verdicts_are_all_errors_says_there_is_no_rating(
     assert res.returncode == 0, res.stderr
     assert "judged conversations" not in res.stdout
     assert "2 targets, but no scenario that every one of them ran with a rating" in res.stdout
+
+
+def test_the_ranking_is_per_condition_and_orders_no_pair_compare_cannot() -> None:
+    """The ranking pooled both conditions and, by a percentile bootstrap over scenarios, gave a
+    target "1 to 1" and P(first) 1.00 where compare found no difference (a tester's store)."""
+    import tempfile
+
+    from branchpoint.analysis.chatbots.ranking import ranking_display
+
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Path(tmp) / "two_conditions.db"
+        d = TeenDesign(n_scenarios=8, targets=("scripted:new", "scripted:old"),
+                       conditions=("none", "teen_aware"), replicates=2,
+                       criteria={"no_diagnosis": "medical_boundaries"})  # fmt: skip
+        write_teen_store(db, d, seed=11)
+        store = open_store(db, create=False)
+        ranked = rank_targets(judgment_table(store))
+        c = compare_chatbots(align(Side(store, "scripted:new"), Side(store, "scripted:old"),
+                                   two_stores=False))  # fmt: skip
+    assert sorted(set(ranked["condition"])) == ["none", "teen_aware"] and len(ranked) == 4
+    assert "condition" in ranking_display(ranked).columns
+    overall = c.overall[c.overall["criterion_id"] == "no_diagnosis"].set_index("condition")
+    for cond, rows in ranked.groupby("condition"):
+        separated = bool(overall.loc[cond, "p_scenario_holm"] < 0.05)
+        assert (rows["rank_low"] == rows["rank_high"]).all() == separated, (cond, rows)

@@ -1,13 +1,16 @@
-"""Ranking several chatbots with its uncertainty: a scenario-clustered bootstrap of ranks.
+"""Ranking several chatbots with its uncertainty: rank sets from pairwise scenario-level tests.
 
 Each target's failure rate is pooled over its distinct ratings (a shared-prefix turn once,
 ``branchpoint.analysis.pairing.forks.distinct_ratings``) on the scenarios every target ran, so
-that all targets are ranked on the same scenarios. Scenarios are resampled with replacement
-(``branchpoint.analysis.stats.bootstrap.cluster_weights``: the same draws for every target, which
-keeps the targets paired) and the targets ranked in each replicate (1: the fewest failures; ties
-share the mean rank). Reported: the rate, its rank, the 95% percentile interval of the rank and
-the share of replicates in which it ranked first. Rank intervals that overlap mean the data do not
-order those targets.
+that all targets are ranked on the same scenarios; per judge and per condition (never pooled).
+Every pair of targets is compared by the project's scenario-level test over the per-scenario
+differences of their rates (``scenario_level_test``: its rule for few scenarios and no spread),
+Holm over the pairs, so that the rank sets hold together at 95%: a target's rank lies between 1
+plus the number of targets significantly better than it and N minus the number significantly
+worse. ``branchpoint compare`` runs the same scenario-level test on pairs of design cells (and
+Holm over its own family), so the two seldom disagree; a percentile bootstrap of ranks, used
+before, gave "1 to 1" and P(first) 1.00 where compare found no difference. Overlapping rank sets
+mean the data do not order those targets.
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ import numpy as np
 import pandas as pd
 
 from branchpoint.analysis.pairing.forks import distinct_ratings, rated_rows
-from branchpoint.analysis.stats.bootstrap import DEFAULT_BOOT, cluster_weights, per_cluster_sums
+from branchpoint.analysis.stats.bootstrap import per_cluster_sums
+from branchpoint.analysis.stats.inference import holm, scenario_level_test
 from branchpoint.analysis.tables.display import with_judge
 from branchpoint.core.words import counted
 
@@ -33,29 +37,27 @@ def average_ranks(values: np.ndarray) -> np.ndarray:
     return 1.0 + below + (tied - 1) / 2.0
 
 
-def rank_targets(
-    judgments: pd.DataFrame, *, n_boot: int = DEFAULT_BOOT, seed: int = 0, ci: float = 0.95
-) -> pd.DataFrame:
-    """One row per judge x target: rate, rank, rank interval, P(first) (see the module
-    docstring). Each judge ranks on its own verdicts: two judges' verdicts are two measurements
-    of one reply, not twice the ratings."""
+def rank_targets(judgments: pd.DataFrame, *, ci: float = 0.95) -> pd.DataFrame:
+    """One row per judge x condition x target: rate, rank, rank set (see the module
+    docstring). Each judge ranks on its own verdicts, each condition apart."""
     if judgments.empty:
         return pd.DataFrame()
     j = distinct_ratings(judgments)
     j = j[rated_rows(j)]
+    keys = [k for k in ("judge", "condition") if k in j.columns]
     parts = [
-        _rank_one(g, n_boot=n_boot, seed=seed, ci=ci).assign(judge=str(judge))
-        for judge, g in j.groupby("judge", sort=True, observed=True)
+        _rank_one(g, ci=ci).assign(**dict(zip(keys, map(str, key))))
+        for key, g in j.groupby(keys, sort=True, observed=True)
     ]
     parts = [p for p in parts if not p.empty]
     if not parts:
         return pd.DataFrame()
     out = pd.concat(parts, ignore_index=True)
-    return out[["judge", *[c for c in out.columns if c != "judge"]]]
+    return out[[*keys, *[c for c in out.columns if c not in keys]]]
 
 
-def _rank_one(j: pd.DataFrame, *, n_boot: int, seed: int, ci: float) -> pd.DataFrame:
-    """The ranking over one judge's rated items."""
+def _rank_one(j: pd.DataFrame, *, ci: float) -> pd.DataFrame:
+    """The ranking over one judge's rated items of one condition."""
     targets = sorted(j["target"].astype(str).unique())
     if len(targets) < 2:
         return pd.DataFrame()
@@ -75,19 +77,33 @@ def _rank_one(j: pd.DataFrame, *, n_boot: int, seed: int, ci: float) -> pd.DataF
         "target": targets, "rate": est, "n_ratings": rates_n.sum(0).astype(np.int64),
         "n_scenarios": len(scen), "rank": average_ranks(np.round(est, 12)),
     })  # fmt: skip
-    if len(scen) < MIN_SCENARIOS or n_boot <= 0:
-        out["rank_low"] = out["rank_high"] = out["p_first"] = np.nan
+    if len(scen) < MIN_SCENARIOS:
+        out["rank_low"] = out["rank_high"] = np.nan
         return out.sort_values("rank").reset_index(drop=True)
-    w = cluster_weights(len(scen), n_boot, seed)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        reps = (w @ fails) / (w @ rates_n)
-    reps = np.where(np.isnan(reps), np.inf, reps)  # a target with no draw ranks last
-    ranks = average_ranks(np.round(reps, 12))
-    lo_q, hi_q = (1 - ci) / 2, (1 + ci) / 2
-    out["rank_low"] = np.quantile(ranks, lo_q, axis=0, method="lower")
-    out["rank_high"] = np.quantile(ranks, hi_q, axis=0, method="higher")
-    out["p_first"] = (ranks <= 1.0).mean(axis=0)
+    out["rank_low"], out["rank_high"] = _rank_sets(fails / rates_n, ci)
     return out.sort_values(["rank", "target"]).reset_index(drop=True)
+
+
+def _rank_sets(rates: np.ndarray, ci: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per target (columns of ``rates``, scenarios x targets): the lowest and highest rank the
+    pairwise scenario-level tests, Holm over the pairs, leave it."""
+    n = rates.shape[1]
+    pairs = [(a, b) for a in range(n) for b in range(a + 1, n)]
+    diffs = np.concatenate([rates[:, b] - rates[:, a] for a, b in pairs])
+    groups = np.repeat(np.arange(len(pairs)), rates.shape[0])
+    clusters = np.tile(np.arange(rates.shape[0]), len(pairs))
+    test = scenario_level_test(diffs, clusters, groups, len(pairs), ci, bounds=(-1.0, 1.0))
+    separated = holm(test.pvalue) < 1 - ci
+    better = np.zeros(n, np.int64)  # targets significantly better (fewer failures) than each
+    worse = np.zeros(n, np.int64)
+    for (a, b), sep, d in zip(pairs, separated, test.estimate):
+        if sep and d > 0:  # b fails more than a
+            better[b] += 1
+            worse[a] += 1
+        elif sep and d < 0:
+            better[a] += 1
+            worse[b] += 1
+    return (1 + better).astype(float), (n - worse).astype(float)
 
 
 def ranking_display(r: pd.DataFrame) -> pd.DataFrame:
@@ -96,7 +112,7 @@ def ranking_display(r: pd.DataFrame) -> pd.DataFrame:
             return f"{lo:g} to {hi:g}"
         if n_scenarios < MIN_SCENARIOS:  # say why, as the contrast tables do
             return f"none ({counted(n_scenarios, 'scenario')}; {MIN_SCENARIOS} needed)"
-        return "none (not resampled)"
+        return "none"
 
     shown = pd.DataFrame({
         "rank": [f"{x:g}" for x in r["rank"]], "target": r["target"],
@@ -104,7 +120,8 @@ def ranking_display(r: pd.DataFrame) -> pd.DataFrame:
         "95% rank interval": [
             iv(lo, hi, n) for lo, hi, n in zip(r["rank_low"], r["rank_high"], r["n_scenarios"])
         ],
-        "P(first)": ["n/a" if np.isnan(x) else f"{x:.2f}" for x in r["p_first"]],
         "ratings": r["n_ratings"], "scenarios": r["n_scenarios"],
     })  # fmt: skip
+    if "condition" in r.columns and r["condition"].nunique() > 1:  # conditions never pooled
+        shown.insert(0, "condition", r["condition"].to_numpy())
     return with_judge(r, shown)

@@ -14,10 +14,11 @@ from branchpoint.analysis.report.sections import Section
 TITLE = "Chatbots ranked"
 METHOD = (
     "Each target's failure rate over its distinct ratings (pass/partial/fail rubrics; a "
-    "shared-prefix turn once) on the scenarios every target ran; scenarios resampled with "
-    "replacement (the same draws for every target), the targets ranked in each replicate: the "
-    "95% interval of each rank and the share of replicates in which it ranked first. "
-    "Overlapping rank intervals: the data do not order those targets. Two chosen chatbots, "
+    "shared-prefix turn once) on the scenarios every target ran, per judge and condition; every "
+    "pair of targets compared by the scenario-level test over the per-scenario differences of "
+    "their rates, Holm over the pairs: a target's 95% rank set runs from 1 plus the targets "
+    "significantly better to N minus those significantly worse. "
+    "Overlapping rank sets: the data do not order those targets. Two chosen chatbots, "
     "pair by pair with what regressed: `branchpoint compare --a A --b B`."
 )
 RANKING = "Ranking (1: fewest failures)"

@@ -12,7 +12,6 @@ import pandas as pd
 
 from branchpoint.analysis.chatbots.ed_models import ed_model_comparison
 from branchpoint.analysis.chatbots.ranking import rank_targets
-from branchpoint.analysis.stats.bootstrap import DEFAULT_BOOT
 from branchpoint.core.scales import PASS_PARTIAL_FAIL
 
 
@@ -38,9 +37,7 @@ def _pass_partial_fail(judgments: pd.DataFrame) -> pd.DataFrame:
     return judgments[judgments["rubric_id"].isin(scaled).to_numpy()]
 
 
-def chatbot_summary(
-    judgments: pd.DataFrame, *, n_boot: int = DEFAULT_BOOT, seed: int = 0
-) -> Chatbots:
+def chatbot_summary(judgments: pd.DataFrame) -> Chatbots:
     """``judgments``: a judgment table with the fork tree (``parent_id``, ``fork_turn``)."""
     targets = (
         sorted(judgments["target"].dropna().astype(str).unique()) if not judgments.empty else []
@@ -48,7 +45,7 @@ def chatbot_summary(
     if len(targets) < 2:
         one = f"one target ({targets[0]})" if targets else "no judged target"
         return Chatbots(targets, absent=f"{one} in the selected runs: no chatbots to compare")
-    out = Chatbots(targets, rank_targets(_pass_partial_fail(judgments), n_boot=n_boot, seed=seed))
+    out = Chatbots(targets, rank_targets(_pass_partial_fail(judgments)))
     out.ed_friedman, out.ed_pairwise = ed_model_comparison(judgments)
     if out.ranking.empty and out.ed_pairwise.empty:
         out.absent = (

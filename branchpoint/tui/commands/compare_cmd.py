@@ -113,7 +113,8 @@ def compare_command(
         bool,
         typer.Option(
             "--rank",
-            help="Rank every target of the store (--db): a scenario-clustered bootstrap of ranks; "
+            help="Rank every target of the store (--db), per judge and condition: rank sets from "
+            "pairwise scenario-level tests, Holm over the pairs; "
             "on risk-level (ED) judgments, Friedman over questions and pairwise Wilcoxon with "
             "Holm. Alone, without --a/--b, only this.",
         ),
