@@ -169,3 +169,17 @@ def test_a_member_whose_test_cannot_reach_alpha_is_not_called_no_difference_show
     row = SimpleNamespace(p_holm=0.5, diff=0.2, ci_low=-1.0, ci_high=1.0,
                           test="exact sign-flip", n_scenarios=n)  # fmt: skip
     assert decide(plan, row) == expected
+
+
+@pytest.mark.parametrize(("field", "value", "expected"), [
+    ("alpha", 0.7, "0.7 is too large (expected a number > 0 and < 0.5)"),
+    ("alpha", 0, "0 is too small (expected a number > 0 and < 0.5)"),
+    ("smallest_effect", 1.5, "1.5 is too large (expected a number > 0 and <= 1)"),
+])  # fmt: skip
+def test_a_number_out_of_range_says_the_range(
+    tmp_path: Path, field: str, value: float, expected: str
+) -> None:
+    path = manifest(tmp_path / "study.yaml", {**PLAN, field: value})
+    res = cli("sweep", str(path), "--plan")
+    assert res.returncode == 2
+    assert f"analysis.{field}: {expected}" in res.stderr, res.stderr
