@@ -183,3 +183,32 @@ def test_a_number_out_of_range_says_the_range(
     res = cli("sweep", str(path), "--plan")
     assert res.returncode == 2
     assert f"analysis.{field}: {expected}" in res.stderr, res.stderr
+
+
+def test_the_plans_primary_lines_are_columns_under_their_header(tmp_path: Path) -> None:
+    """With 3 scenarios: '... none    3 scenariosno effect detectable...' (no space), columns not
+    under any header, and '1 members'."""
+    plan = {**PLAN, "primary": [PLAN["primary"][1]]}
+    path = manifest(tmp_path / "study.yaml", plan, scenarios={"paths": SCENARIOS[:3]})
+    res = cli("sweep", str(path), "--plan")
+    assert res.returncode == 0, res.stderr
+    out = res.stdout.splitlines()
+    (i,) = [i for i, ln in enumerate(out) if ln.startswith("primary family")]
+    assert "(pre-registered, 1 member;" in out[i]
+    header, row = out[i + 1], out[i + 2]
+    assert row.startswith("  chatbots: scripted:quiet → scripted:eager")
+    assert "scenariosno" not in row
+    for col in ("condition", "scenarios", "detectable"):
+        assert col in header, header
+    # each value starts where its column's name starts (left-aligned) or ends (right-aligned)
+    assert row[header.index("condition"):].startswith("none")
+    assert row[: header.index("scenarios") + len("scenarios")].endswith(" 3")
+    assert row[header.index("detectable"):].startswith("no effect detectable with 3 scenarios")
+    # the report counts the family in the same number
+    assert cli("sweep", str(path), "--yes").returncode == 0
+    out_dir = tmp_path / "report"
+    rep = cli("report", "--all", "--db", str(tmp_path / "results.db"), "--out", str(out_dir),
+              "--n-boot", "50")  # fmt: skip
+    assert rep.returncode == 0, rep.stderr
+    md = (out_dir / "report.md").read_text(encoding="utf-8")
+    assert "Family: the 1 primary contrast only" in md

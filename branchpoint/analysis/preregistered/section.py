@@ -15,6 +15,7 @@ from branchpoint.analysis.preregistered.family import primary_family
 from branchpoint.analysis.report.sections import Section
 from branchpoint.analysis.tables.judgments import judgment_table
 from branchpoint.core.analysis_plan import DECISIONS, AnalysisPlan
+from branchpoint.core.words import counted
 
 TITLE = "Confirmatory analysis (pre-registered)"
 EXPLORATORY = " (exploratory)"
@@ -59,7 +60,7 @@ def confirmatory_sections(store_or_db: Any, runs: Sequence[str] | None) -> list[
         s = Section(TITLE if len(out) == 0 else f"{TITLE}: {sweep_id}")
         s.text.append(
             f"Sweep {sweep_id}: analysis plan registered {reg.get('registered_at')} (hash "
-            f"{str(reg.get('hash'))[:12]}). Family: the {len(plan.primary)} primary contrasts "
+            f"{str(reg.get('hash'))[:12]}). Family: the {counted(len(plan.primary), 'primary contrast')} "
             f"only, outcome {'the rubric as a whole' if plan.outcome == 'rubric' else ', '.join(plan.criteria)}"
             f", per condition; {plan.test.replace('_', '-')} test (t over scenario means; the "
             f"exact sign-flip test below 6 scenarios or with no spread); Holm over the family at "
