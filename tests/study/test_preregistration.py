@@ -212,3 +212,33 @@ def test_the_plans_primary_lines_are_columns_under_their_header(tmp_path: Path) 
     assert rep.returncode == 0, rep.stderr
     md = (out_dir / "report.md").read_text(encoding="utf-8")
     assert "Family: the 1 primary contrast only" in md
+
+
+def test_the_blocks_rubric_criteria_and_judge_are_ones_the_manifest_judges(
+    tmp_path: Path,
+) -> None:
+    """A rubric, criterion or judge the manifest does not judge passed --plan and was
+    registered; the report then said only 'no pair rated in both arms'."""
+    bad = {**PLAN, "outcome": "criteria", "criteria": ["not_a_criterion"], "rubric": "teen",
+           "judge": "litellm:openai/gpt-4o"}  # fmt: skip
+    path = manifest(tmp_path / "study.yaml", bad)
+    for args in (("--plan",), ("--yes",)):
+        res = cli("sweep", str(path), *args)
+        assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+        lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+        expected = [
+            "analysis.rubric: 'teen' is not a rubric the manifest judges (expected one of: refusal)",
+            "analysis.judge: 'litellm:openai/gpt-4o' is not a judge of the manifest (expected one "
+            "of: heuristic)",
+            "analysis.criteria[0]: 'not_a_criterion' is not a criterion of the rubric",
+        ]
+        for text in expected:
+            hit = [ln for ln in lines if text in ln]
+            assert hit, (text, lines)
+            assert hit[0].startswith(f"{path}:"), hit[0]
+    assert not (tmp_path / "results.db").exists()
+    # the rubric's own criterion, and the judge that rates it, pass
+    good = {**bad, "criteria": ["declines_harm"], "rubric": "refusal", "judge": "heuristic"}
+    manifest(path, good)
+    res = cli("sweep", str(path), "--plan")
+    assert res.returncode == 0, res.stderr
