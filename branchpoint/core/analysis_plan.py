@@ -141,10 +141,18 @@ def registration(block: dict[str, Any] | None, now: datetime | None = None) -> d
             "deviations": []}  # fmt: skip
 
 
-def amended(stored: dict[str, Any], block: dict[str, Any] | None, reason: str) -> dict[str, Any]:
-    """``stored`` with the new block and a dated deviation saying why and what changed."""
-    deviation = {"at": datetime.now(UTC).isoformat(timespec="seconds"), "reason": reason,
+def amended(
+    stored: dict[str, Any], block: dict[str, Any] | None, reason: str, cells_done: int = 0
+) -> dict[str, Any]:
+    """``stored`` with the new block and a dated deviation saying why and what changed. A block
+    added where none was registered is not pre-registered: it is registered now, after
+    ``cells_done`` cells had run (``registered_after_cells``), not at the sweep's first cell."""
+    now = datetime.now(UTC).isoformat(timespec="seconds")
+    deviation = {"at": now, "reason": reason,
                  "old_hash": stored.get("hash"), "new_hash": block_hash(block),
                  "old_block": stored.get("block")}  # fmt: skip
-    return {**stored, "block": block, "hash": block_hash(block),
+    late = {}
+    if stored.get("block") is None and block is not None:
+        late = {"registered_at": now, "registered_after_cells": cells_done}
+    return {**stored, "block": block, "hash": block_hash(block), **late,
             "deviations": [*stored.get("deviations", []), deviation]}  # fmt: skip

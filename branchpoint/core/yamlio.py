@@ -787,7 +787,10 @@ def describe_type(tp: Any, meta: Sequence[Any] = ()) -> str:
             return f"a whole number >= {lo}"
         return "a whole number"
     if tp is float:
-        return "a number"
+        # the range, so that "0.7 is too large" says what is not (0 < alpha < 0.5)
+        bounds = [f"{op} {limits[k]:g}" for k, op in
+                  (("gt", ">"), ("ge", ">="), ("lt", "<"), ("le", "<=")) if k in limits]  # fmt: skip
+        return "a number" + (f" {' and '.join(bounds)}" if bounds else "")
     if tp is str:
         pattern = limits.get("pattern")
         if pattern == ID_PATTERN:

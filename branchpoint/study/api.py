@@ -122,7 +122,7 @@ def plan_study(
                 add_cells=add_cells,
             )  # fmt: skip
         plan.analysis_registration = analysis_registration(
-            stored, manifest, sweep_id, str(manifest_file), amend
+            stored, manifest, sweep_id, str(manifest_file), amend, plan.done
         )
     finally:
         if store is not None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from branchpoint.core.power import ALPHA, POWER, detectable_difference
+from branchpoint.core.words import counted
 
 if TYPE_CHECKING:
     from branchpoint.core.analysis_plan import AnalysisPlan, PrimaryContrast
@@ -180,9 +181,11 @@ def primary_lines(plan: AnalysisPlan, family: list[tuple[str, dict[str, list[int
         return ["primary family (pre-registered): no planned pair for its contrasts"]
     alpha = plan.alpha / m
     out = [
-        f"primary family (pre-registered, {m} members; Holm at alpha {plan.alpha:g}, the first "
-        f"step at {alpha:.3g}); smallest effect of interest +{100 * plan.smallest_effect:.1f} "
-        "points; detectable at the first step, same assumptions:",
+        f"primary family (pre-registered, {counted(m, 'member')}; Holm at alpha {plan.alpha:g}, "
+        f"the first step at {alpha:.3g}); smallest effect of interest "
+        f"+{100 * plan.smallest_effect:.1f} points; detectable at the first step, same "
+        "assumptions:",
+        f"  {'contrast':45}{'condition':21}{'scenarios':>9}  detectable",
     ]
     for label, sizes in family:
         for condition, per_scenario in sizes.items():
@@ -192,6 +195,6 @@ def primary_lines(plan: AnalysisPlan, family: list[tuple[str, dict[str, list[int
             verdict = ""
             if mdd is not None:
                 verdict = "  (covers it)" if mdd <= plan.smallest_effect else "  (above it)"
-            out.append(f"  {label[:44]:45}{condition[:20]:21}{len(per_scenario):>4} scenarios"
-                       f"{_points(found):>22}{verdict}")  # fmt: skip
+            out.append(f"  {label[:44]:45}{condition[:20]:21}{len(per_scenario):>9}  "
+                       f"{_points(found)}{verdict}")  # fmt: skip
     return out

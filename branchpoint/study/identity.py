@@ -163,12 +163,14 @@ def _refuse(path: str, sweep_id: str, field: str, was: Any, now: Any) -> None:
 
 
 def analysis_registration(
-    stored: dict[str, Any] | None, manifest: Manifest, sweep_id: str, path: str, amend: str | None
-) -> dict[str, Any] | None:
+    stored: dict[str, Any] | None, manifest: Manifest, sweep_id: str, path: str,
+    amend: str | None, cells_done: int = 0,
+) -> dict[str, Any] | None:  # fmt: skip
     """The pre-registered analysis to store with the sweep (``branchpoint.core.analysis_plan``):
     None for a sweep not begun (its first cell registers the block as it is then); the stored
     registration when the block is unchanged; with ``amend``, the new block and a dated
-    deviation. An edit without ``amend`` is refused, naming the registration."""
+    deviation (a block added to a sweep that had none: registered now, after ``cells_done``
+    cells had run). An edit without ``amend`` is refused, naming the registration."""
     from branchpoint.core.analysis_plan import amended, block_hash, registration
 
     block = resolved_manifest(manifest).get("analysis")
@@ -195,4 +197,4 @@ def analysis_registration(
             f"({old.get('registered_at')}); a pre-registered analysis is changed only with "
             '--amend "reason", which records a dated deviation the report lists'
         )
-    return amended(old, block, amend.strip())
+    return amended(old, block, amend.strip(), cells_done)

@@ -64,6 +64,7 @@ def manifest_problems(data: Any, pos: PosMap, path: str | Path) -> list[LoadErro
     _cross_field_problems(data, at)
     if isinstance(data.get("analysis"), dict):
         _analysis_problems(data, sources if complete else [], at)
+        _analysis_judging_problems(data, base, at)
     return sorted(set(out), key=lambda e: (e.path != shown, e.path, e.line, e.col, e.field))
 
 
@@ -222,3 +223,66 @@ def _analysis_problems(data: dict[str, Any], sources: list[str], at: Any) -> Non
             elif isinstance(opt, str) and opt not in options[bp]:
                 at((*loc, "option"), f"branch point {bp!r} has no option {opt!r} (expected one "
                    f"of: {', '.join(sorted(options[bp]))})")  # fmt: skip
+
+
+def _judged_rubrics(judges: list[Any], base: Path) -> dict[str, dict[str, list[str]]]:
+    """Judge spec -> rubric id -> its criterion ids, of the rubrics that load."""
+    from branchpoint.core.errors import UserError
+    from branchpoint.judges.loading import load_rubric_file, resolve_rubric_path
+
+    out: dict[str, dict[str, list[str]]] = {}
+    for judge in judges:
+        spec = judge.get("spec") if isinstance(judge, dict) else judge
+        rubrics = judge.get("rubrics") if isinstance(judge, dict) else None
+        if not isinstance(spec, str):
+            continue
+        found = out.setdefault(spec, {})
+        for name in rubrics if isinstance(rubrics, list) else []:
+            if not isinstance(name, str):
+                continue
+            try:
+                rubric, _ = load_rubric_file(resolve_rubric_path(rubric_reference(name, base)))
+            except UserError:  # its own line comes from _rubric_problems
+                continue
+            if rubric is not None:
+                found[rubric.id] = [c.id for c in rubric.criteria]
+    return out
+
+
+def _analysis_judging_problems(data: dict[str, Any], base: Path, at: Any) -> None:
+    """The block's ``rubric``, ``judge`` and ``criteria`` name what the manifest judges: a
+    rubric, judge or criterion it does not left the family untestable ('no pair rated in both
+    arms'), found only in the report."""
+    block = data["analysis"]
+    judges = data.get("judges")
+    if not isinstance(judges, list) or not judges:
+        return
+    judged = _judged_rubrics(judges, base)
+    judge = block.get("judge")
+    if isinstance(judge, str) and judge not in judged:
+        at(("analysis", "judge"), f"{judge!r} is not a judge of the manifest (expected one of: "
+           f"{', '.join(judged)})")  # fmt: skip
+        judge = None
+    by_judge = judged[judge] if isinstance(judge, str) else {
+        rid: crit for rubrics in judged.values() for rid, crit in rubrics.items()}  # fmt: skip
+    if not by_judge:
+        return  # the rubrics did not load: their own lines say why
+    rubric = block.get("rubric")
+    if isinstance(rubric, str) and rubric not in by_judge:
+        whose = f"judge {judge!r}" if isinstance(judge, str) else "the manifest"
+        at(("analysis", "rubric"), f"{rubric!r} is not a rubric {whose} judges (expected one "
+           f"of: {', '.join(by_judge)})")  # fmt: skip
+        rubric = None
+    if isinstance(rubric, str):
+        criteria, of = by_judge[rubric], f"the rubric {rubric!r}"
+    elif len(by_judge) == 1:
+        ((only, criteria),) = by_judge.items()
+        of = f"the rubric {only!r}"
+    else:
+        criteria = sorted({c for crit in by_judge.values() for c in crit})
+        of = "the rubrics judged"
+    names = block.get("criteria")
+    for i, name in enumerate(names if isinstance(names, list) else []):
+        if isinstance(name, str) and name not in criteria:
+            at(("analysis", "criteria", i), f"{name!r} is not a criterion of {of} (expected "
+               f"one of: {', '.join(criteria)})")  # fmt: skip

@@ -169,3 +169,103 @@ def test_a_member_whose_test_cannot_reach_alpha_is_not_called_no_difference_show
     row = SimpleNamespace(p_holm=0.5, diff=0.2, ci_low=-1.0, ci_high=1.0,
                           test="exact sign-flip", n_scenarios=n)  # fmt: skip
     assert decide(plan, row) == expected
+
+
+def test_a_plan_added_after_cells_ran_is_not_reported_as_pre_registered(tmp_path: Path) -> None:
+    """A sweep run with no block, then a block added with --amend: the report called it
+    pre-registered with the first cell's date, and the deviation read '(plan None → ...)'."""
+    path = manifest(tmp_path / "study.yaml", None, scenarios={"paths": SCENARIOS[:3]})
+    first = cli("sweep", str(path), "--yes")
+    assert first.returncode == 0, first.stderr
+    db = tmp_path / "results.db"
+    started = stored_plan(db)["registered_at"]
+    manifest(path, PLAN, scenarios={"paths": SCENARIOS[:3]})
+    amended = cli("sweep", str(path), "--yes", "--amend", "added plan after seeing data")
+    assert amended.returncode == 0, amended.stderr
+    reg = stored_plan(db)
+    (dev,) = reg["deviations"]
+    assert reg["registered_at"] == dev["at"] >= started
+    out = tmp_path / "report"
+    rep = cli("report", "--all", "--db", str(db), "--out", str(out), "--n-boot", "50")
+    assert rep.returncode == 0, rep.stderr
+    md = (out / "report.md").read_text(encoding="utf-8")
+    headings = [ln for ln in md.splitlines() if ln.startswith("## ")]
+    assert headings[0] == "## Confirmatory analysis (registered after data collection began)"
+    assert "pre-registered" not in md.split(headings[1])[0]
+    cells = reg["registered_after_cells"]
+    assert cells > 0
+    assert f"registered {dev['at']}, after {cells} cells had run" in md
+    assert f"(no plan → {reg['hash'][:12]})" in md and "None" not in md.split(headings[1])[0]
+
+
+def test_the_blocks_rubric_criteria_and_judge_are_ones_the_manifest_judges(
+    tmp_path: Path,
+) -> None:
+    """A rubric, criterion or judge the manifest does not judge passed --plan and was
+    registered; the report then said only 'no pair rated in both arms'."""
+    bad = {**PLAN, "outcome": "criteria", "criteria": ["not_a_criterion"], "rubric": "teen",
+           "judge": "litellm:openai/gpt-4o"}  # fmt: skip
+    path = manifest(tmp_path / "study.yaml", bad)
+    for args in (("--plan",), ("--yes",)):
+        res = cli("sweep", str(path), *args)
+        assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+        lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+        expected = [
+            "analysis.rubric: 'teen' is not a rubric the manifest judges (expected one of: refusal)",
+            "analysis.judge: 'litellm:openai/gpt-4o' is not a judge of the manifest (expected one "
+            "of: heuristic)",
+            "analysis.criteria[0]: 'not_a_criterion' is not a criterion of the rubric",
+        ]
+        for text in expected:
+            hit = [ln for ln in lines if text in ln]
+            assert hit, (text, lines)
+            assert hit[0].startswith(f"{path}:"), hit[0]
+    assert not (tmp_path / "results.db").exists()
+    # the rubric's own criterion, and the judge that rates it, pass
+    good = {**bad, "criteria": ["declines_harm"], "rubric": "refusal", "judge": "heuristic"}
+    manifest(path, good)
+    res = cli("sweep", str(path), "--plan")
+    assert res.returncode == 0, res.stderr
+
+
+@pytest.mark.parametrize(("field", "value", "expected"), [
+    ("alpha", 0.7, "0.7 is too large (expected a number > 0 and < 0.5)"),
+    ("alpha", 0, "0 is too small (expected a number > 0 and < 0.5)"),
+    ("smallest_effect", 1.5, "1.5 is too large (expected a number > 0 and <= 1)"),
+])  # fmt: skip
+def test_a_number_out_of_range_says_the_range(
+    tmp_path: Path, field: str, value: float, expected: str
+) -> None:
+    path = manifest(tmp_path / "study.yaml", {**PLAN, field: value})
+    res = cli("sweep", str(path), "--plan")
+    assert res.returncode == 2
+    assert f"analysis.{field}: {expected}" in res.stderr, res.stderr
+
+
+def test_the_plans_primary_lines_are_columns_under_their_header(tmp_path: Path) -> None:
+    """With 3 scenarios: '... none    3 scenariosno effect detectable...' (no space), columns not
+    under any header, and '1 members'."""
+    plan = {**PLAN, "primary": [PLAN["primary"][1]]}
+    path = manifest(tmp_path / "study.yaml", plan, scenarios={"paths": SCENARIOS[:3]})
+    res = cli("sweep", str(path), "--plan")
+    assert res.returncode == 0, res.stderr
+    out = res.stdout.splitlines()
+    (i,) = [i for i, ln in enumerate(out) if ln.startswith("primary family")]
+    assert "(pre-registered, 1 member;" in out[i]
+    header, row = out[i + 1], out[i + 2]
+    assert row.startswith("  chatbots: scripted:quiet → scripted:eager")
+    assert "scenariosno" not in row
+    for col in ("condition", "scenarios", "detectable"):
+        assert col in header, header
+    # each value starts where its column's name starts (left-aligned) or ends (right-aligned)
+    assert row[header.index("condition") :].startswith("none")
+    assert row[: header.index("scenarios") + len("scenarios")].endswith(" 3")
+    assert row[header.index("detectable") :].startswith("no effect detectable with 3 scenarios")
+    # the report counts the family in the same number
+    assert cli("sweep", str(path), "--yes").returncode == 0
+    out_dir = tmp_path / "report"
+    rep = cli("report", "--all", "--db", str(tmp_path / "results.db"), "--out", str(out_dir),
+              "--n-boot", "50")  # fmt: skip
+    assert rep.returncode == 0, rep.stderr
+    md = (out_dir / "report.md").read_text(encoding="utf-8")
+    assert "Family: the 1 primary contrast only" in md

@@ -203,7 +203,7 @@ def test_a_negative_threshold_is_a_manifest_error(tmp_path: Path) -> None:
     code, out, err = cli("sweep", str(manifest))
     assert code == 2
     assert err.strip().splitlines() == [
-        f"{manifest}:3:20: confirm_above_usd: -1 is too small (expected a number)"
+        f"{manifest}:3:20: confirm_above_usd: -1 is too small (expected a number >= 0)"
     ]
 
 

@@ -15,13 +15,21 @@ from branchpoint.analysis.preregistered.family import primary_family
 from branchpoint.analysis.report.sections import Section
 from branchpoint.analysis.tables.judgments import judgment_table
 from branchpoint.core.analysis_plan import DECISIONS, AnalysisPlan
+from branchpoint.core.words import counted
 
 TITLE = "Confirmatory analysis (pre-registered)"
+# A block first stored after cells had run (added with --amend to a sweep that had none).
+LATE_TITLE = "Confirmatory analysis (registered after data collection began)"
 EXPLORATORY = " (exploratory)"
 
 
 def _pts(x: Any) -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:+.1f}"
+
+
+def _plan_hash(h: Any, word: str = "plan ") -> str:
+    """A deviation's hash: 'plan 917cd5ae37dc', or 'no plan' where none was (not 'None')."""
+    return "no plan" if h is None else f"{word}{str(h)[:12]}"
 
 
 def family_display(tab: pd.DataFrame) -> pd.DataFrame:
@@ -56,10 +64,15 @@ def confirmatory_sections(store_or_db: Any, runs: Sequence[str] | None) -> list[
         plan = AnalysisPlan.model_validate(reg["block"])
         jt = attach_tree(judgment_table(store_or_db, [sweep_id]), store_or_db, [sweep_id])
         fam = primary_family(jt, plan)
-        s = Section(TITLE if len(out) == 0 else f"{TITLE}: {sweep_id}")
+        late = reg.get("registered_after_cells")
+        title = TITLE if late is None else LATE_TITLE
+        s = Section(title if len(out) == 0 else f"{title}: {sweep_id}")
+        when = f"registered {reg.get('registered_at')}"
+        if late is not None:
+            when += f", after {counted(int(late), 'cell')} had run"
         s.text.append(
-            f"Sweep {sweep_id}: analysis plan registered {reg.get('registered_at')} (hash "
-            f"{str(reg.get('hash'))[:12]}). Family: the {len(plan.primary)} primary contrasts "
+            f"Sweep {sweep_id}: analysis plan {when} (hash "
+            f"{str(reg.get('hash'))[:12]}). Family: the {counted(len(plan.primary), 'primary contrast')} "
             f"only, outcome {'the rubric as a whole' if plan.outcome == 'rubric' else ', '.join(plan.criteria)}"
             f", per condition; {plan.test.replace('_', '-')} test (t over scenario means; the "
             f"exact sign-flip test below 6 scenarios or with no spread); Holm over the family at "
@@ -71,8 +84,8 @@ def confirmatory_sections(store_or_db: Any, runs: Sequence[str] | None) -> list[
         if devs:
             s.text.append(f"Deviations from the registered plan ({len(devs)}):")
             for d in devs:
-                s.text.append(f"- {d.get('at')}: {d.get('reason')} (plan {str(d.get('old_hash'))[:12]} "
-                              f"→ {str(d.get('new_hash'))[:12]})")  # fmt: skip
+                s.text.append(f"- {d.get('at')}: {d.get('reason')} ({_plan_hash(d.get('old_hash'))} "
+                              f"→ {_plan_hash(d.get('new_hash'), '')})")  # fmt: skip
         else:
             s.text.append("Deviations from the registered plan: none.")
         if fam.table.empty:
