@@ -374,9 +374,7 @@ def _judged_criteria(store: Any) -> dict[str, set[str]]:
 def import_command(
     file: Annotated[
         Path,
-        typer.Argument(
-            metavar="FILE.csv", help="Labels CSV (columns: see `branchpoint labels --help`)."
-        ),
+        typer.Argument(metavar="FILE.csv", help="Labels CSV (columns: listed above)."),
     ],
     db: DbOption = None,
 ) -> None:
