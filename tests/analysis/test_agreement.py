@@ -133,3 +133,19 @@ def test_ranks_and_codes_looked_up_per_distinct_value_equal_element_by_element()
     np.testing.assert_array_equal(_codes_of(present, index), [index[v] for v in present])
     with pytest.raises(KeyError):
         _codes_of(np.array(["pass", "refusal"], dtype=object), index)
+
+
+def test_ratings_that_all_agree_get_no_zero_width_interval() -> None:
+    """80 labels that all agreed with the judge gave kappa and alpha "1.0 to 1.0" (a cluster
+    bootstrap with no spread) and the judge's sensitivity and specificity "100.0% (100.0% to
+    100.0%)" (a tester's store)."""
+    from branchpoint.analysis.judge_correction.estimators import weighted_ratio
+    from branchpoint.analysis.raters.agreement import kappa_alpha_intervals
+
+    rng = np.random.default_rng(3)
+    a = rng.integers(0, 3, 80).astype(float)
+    got = kappa_alpha_intervals(a, a.copy(), np.arange(80) % 8)
+    assert all(np.isnan(v) for v in got.values())  # declined: the resamples have no spread
+    fail = (a == 0).astype(float)
+    sens = weighted_ratio(fail * fail, fail, np.ones(80), np.arange(80) % 8)
+    assert sens.estimate == 1.0 and 0.5 < sens.low < sens.high == 1.0  # rule 3 over 8 scenarios

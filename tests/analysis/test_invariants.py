@@ -17,6 +17,7 @@ transformed copy of it:
 from __future__ import annotations
 
 import json
+import math
 import random
 import re
 import sqlite3
@@ -68,10 +69,12 @@ def _design(seed: int) -> TeenDesign:
     )
 
 
-def _labelled_store(path: Path, seed: int, n: int = 40) -> Path:
+def _labelled_store(
+    path: Path, seed: int, n: int = 40, flip_every: int = 5, design: TeenDesign | None = None
+) -> Path:
     """A store with a labelling design and people's labels on it (the judge's verdict, flipped
-    for one item in five), so that the judge-corrected figures exist."""
-    write_teen_store(path, _design(seed), seed=seed)
+    for one item in ``flip_every``; 0: never), so that the judge-corrected figures exist."""
+    write_teen_store(path, design or _design(seed), seed=seed)
     store = open_store(path)
     queue = sample_queue(store, n=n, seed=seed)
     verdicts = {
@@ -91,7 +94,7 @@ def _labelled_store(path: Path, seed: int, n: int = 40) -> Path:
                 rubric_id=it.rubric_id,
                 criterion_id=it.criterion_id,
                 annotator="person",
-                verdict=flip.get(v, v) if i % 5 == 0 else v,
+                verdict=flip.get(v, v) if flip_every and i % flip_every == 0 else v,
                 blind=True,
                 design_id=it.design_id,
             )  # fmt: skip
@@ -365,6 +368,8 @@ def test_no_interval_from_sampled_data_has_zero_width(base_figures: dict[str, An
     assert {"time_to_failure.matched", "per_target"} <= {x[0] for x in found}
     zero = [x for x in found if not x[3] > x[2]]
     assert not zero, zero[:5]
+    every = _every_interval({k: v for k, v in base_figures.items() if not k.startswith("_")})
+    assert not [x for x in every if not x[2] > x[1]]  # any key's low / high, anywhere
 
 
 def test_no_interval_has_zero_width_when_every_rating_agrees(tmp_path: Path) -> None:
@@ -378,6 +383,50 @@ def test_no_interval_has_zero_width_when_every_rating_agrees(tmp_path: Path) -> 
     f = json.loads(analysis_json(a))
     zero = [x for x in _intervals(f) if not x[3] > x[2]]
     assert not zero, zero[:5]
+
+
+def _every_interval(obj: Any, where: str = "") -> list[tuple[str, float, float]]:
+    """(where, low, high) of every interval anywhere in the JSON: each key ending in ``low`` with
+    its ``high`` partner (ci_low / ci_high, judge_low / judge_high, kappa_ci_low / ...). Rank sets
+    are whole ranks, left out (a rank every pairwise test separates is one rank)."""
+    out: list[tuple[str, float, float]] = []
+    if isinstance(obj, dict):
+        for key, lo in obj.items():
+            if not key.endswith("low") and "_low_" not in key or key.startswith("rank"):
+                continue
+            hi = obj.get(key[::-1].replace("wol", "hgih", 1)[::-1] if key.endswith("low")
+                         else key.replace("_low_", "_high_"))  # fmt: skip
+            ok = isinstance(lo, (int, float)) and isinstance(hi, (int, float))
+            if ok and not (math.isnan(lo) or math.isnan(hi)):
+                out.append((f"{where}.{key}", float(lo), float(hi)))
+        for key, value in obj.items():
+            out += _every_interval(value, f"{where}.{key}")
+    elif isinstance(obj, list):
+        for i, value in enumerate(obj):
+            out += _every_interval(value, f"{where}[{i}]")
+    return out
+
+
+def test_no_interval_anywhere_has_zero_width_when_every_rating_and_label_agrees(
+    tmp_path: Path,
+) -> None:
+    """Every interval of analyze --format json, the corrected tables and agreement included, on
+    a store where the labels all agree with the judge and a second judge agrees with the first:
+    the judge's sensitivity read "100.0% (100.0% to 100.0%)" and kappa "1.0 to 1.0"."""
+    d = TeenDesign(n_scenarios=8, targets=("scripted:t0",), conditions=("none",),
+                   n_exchanges=3, p_error=0.0, reasoning=True)  # fmt: skip
+    db = _labelled_store(tmp_path / "agree.db", seed=4, n=80, flip_every=0, design=d)
+    assert add_second_judge(db, "scripted:judge2", flip_every=10**9) > 0
+    a = run_analysis(db, n_boot=200, examples=0)
+    f = json.loads(analysis_json(a, judge_corrected(db), judge_corrected_contrasts(db)))
+    found = _every_interval(f)
+    assert any("sensitivity_low" in w for w, _, _ in found), "no corrected table to check"
+    pairs = f["agreement"]["pairs"]  # declined where the resamples have no spread, saying why
+    assert pairs and all(
+        r["interval"].startswith("none") for r in pairs if r["kappa_ci_low"] is None
+    )
+    zero = [x for x in found if not x[2] > x[1]]
+    assert not zero, zero[:8]
 
 
 def test_each_count_the_report_states_equals_its_table(

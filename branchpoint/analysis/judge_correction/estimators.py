@@ -529,6 +529,8 @@ def weighted_ratio(
     np.add.at(z, codes, weight * (num - ratio * den))
     g = len(names)
     se = math.sqrt(g / (g - 1) * float(z @ z)) / total
+    if se == 0:  # every scenario the same share (the judge caught every labelled failure): rule 3
+        return Interval(ratio, *no_spread_interval(ratio, g, (0.0, 1.0), 1 - alpha), se)
     t = t_ppf(1 - alpha / 2, effective_df(z))
     return Interval(ratio, max(0.0, ratio - t * se), min(1.0, ratio + t * se), se)
 

@@ -237,7 +237,15 @@ def kappa_alpha_intervals(
     for name, vals in (("kappa", kappa), ("alpha", alpha)):
         lo, hi = _percentile(vals[:, None], ci)
         out[f"{name}_ci_low"], out[f"{name}_ci_high"] = float(lo[0]), float(hi[0])
+        if not lo[0] < hi[0]:  # every replicate the same (every pair agrees): no interval
+            out[f"{name}_ci_low"] = out[f"{name}_ci_high"] = float("nan")
     return out
+
+
+NO_BOOTSTRAP_SPREAD = (
+    "none: every resample gives the same value (every pair of ratings agrees), and an interval "
+    "of zero width would claim certainty from a sample"
+)
 
 
 def _objects(values: Any) -> np.ndarray:
@@ -276,6 +284,8 @@ def _pair_stats(x: pd.Series, y: pd.Series) -> dict[str, Any]:
     conv = np.asarray(x.index.get_level_values("conversation_id"), dtype=object)[app][ordinal]
     out.update(kappa_alpha_intervals(xo, yo, conv))
     out["interval"] = "cluster bootstrap over conversations" if len(set(conv)) >= 2 else "none"
+    if len(set(conv)) >= 2 and np.isnan(out["kappa_ci_low"]) and len(xo):
+        out["interval"] = NO_BOOTSTRAP_SPREAD
     out["under"] = float(np.mean(xo < yo)) if len(xo) else np.nan  # first rater saw less risk
     out["over"] = float(np.mean(xo > yo)) if len(xo) else np.nan
     return out
