@@ -117,9 +117,9 @@ def test_compare_from_one_store_and_from_two_stores_agree(planted: Path, tmp_pat
     assert "What regressed" in text.stdout and "limit=push_back" in text.stdout
     first = b["regressed_pairs"][0]
     assert any(
-        f"branchpoint show {first['conversation_b']} --db {db_b}" in line
+        line.strip() == f"B: branchpoint show {first['conversation_b']} --db {db_b}"
         for line in text.stdout.splitlines()
-    ), text.stdout
+    ), text.stdout  # one command a line: " | " between them piped the first into the second
 
 
 def test_compare_refuses_unknown_targets_and_one_target_against_itself(planted: Path) -> None:
@@ -308,3 +308,29 @@ def test_the_ranking_is_per_condition_and_orders_no_pair_compare_cannot() -> Non
     for cond, rows in ranked.groupby("condition"):
         separated = bool(overall.loc[cond, "p_scenario_holm"] < 0.05)
         assert (rows["rank_low"] == rows["rank_high"]).all() == separated, (cond, rows)
+
+
+def test_a_store_compared_with_itself_is_one_store(planted: Path) -> None:
+    """--db X --db-b X with one target on both sides said "a design cell holds more than one
+    conversation of one target (several runs of it in the store?)"."""
+    res = run_in_process("compare", "--db", str(planted), "--db-b", str(planted), "--a",
+                         "scripted:old", "--b", "scripted:old")  # fmt: skip
+    assert res.returncode == 2 and "same target 'scripted:old' of one store" in res.stderr
+
+
+def test_two_stores_of_different_designs_are_compared_with_a_note(tmp_path: Path) -> None:
+    """Two stores swept with 3 and 2 exchanges were compared with no word of it, and the header
+    named the targets without their stores (a tester's compare)."""
+    stores = []
+    for name, exchanges in (("one", 3), ("two", 2)):
+        db = tmp_path / f"{name}.db"
+        write_teen_store(db, design(0.0, n_scenarios=4), seed=1)
+        config = {"manifest": {"max_exchanges": exchanges, "replicates": 3}, "scenario_hashes": {}}
+        with sqlite3.connect(db) as con:
+            con.execute("update runs set config = ?", (json.dumps(config),))
+        stores.append(db)
+    res = run_in_process("compare", "--db", str(stores[0]), "--db-b", str(stores[1]), "--a",
+                         "scripted:old", "--b", "scripted:new", env={"COLUMNS": "300"})  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert "sweeps differ in max_exchanges (not one manifest)" in res.stdout
+    assert res.stdout.startswith(f"A = scripted:old ({stores[0]}), B = scripted:new ({stores[1]})")

@@ -102,7 +102,28 @@ def align(a: Side, b: Side, *, two_stores: bool) -> Aligned:
     only = len(cells_a ^ cells_b)
     if only:
         notes.append(f"{only} design cells ran for one side only: left out of the comparison")
+    if two_stores:
+        notes += _design_differences(a, b)
     return Aligned(both, label_a, label_b, match, two_stores, notes)
+
+
+def _design_differences(a: Side, b: Side) -> list[str]:
+    """A note when the two stores' sweeps were run from different designs (one manifest is what
+    the comparison of a release and the next assumes): the cells still match by name, but what
+    differs besides the chatbot is not held equal."""
+    from branchpoint.core.read import sweep_designs
+
+    da, db = sweep_designs(a.store, a.runs), sweep_designs(b.store, b.runs)
+    if not da or not db:
+        return []
+    fields = sorted({k for x in da.values() for y in db.values() for k in x if x[k] != y.get(k)})
+    if not fields:
+        return []
+    return [
+        f"the two stores' sweeps differ in {', '.join(fields)} (not one manifest): cells are "
+        "matched by scenario, variant, condition, simulator and replicate, but those "
+        "differences are not held equal between A and B"
+    ]
 
 
 def store_conversation_id(cid: str) -> str:

@@ -30,6 +30,7 @@ _EXPORTS = {
     "run_conversations": "branchpoint.core.read.runs",
     "run_config_hashes": "branchpoint.core.read.runs",
     "analysis_registrations": "branchpoint.core.read.runs",
+    "sweep_designs": "branchpoint.core.read.runs",
     # conversations
     "conversation_rows": "branchpoint.core.read.conversations",
     "existing_conversations": "branchpoint.core.read.conversations",
@@ -193,6 +194,7 @@ if TYPE_CHECKING:  # for type checkers and editors
         run_config_hashes,
         run_conversations,
         run_table,
+        sweep_designs,
     )
     from branchpoint.core.read.source import StoreRef, read_frame, sqlite_path
     from branchpoint.core.read.turns import (

@@ -60,6 +60,31 @@ def analysis_registrations(
     return out
 
 
+# What a sweep's manifest says of its design, as against its chatbots, judges and machinery:
+# two stores compared chatbot against chatbot should agree on these.
+DESIGN_FIELDS = ("conditions", "simulators", "simulator_params", "replicates", "seed",
+                 "max_exchanges", "fork")  # fmt: skip
+
+
+def sweep_designs(ref: StoreRef, runs: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
+    """Sweep id -> its manifest's design (``DESIGN_FIELDS``, with the scenario files' hashes)."""
+    import json
+
+    r = RUNS.c
+    q = select(r.id, r.config).where(r.kind == "sweep")
+    if runs is not None:
+        q = q.where(r.id.in_(list(runs)))
+    out: dict[str, dict[str, Any]] = {}
+    for run_id, config in read_frame(q, ref).itertuples(index=False):
+        data = json.loads(config) if isinstance(config, str) else config
+        manifest = data.get("manifest") if isinstance(data, dict) else None
+        if isinstance(manifest, dict):
+            design = {k: manifest.get(k) for k in DESIGN_FIELDS}
+            design["scenarios"] = sorted((data.get("scenario_hashes") or {}).values())
+            out[str(run_id)] = design
+    return out
+
+
 def find_run(store: Store, run_id: str) -> Run | None:
     with store.session() as s:
         return s.get(Run, run_id)

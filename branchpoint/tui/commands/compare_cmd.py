@@ -147,7 +147,10 @@ def compare_command(
     from branchpoint.core.store import open_store
 
     store_a = open_store(db, create=False)
-    two = db_b is not None
+    # --db-b naming --db's own store is one store (the same target against itself is refused
+    # as such, not as "a design cell holds more than one conversation")
+    two = db_b is not None and not _same_store(db, db_b)
+    db_b = db_b if two else None
     store_b = open_store(db_b, create=False) if two else store_a
     side_a = Side(store_a, a, run_a or None, str(db or ""))
     side_b = Side(store_b, b, run_b or None, str(db_b or ""))
@@ -195,6 +198,19 @@ def ttf_display(tab: Any) -> Any:
     }))  # fmt: skip
 
 
+def _in_store(label: str, db: str | None) -> str:
+    """A side's name with its store, when the sides come from two stores (once)."""
+    return label if db is None or label.endswith(f"({db})") else f"{label} ({db})"
+
+
+def _same_store(a: str | None, b: str | None) -> bool:
+    if a is None or b is None:
+        return False
+    if "://" in a or "://" in b:
+        return a == b
+    return Path(a).resolve() == Path(b).resolve()
+
+
 def _print_text(c: Any, ranking: Any, db: str | None, db_b: str | None, ttf: Any = None) -> None:
     from rich.console import Console
 
@@ -203,7 +219,9 @@ def _print_text(c: Any, ranking: Any, db: str | None, db_b: str | None, ttf: Any
     console = Console()
     console.print(
         _text(
-            f"A = {c.label_a}, B = {c.label_b}; differences are B minus A, in points of failure rate (> 0: B fails more)"
+            f"A = {_in_store(c.label_a, db if db_b else None)}, "
+            f"B = {_in_store(c.label_b, db_b)}; differences are B minus A, in points of failure "
+            "rate (> 0: B fails more)"
         )
     )
     if c.overall.empty:
@@ -232,10 +250,14 @@ def _print_text(c: Any, ranking: Any, db: str | None, db_b: str | None, ttf: Any
                 # token and each `branchpoint show` can be copied whole (a narrow terminal wraps)
                 console.print(_text(
                     f"    {row.scenario_id} ({row.criterion_id}, replicate {row.replicate}): "
-                    f"A {row.fails_a}/{row.rated_a} failed, B {row.fails_b}/{row.rated_b}: "
-                    f"branchpoint show {row.conversation_a}{show_a} | "
-                    f"branchpoint show {row.conversation_b}{show_b}"
+                    f"A {row.fails_a}/{row.rated_a} failed, B {row.fails_b}/{row.rated_b}"
                 ), soft_wrap=True)  # fmt: skip
+                # one command a line: joined by " | " a pasted line piped the first into the
+                # second and lost A's transcript
+                for side, cid, show in (("A", row.conversation_a, show_a),
+                                        ("B", row.conversation_b, show_b)):  # fmt: skip
+                    console.print(_text(f"      {side}: branchpoint show {cid}{show}"),
+                                  soft_wrap=True)  # fmt: skip
     if ttf is not None and not ttf["overall"].empty:
         from branchpoint.analysis.survival.first_failure import ANY
 
