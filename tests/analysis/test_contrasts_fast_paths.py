@@ -236,3 +236,16 @@ def test_unrated_pairs_count_a_copied_pair_once(tmp_path: Path) -> None:
     assert (
         "branch point help: accept vs decline: 16 matched pairs, none rated in both arms" in notes
     )
+
+
+def test_pairs_that_never_forked_are_said_so_not_unrated() -> None:
+    """On the quickstart store: 'help: accept vs decline: 1 matched pairs, none rated in both
+    arms' of a pair whose arms never forked (one conversation stored twice)."""
+    from branchpoint.analysis.contrasts.matched import _unpaired
+
+    cand = pd.DataFrame({"conversation_id_a": ["a"], "conversation_id_b": ["b"],
+                         "status": ["never_forked"]})  # fmt: skip
+    assert _unpaired(cand) == "1 matched pair, none forked (identical arms)"
+    two = pd.DataFrame({"conversation_id_a": ["a", "c"], "conversation_id_b": ["b", "d"],
+                        "status": ["never_forked", "none"]})  # fmt: skip
+    assert _unpaired(two) == "2 matched pairs, none rated in both arms (1 never forked)"

@@ -74,6 +74,7 @@ from branchpoint.analysis.tables.judgments import (
 )
 from branchpoint.analysis.tables.versions import keep_versions_apart
 from branchpoint.core.domain import is_branch_key
+from branchpoint.core.words import counted
 
 PAIR_KEYS = ["run_id", "scenario_id", "target", "condition", "simulator", "replicate"]
 CRITERION_KEYS = ["rubric_id", "criterion_id", "judge"]
@@ -342,8 +343,15 @@ def _unpaired(cand: pd.DataFrame) -> str:
         return "no matched pairs"
     # A pair of copied arms is its originals' comparison stored again: one pair, not two.
     own = (cand["status"] != "copy").to_numpy()
-    n = len(cand.loc[own, ["conversation_id_a", "conversation_id_b"]].drop_duplicates())
-    return f"{n} matched pairs, none rated in both arms"
+    keys = ["conversation_id_a", "conversation_id_b"]
+    n = len(cand.loc[own, keys].drop_duplicates())
+    never = (cand["status"] == "never_forked").to_numpy() & own
+    n_never = len(cand.loc[never, keys].drop_duplicates())
+    if n_never == n:  # the true reason: the arms are one conversation stored twice
+        return f"{counted(n, 'matched pair')}, none forked (identical arms)"
+    return f"{counted(n, 'matched pair')}, none rated in both arms" + (
+        f" ({n_never} never forked)" if n_never else ""
+    )
 
 
 def _copied_pairs(
