@@ -72,6 +72,9 @@ class StudyResult:
     # persona turns not enacted / low in realism (the judges' manipulation checks and realism
     # ratings, or the realism gate's), as every summary words them; None when none is rated
     persona_flags: str | None = None
+    # arms whose branch point never fired: their parents' conversations stored again, which the
+    # analysis counts once (the unit of analysis); the summary says so beside the stored count
+    never_forked: int = 0
 
     @property
     def ok(self) -> bool:
@@ -218,7 +221,15 @@ async def arun_study(
         stored_calls=_stored_calls(store, sweep.sweep_id),
         cached_calls=cached_call_counts(store, sweep.sweep_id),
         persona_flags=persona_flags_line(store, sweep.sweep_id),
+        never_forked=_never_forked(store, sweep.sweep_id),
     )
+
+
+def _never_forked(store: Store, sweep_id: str) -> int:
+    from branchpoint.core.read import conversation_tree
+
+    tree = conversation_tree(store, [sweep_id])
+    return int((tree["parent_id"].notna() & tree["fork_turn"].isna()).sum())
 
 
 def _stored_calls(store: Store, sweep_id: str) -> dict[str, int]:

@@ -103,6 +103,16 @@ def test_registered_amended_and_reported(tmp_path: Path) -> None:
     first = cli("sweep", str(path), "--yes")
     assert first.returncode == 0, first.stderr
     db = tmp_path / "results.db"
+    # the stored count beside how many of them analyze counts once (it said "N conversations"
+    # where the report said fewer, with no word of the copies)
+    with sqlite3.connect(db) as con:
+        (copies,) = con.execute(
+            "select count(*) from conversations where parent_id is not null and fork_turn is null"
+        ).fetchone()
+    assert copies > 0
+    assert f"({copies} of them arms that never forked, counted once by analyze and report)" in (
+        first.stdout
+    )
     reg = stored_plan(db)
     primary = [{k: v for k, v in c.items() if k in ("branch_point", "option", "chatbots")
                 and v is not None} for c in reg["block"]["primary"]]  # fmt: skip

@@ -188,8 +188,14 @@ def _summary(outcome: StudyResult) -> int:
     # the store's call rows (what `runs` counts), not the calls attempted: a call the budget
     # refused was never sent
     calls = calls_text(outcome.stored_calls)
+    copies = (
+        f" ({outcome.never_forked} of them arms that never forked, counted once by analyze and "
+        "report)"
+        if outcome.never_forked
+        else ""
+    )
     say(
-        f"sweep {result.sweep_id}: {result.conversations} conversations, "
+        f"sweep {result.sweep_id}: {result.conversations} conversations{copies}, "
         f"{result.completed} completed, {result.n_failed} not completed; "
         f"model calls stored: {calls or 'none'}"
     )
