@@ -188,17 +188,17 @@ def _summary(outcome: StudyResult) -> int:
     # the store's call rows (what `runs` counts), not the calls attempted: a call the budget
     # refused was never sent
     calls = calls_text(outcome.stored_calls)
-    copies = (
-        f" ({outcome.never_forked} of them arms that never forked, counted once by analyze and "
-        "report)"
-        if outcome.never_forked
-        else ""
-    )
     say(
-        f"sweep {result.sweep_id}: {result.conversations} conversations{copies}, "
+        f"sweep {result.sweep_id}: {result.conversations} conversations, "
         f"{result.completed} completed, {result.n_failed} not completed; "
         f"model calls stored: {calls or 'none'}"
     )
+    if outcome.never_forked:
+        say(
+            f"{outcome.never_forked} of the {result.conversations} conversations are arms that "
+            "never forked (their parents' conversations stored again): analyze and report count "
+            "them once"
+        )
     if hits := calls_text(outcome.cached_calls):
         say(f"of them answered from the cache (not sent): {hits}")
     if outcome.persona_flags:
