@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
@@ -40,23 +40,34 @@ def run_config_hashes(ref: StoreRef, runs: Sequence[str] | None = None) -> dict[
     return out
 
 
+def _configs(
+    ref: StoreRef, runs: Sequence[str] | None, kind: str | None = None
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(run id, its stored config as a dict) for the runs named (all where None)."""
+    import json
+
+    r = RUNS.c
+    q = select(r.id, r.config)
+    if kind is not None:
+        q = q.where(r.kind == kind)
+    if runs is not None:
+        q = q.where(r.id.in_(list(runs)))
+    for run_id, config in read_frame(q, ref).itertuples(index=False):
+        data = json.loads(config) if isinstance(config, str) else config
+        if isinstance(data, dict):
+            yield str(run_id), data
+
+
 def analysis_registrations(
     ref: StoreRef, runs: Sequence[str] | None = None
 ) -> dict[str, dict[str, Any]]:
     """Sweep id -> its pre-registered analysis (``branchpoint.core.analysis_plan``: block, hash,
     registered_at, deviations), for the sweeps that registered a block."""
-    import json
-
-    r = RUNS.c
-    q = select(r.id, r.config)
-    if runs is not None:
-        q = q.where(r.id.in_(list(runs)))
     out: dict[str, dict[str, Any]] = {}
-    for run_id, config in read_frame(q, ref).itertuples(index=False):
-        data = json.loads(config) if isinstance(config, str) else config
-        plan = data.get("analysis_plan") if isinstance(data, dict) else None
+    for run_id, data in _configs(ref, runs):
+        plan = data.get("analysis_plan")
         if isinstance(plan, dict) and plan.get("block") is not None:
-            out[str(run_id)] = plan
+            out[run_id] = plan
     return out
 
 
@@ -68,20 +79,13 @@ DESIGN_FIELDS = ("conditions", "simulators", "simulator_params", "replicates", "
 
 def sweep_designs(ref: StoreRef, runs: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
     """Sweep id -> its manifest's design (``DESIGN_FIELDS``, with the scenario files' hashes)."""
-    import json
-
-    r = RUNS.c
-    q = select(r.id, r.config).where(r.kind == "sweep")
-    if runs is not None:
-        q = q.where(r.id.in_(list(runs)))
     out: dict[str, dict[str, Any]] = {}
-    for run_id, config in read_frame(q, ref).itertuples(index=False):
-        data = json.loads(config) if isinstance(config, str) else config
-        manifest = data.get("manifest") if isinstance(data, dict) else None
+    for run_id, data in _configs(ref, runs, kind="sweep"):
+        manifest = data.get("manifest")
         if isinstance(manifest, dict):
             design = {k: manifest.get(k) for k in DESIGN_FIELDS}
             design["scenarios"] = sorted((data.get("scenario_hashes") or {}).values())
-            out[str(run_id)] = design
+            out[run_id] = design
     return out
 
 
