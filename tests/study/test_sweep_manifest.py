@@ -34,7 +34,7 @@ EXPECTED: dict[str, str] = {
     "key_in_params.yaml": "5:41: targets[0].params.api_key: a key does not belong in the manifest (expected key_env: the NAME of the environment variable holding it)",
     "max_exchanges_text.yaml": "4:16: max_exchanges: got 'many' (expected a whole number from 1 to 200)",
     "missing_scenarios.yaml": "1:1: scenarios: required field is missing (expected a mapping with any of paths, globs, variants, exclude_variants)",
-    "negative_budget.yaml": "4:21: budget.usd_total: -5 is too small (expected a number)",
+    "negative_budget.yaml": "4:21: budget.usd_total: -5 is too small (expected a number > 0)",
     "no_scenario_source.yaml": "1:1: scenarios.paths: no scenarios named (expected paths or globs)",
     "no_targets.yaml": "3:1: targets: has 0 entries (expected at least 1)",
     "not_a_mapping.yaml": "1:1: <document>: the document is a list (expected a mapping of manifest keys)",
