@@ -394,8 +394,8 @@ def _every_interval(obj: Any, where: str = "") -> list[tuple[str, float, float]]
         for key, lo in obj.items():
             if not key.endswith("low") and "_low_" not in key or key.startswith("rank"):
                 continue
-            hi = obj.get(key[::-1].replace("wol", "hgih", 1)[::-1] if key.endswith("low")
-                         else key.replace("_low_", "_high_"))  # fmt: skip
+            partner = key[: -len("low")] + "high" if key.endswith("low") else None
+            hi = obj.get(partner or key.replace("_low_", "_high_"))
             ok = isinstance(lo, (int, float)) and isinstance(hi, (int, float))
             if ok and not (math.isnan(lo) or math.isnan(hi)):
                 out.append((f"{where}.{key}", float(lo), float(hi)))

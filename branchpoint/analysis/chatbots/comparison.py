@@ -43,7 +43,7 @@ from branchpoint.analysis.contrasts.matched import (
     pairing_of,
     summarise_pairs,
 )
-from branchpoint.analysis.stats.inference import SIGN_FLIP, holm_per_judge
+from branchpoint.analysis.stats.inference import SIGN_FLIP, holm_column
 from branchpoint.core.errors import UserError
 from branchpoint.core.power import sign_flip_min_p
 
@@ -116,7 +116,7 @@ def _family(pairs: pd.DataFrame, ci: float) -> pd.DataFrame:
     )
     tab = tab.drop(columns=["pooled_boot_low", "pooled_boot_high"], errors="ignore")
     for col in ("p_scenario", "p_conv_scenario"):
-        tab[f"{col}_holm"] = holm_per_judge(tab[col].to_numpy(), tab["judge"].to_numpy())
+        tab[f"{col}_holm"] = holm_column(tab, col)
     return tab.sort_values(["p_scenario", "diff"], ascending=[True, False]).reset_index(drop=True)
 
 

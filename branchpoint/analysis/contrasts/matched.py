@@ -61,7 +61,7 @@ from branchpoint.analysis.stats.inference import (
     binomial_half_p,
     friedman,
     holm,
-    holm_per_judge,
+    holm_column,
     scenario_level_test,
     wilcoxon_paired,
 )
@@ -612,10 +612,11 @@ def _finish_family(tab: pd.DataFrame) -> pd.DataFrame:
     (scenario-level) p-values and the secondary ones apart."""
     if tab.empty:
         return tab
-    judges = tab["judge"].to_numpy() if "judge" in tab else None
-    cols = ["p_scenario", "p_conv_scenario", *(["p_mcnemar", "p_wilcoxon"] * ("p_mcnemar" in tab))]
+    cols = ["p_scenario", "p_conv_scenario"]
+    if "p_mcnemar" in tab:
+        cols += ["p_mcnemar", "p_wilcoxon"]
     for col in cols:
-        tab[f"{col}_holm"] = holm_per_judge(tab[col].to_numpy(), judges)
+        tab[f"{col}_holm"] = holm_column(tab, col)
     return tab
 
 
@@ -885,9 +886,7 @@ def _contrasts(
     tab = _finish_family(pd.concat(pooled, ignore_index=True) if pooled else pd.DataFrame())
     real = pd.concat(arms, ignore_index=True) if arms else pd.DataFrame()
     if not tab.empty:
-        tab["p_scenario_itt_holm"] = holm_per_judge(
-            tab["p_scenario_itt"].to_numpy(), tab["judge"].to_numpy() if "judge" in tab else None
-        )
+        tab["p_scenario_itt_holm"] = holm_column(tab, "p_scenario_itt")
     if not tab.empty and not real.empty:
         tab = tab.merge(real, on=[c for c in real.columns if c in tab.columns], how="left")
     tab, real = _labels_as_text(tab), _labels_as_text(real)

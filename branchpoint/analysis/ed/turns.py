@@ -96,7 +96,7 @@ def _summarise(rows: list[dict[str, Any]], ci: float) -> pd.DataFrame:
     """Per contrast x judge x rubric x condition: scenario-level test of the paired differences."""
     if not rows:
         return pd.DataFrame(columns=CONTRAST_COLUMNS)
-    from branchpoint.analysis.stats.inference import holm_per_judge, scenario_level_test
+    from branchpoint.analysis.stats.inference import holm_column, scenario_level_test
 
     p = pd.DataFrame(rows)
     if "realised" not in p.columns:
@@ -134,8 +134,7 @@ def _summarise(rows: list[dict[str, Any]], ci: float) -> pd.DataFrame:
                     "ci_low_itt": ti.ci_low[0], "ci_high_itt": ti.ci_high[0],
                     "p_scenario_itt": ti.pvalue[0], "interval_itt": ti.labels()[0]})  # fmt: skip
     tab = pd.DataFrame(out)
-    judges = tab["judge"].to_numpy() if "judge" in tab else None
-    tab["p_scenario_holm"] = holm_per_judge(tab["p_scenario"].to_numpy(float), judges)
+    tab["p_scenario_holm"] = holm_column(tab, "p_scenario")
     return tab[CONTRAST_COLUMNS]
 
 

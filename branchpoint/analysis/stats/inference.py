@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 from scipy import special
@@ -71,6 +72,13 @@ def holm_per_judge(pvalues: np.ndarray | list[float], judges: object = None) -> 
         rows = codes == k
         out[rows] = holm(p[rows])
     return out
+
+
+def holm_column(table: Any, column: str) -> np.ndarray:
+    """``holm_per_judge`` of a table's p-value ``column``, by its ``judge`` column if it has one
+    (the form every table of the project adjusts in)."""
+    judges = table["judge"].to_numpy() if "judge" in table else None
+    return holm_per_judge(table[column].to_numpy(float), judges)
 
 
 @dataclass(frozen=True)

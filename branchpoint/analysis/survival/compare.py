@@ -33,7 +33,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from branchpoint.analysis.stats.inference import ClusterMeans, holm_per_judge, scenario_level_test
+from branchpoint.analysis.stats.inference import ClusterMeans, holm_column, scenario_level_test
 from branchpoint.analysis.survival.first_failure import FAILED
 from branchpoint.analysis.survival.kaplan_meier import kaplan_meier, logrank
 
@@ -71,8 +71,12 @@ def _follow_up(ff: pd.DataFrame) -> float:
     """The longest follow-up: the last exchange judged (``n_exchanges``), whether or not a
     conversation failed before it. The latest ``time`` is not it: where every conversation
     fails at exchange 1 the latest time is 1, and a restricted mean to 1 hides the failures."""
-    col = "n_exchanges" if "n_exchanges" in ff.columns else "time"
-    return float(np.nanmax(ff[col].to_numpy(float)))
+    return float(np.nanmax(ff[_follow_up_column(ff)].to_numpy(float)))
+
+
+def _follow_up_column(ff: pd.DataFrame) -> str:
+    """Each conversation's follow-up: the last exchange judged (a frame without it: its time)."""
+    return "n_exchanges" if "n_exchanges" in ff.columns else "time"
 
 
 def km_curves(ff: pd.DataFrame, by: Sequence[str], ci: float = 0.95) -> pd.DataFrame:
@@ -107,8 +111,7 @@ class _Times:
     def __init__(self, ff: pd.DataFrame) -> None:
         self.index = pd.Index(ff["conversation_id"])
         self.time, self.event = ff["time"].to_numpy(float), ff["event"].to_numpy(float)
-        follow = "n_exchanges" if "n_exchanges" in ff.columns else "time"
-        self.follow_up = ff[follow].to_numpy(float)
+        self.follow_up = ff[_follow_up_column(ff)].to_numpy(float)
 
     def of(self, cids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Time, event and follow-up (the last exchange judged) of ``cids`` (NaN for a
@@ -169,9 +172,8 @@ def matched_time_to_failure(
     out = pd.DataFrame(rows)
     if out.empty:
         return out
-    judges = out["judge"].to_numpy() if "judge" in out else None
-    out["p_scenario_holm"] = holm_per_judge(out["p_scenario"].to_numpy(), judges)
-    out["p_logrank_holm"] = holm_per_judge(out["p_logrank"].to_numpy(), judges)
+    out["p_scenario_holm"] = holm_column(out, "p_scenario")
+    out["p_logrank_holm"] = holm_column(out, "p_logrank")
     return out
 
 
