@@ -334,3 +334,22 @@ def test_two_stores_of_different_designs_are_compared_with_a_note(tmp_path: Path
     assert res.returncode == 0, res.stderr
     assert "sweeps differ in max_exchanges (not one manifest)" in res.stdout
     assert res.stdout.startswith(f"A = scripted:old ({stores[0]}), B = scripted:new ({stores[1]})")
+
+
+def test_the_all_criteria_row_counts_pairs_not_pair_criterion_rows(planted: Path) -> None:
+    """Each criterion's row said 'pairs 16' and the '(all criteria)' row 'pairs 96' (16 x 6),
+    one label counting two things; and the text did not say B - A is the mean of the scenario
+    differences, not rate B minus rate A (which it need not equal)."""
+    store = open_store(planted, create=False)
+    c = compare_chatbots(align(Side(store, "scripted:old"), Side(store, "scripted:new"),
+                               two_stores=False))  # fmt: skip
+    every = c.overall[c.overall["criterion_id"] == "(all criteria)"]
+    keys = ["conversation_id_a", "conversation_id_b", "condition", "judge", "rubric_id"]
+    distinct = c.pairs[keys].drop_duplicates().groupby(["condition", "judge", "rubric_id"]).size()
+    for r in every.itertuples():
+        assert r.n_pairs == distinct[(r.condition, r.judge, r.rubric_id)]
+    per_criterion = c.overall[c.overall["criterion_id"] != "(all criteria)"]
+    assert every["n_pairs"].max() <= per_criterion["n_pairs"].sum()
+    res = run_in_process("compare", "--db", str(planted), "--a", "scripted:old", "--b",
+                         "scripted:new", env={"COLUMNS": "300"})  # fmt: skip
+    assert "need not equal rate B minus rate A" in res.stdout

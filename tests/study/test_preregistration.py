@@ -278,3 +278,19 @@ def test_the_plans_primary_lines_are_columns_under_their_header(tmp_path: Path) 
     assert rep.returncode == 0, rep.stderr
     md = (out_dir / "report.md").read_text(encoding="utf-8")
     assert "Family: the 1 primary contrast only" in md
+
+
+def test_a_rubric_level_member_counts_pairs_not_pair_criterion_rows() -> None:
+    """Over the rubric a pair has a row per criterion it rated: the family's 'pairs' counted the
+    rows (the same mechanism as compare's '(all criteria)' row)."""
+    import pandas as pd
+
+    from branchpoint.analysis.contrasts.matched import with_distinct_pairs
+
+    rows = pd.DataFrame({"contrast": "c", "criterion_id": "(all criteria)", "condition": "none",
+                         "conversation_id_a": ["a1", "a1", "a2"],
+                         "conversation_id_b": ["b1", "b1", "b2"]})  # fmt: skip
+    summary = pd.DataFrame({"contrast": ["c"], "criterion_id": ["(all criteria)"],
+                            "condition": ["none"], "n_pairs": [3]})  # fmt: skip
+    keys = ["contrast", "criterion_id", "condition"]
+    assert with_distinct_pairs(summary, rows, keys)["n_pairs"].tolist() == [2]

@@ -42,6 +42,7 @@ from branchpoint.analysis.contrasts.matched import (
     candidate_pairs,
     pairing_of,
     summarise_pairs,
+    with_distinct_pairs,
 )
 from branchpoint.analysis.stats.inference import SIGN_FLIP, holm_column
 from branchpoint.core.errors import UserError
@@ -107,12 +108,11 @@ def _family(pairs: pd.DataFrame, ci: float) -> pd.DataFrame:
     """Per group of ``GROUP`` plus the rubric-level rows, Holm over the table (each judge's rows
     apart)."""
     every = pairs.assign(criterion_id=ALL_CRITERIA, risk_area="(all)")
+    keys = [*GROUP, "risk_area"]
+    rubric = summarise_pairs(every, keys, n_boot=0, ci=ci, tests=False)
+    rubric = with_distinct_pairs(rubric, every, keys)
     tab = pd.concat(
-        [
-            summarise_pairs(pairs, [*GROUP, "risk_area"], n_boot=0, ci=ci, tests=False),
-            summarise_pairs(every, [*GROUP, "risk_area"], n_boot=0, ci=ci, tests=False),
-        ],
-        ignore_index=True,
+        [summarise_pairs(pairs, keys, n_boot=0, ci=ci, tests=False), rubric], ignore_index=True
     )
     tab = tab.drop(columns=["pooled_boot_low", "pooled_boot_high"], errors="ignore")
     for col in ("p_scenario", "p_conv_scenario"):

@@ -413,6 +413,19 @@ def _per_pair(pairs: pd.DataFrame) -> dict[str, np.ndarray]:
     }  # fmt: skip
 
 
+def with_distinct_pairs(
+    tab: pd.DataFrame, pairs: pd.DataFrame, keys: Sequence[str]
+) -> pd.DataFrame:
+    """``summarise_pairs``' table with ``n_pairs`` counting the distinct pairs of conversations of
+    each group: over a rubric, a pair has a row per criterion it rated (16 pairs read as 96)."""
+    keys = list(keys)
+    distinct = pairs[[*keys, "conversation_id_a", "conversation_id_b"]].drop_duplicates()
+    n = distinct.groupby(keys, dropna=False, observed=True).size().rename("_distinct")
+    out = tab.merge(n.reset_index(), on=keys, how="left")
+    out["n_pairs"] = out.pop("_distinct").fillna(out["n_pairs"]).astype(np.int64)
+    return out
+
+
 def summarise_pairs(
     pairs: pd.DataFrame,
     group_cols: Sequence[str],

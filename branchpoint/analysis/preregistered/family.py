@@ -26,6 +26,7 @@ from branchpoint.analysis.contrasts.matched import (
     pairing_of,
     resolve_baselines,
     summarise_pairs,
+    with_distinct_pairs,
 )
 from branchpoint.analysis.stats.inference import SIGN_FLIP, holm
 from branchpoint.analysis.tables.judgments import choice_column, choice_columns
@@ -126,7 +127,8 @@ def primary_family(jt: pd.DataFrame, plan: AnalysisPlan, ci: float = 0.95) -> Fa
                 notes.append(f"{pairs['contrast'].iloc[0] if len(pairs) else contrast.label()}: "
                              f"no pair rated {', '.join(sorted(missing))}")  # fmt: skip
         if not pairs.empty:
-            parts.append(summarise_pairs(pairs, GROUP, n_boot=0, ci=ci, tests=False))
+            summary = summarise_pairs(pairs, GROUP, n_boot=0, ci=ci, tests=False)
+            parts.append(with_distinct_pairs(summary, pairs, GROUP))
     if not parts:
         return Family(plan, pd.DataFrame(untested), notes)
     tab = pd.concat(parts, ignore_index=True)

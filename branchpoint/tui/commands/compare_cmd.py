@@ -56,6 +56,13 @@ def comparison_display(tab: Any, with_arm: bool) -> Any:
     return with_judge(tab, pd.DataFrame(cols))
 
 
+# as analyze and the report say it of their contrasts
+POOLED = (
+    "Rates A and B are pooled over every rating of the pairs; B - A is the mean of the "
+    "per-scenario mean differences, so it need not equal rate B minus rate A."
+)
+
+
 def _nothing_regressed(c: Any) -> str | None:
     """The line for an empty regression list (why nothing could be found, where so), or None."""
     if not c.regressions.empty or c.overall.empty:
@@ -228,7 +235,8 @@ def _print_text(c: Any, ranking: Any, db: str | None, db_b: str | None, ttf: Any
         for note in c.notes:
             console.print(_text("note: " + note))
         return
-    _print_table(console, "Overall (per criterion and over the rubric; Holm over this table, each judge apart)",
+    _print_table(console, "Overall (per criterion and over the rubric; Holm over this table, each "
+                 f"judge apart). {POOLED}",
                  comparison_display(c.overall, with_arm=False))  # fmt: skip
     if c.regressions.empty:
         console.print(_text(_nothing_regressed(c) or ""))
